@@ -1,0 +1,16 @@
+module github.com/gsoplane/gsoplane
+
+go 1.26.0
+
+require (
+	github.com/tailscale/wireguard-go v0.0.0-20260821191448-23d18d66172c
+	golang.org/x/sys v0.50.0
+	gvisor.dev/gvisor v0.0.0-20250503011706-39ed1f5ac29c
+)
+
+require (
+	github.com/google/btree v1.1.2 // indirect
+	golang.org/x/net v0.53.0 // indirect
+	golang.org/x/time v0.7.0 // indirect
+	golang.zx2c4.com/wintun v0.0.0-20230126152724-0fa3db229ce2 // indirect
+)

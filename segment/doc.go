@@ -1,0 +1,34 @@
+// Package segment is gsoplane's software GSO: it decodes and validates the
+// virtio-net header that a Linux TUN device (IFF_VNET_HDR) puts in front of
+// every packet, and cuts TCP and UDP super-packets into wire-sized packets
+// exactly as the Linux kernel's software segmentation would.
+//
+// Validate mirrors the kernel's virtio_net_hdr_to_skb and the IP, TCP and
+// UDP GSO handlers behind it, and says which rule a packet broke with an
+// error matching ErrInvalid and the rule's sentinel. It never trusts
+// hdr_len and caps the segments one super-packet may produce.
+//
+// Split writes the segments into caller-owned buffers and does not
+// allocate:
+//
+//   - TSO (GSOTCPv4, GSOTCPv6): every segment carries the whole IP and TCP
+//     header, options and IPv6 extension headers included; the sequence
+//     number advances by the payload already sent; FIN and PSH stay on the
+//     last segment, CWR on the first; IPv4 IDs count up by one per segment.
+//   - USO (GSOUDPL4): every segment is its own UDP datagram with its own
+//     length and checksum; IPv4 IDs count up by one per segment.
+//   - UFO (GSOUDP): the UDP checksum is computed over the whole datagram,
+//     which is then cut into IP fragments of gso_size bytes: IPv4 fragments
+//     share one ID and carry MF and the offset, IPv6 fragments get a
+//     Fragment header with one identification.
+//   - GSONone with NEEDS_CSUM: the checksum is completed in place.
+//
+// Checksums are completed in software in a single pass that copies and
+// sums the payload (AVX2 on amd64). A Segmenter in Partial mode leaves the
+// pseudo-header sum in TSO/USO segments instead, for sinks that offload
+// checksums; Layout.SegmentHeader describes the result.
+//
+// A computed UDP checksum of zero is written as 0xffff. IPv4 total
+// lengths, IPv6 payload lengths and IPv4 header checksums are rewritten.
+// The package is pure Go with no system calls and builds on any OS.
+package segment

@@ -1,0 +1,121 @@
+package segment
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// Sizes of struct virtio_net_hdr on the wire. A TUN device uses HeaderSize
+// unless TUNSETVNETHDRSZ set it to HeaderSizeMrg (which adds num_buffers).
+const (
+	HeaderSize    = 10
+	HeaderSizeMrg = 12
+)
+
+// Flags of virtio_net_hdr.flags.
+const (
+	FlagNeedsCsum = 1 // the checksum at CsumStart+CsumOffset is partial
+	FlagDataValid = 2 // the checksum was verified (receive side only)
+)
+
+// GSOType is virtio_net_hdr.gso_type: a kind in the low bits and the ECN
+// bit on top.
+type GSOType uint8
+
+// GSO kinds and the ECN flag, as in include/uapi/linux/virtio_net.h.
+const (
+	GSONone  GSOType = 0    // not a super-packet
+	GSOTCPv4 GSOType = 1    // TSO over IPv4
+	GSOUDP   GSOType = 3    // UFO: one UDP datagram cut into IP fragments
+	GSOTCPv6 GSOType = 4    // TSO over IPv6
+	GSOUDPL4 GSOType = 5    // USO: one UDP datagram per segment
+	GSOECN   GSOType = 0x80 // TCP with ECN: CWR is set on the first segment only
+)
+
+// Kind returns the GSO kind without the ECN flag.
+func (t GSOType) Kind() GSOType { return t &^ GSOECN }
+
+// ECN reports whether the ECN flag is set.
+func (t GSOType) ECN() bool { return t&GSOECN != 0 }
+
+func (t GSOType) String() string {
+	var s string
+	switch t.Kind() {
+	case GSONone:
+		s = "none"
+	case GSOTCPv4:
+		s = "tcpv4"
+	case GSOUDP:
+		s = "udp"
+	case GSOTCPv6:
+		s = "tcpv6"
+	case GSOUDPL4:
+		s = "udp_l4"
+	default:
+		s = fmt.Sprintf("unknown(%d)", uint8(t.Kind()))
+	}
+	if t.ECN() {
+		s += "|ecn"
+	}
+	return s
+}
+
+// Header is struct virtio_net_hdr, the metadata a TUN device with
+// IFF_VNET_HDR puts in front of every packet. All fields are in host
+// (little-endian) order; NumBuffers exists only in the 12-byte form.
+type Header struct {
+	Flags      uint8
+	GSOType    GSOType
+	HdrLen     uint16 // untrusted: Validate recomputes it from the packet
+	GSOSize    uint16 // payload bytes per segment (UFO: L4 bytes per fragment)
+	CsumStart  uint16 // offset of the transport header
+	CsumOffset uint16 // offset of the checksum field from CsumStart
+	NumBuffers uint16
+}
+
+// NeedsCsum reports whether FlagNeedsCsum is set.
+func (h Header) NeedsCsum() bool { return h.Flags&FlagNeedsCsum != 0 }
+
+// DecodeHeader decodes a virtio-net header of size HeaderSize or
+// HeaderSizeMrg from the front of b.
+func DecodeHeader(b []byte, size int) (Header, error) {
+	if size != HeaderSize && size != HeaderSizeMrg {
+		return Header{}, fmt.Errorf("%w: header size %d, want %d or %d", ErrHeaderSize, size, HeaderSize, HeaderSizeMrg)
+	}
+	if len(b) < size {
+		return Header{}, fmt.Errorf("%w: %d bytes, header needs %d", ErrShortPacket, len(b), size)
+	}
+	h := Header{
+		Flags:      b[0],
+		GSOType:    GSOType(b[1]),
+		HdrLen:     binary.LittleEndian.Uint16(b[2:]),
+		GSOSize:    binary.LittleEndian.Uint16(b[4:]),
+		CsumStart:  binary.LittleEndian.Uint16(b[6:]),
+		CsumOffset: binary.LittleEndian.Uint16(b[8:]),
+	}
+	if size == HeaderSizeMrg {
+		h.NumBuffers = binary.LittleEndian.Uint16(b[10:])
+	}
+	return h, nil
+}
+
+// Encode writes h to the front of b in the form of the given size
+// (HeaderSize or HeaderSizeMrg).
+func (h Header) Encode(b []byte, size int) error {
+	if size != HeaderSize && size != HeaderSizeMrg {
+		return fmt.Errorf("%w: header size %d, want %d or %d", ErrHeaderSize, size, HeaderSize, HeaderSizeMrg)
+	}
+	if len(b) < size {
+		return fmt.Errorf("%w: %d bytes, header needs %d", ErrShortBuffer, len(b), size)
+	}
+	b[0] = h.Flags
+	b[1] = uint8(h.GSOType)
+	binary.LittleEndian.PutUint16(b[2:], h.HdrLen)
+	binary.LittleEndian.PutUint16(b[4:], h.GSOSize)
+	binary.LittleEndian.PutUint16(b[6:], h.CsumStart)
+	binary.LittleEndian.PutUint16(b[8:], h.CsumOffset)
+	if size == HeaderSizeMrg {
+		binary.LittleEndian.PutUint16(b[10:], h.NumBuffers)
+	}
+	return nil
+}

@@ -1,0 +1,257 @@
+package segment
+
+import "encoding/binary"
+
+// IP protocol numbers and IPv6 extension headers Validate understands.
+const (
+	protoHopByHop = 0
+	protoTCP      = 6
+	protoUDP      = 17
+	protoRouting  = 43
+	protoFragment = 44
+	protoDestOpts = 60
+)
+
+const (
+	ipv4MinLen    = 20
+	ipv6Len       = 40
+	tcpMinLen     = 20
+	udpLen        = 8
+	tcpCsumOffset = 16
+	udpCsumOffset = 6
+	fragHdrLen    = 8
+	gsoByFrags    = 0xffff // GSO_BY_FRAGS: reserved, never valid from a device
+)
+
+// Validate checks an untrusted packet and its virtio-net header, mirroring
+// the Linux kernel (virtio_net_hdr_to_skb, then the IP, TCP and UDP GSO
+// handlers), and returns its layout. hdr_len is never trusted: the header
+// length is recomputed from the packet. The cap on segments is
+// DefaultMaxSegments; use a Segmenter for another cap.
+//
+// Validate is stricter than the kernel where the kernel would accept a
+// packet only to emit segments no receiver can use: the IPv4 total length
+// or IPv6 payload length must match the buffer exactly, csum_start must be
+// the transport header found by walking the IP headers, UDP checksums must
+// sit at offset 6, a UFO gso_size must be a multiple of 8, and UFO over
+// IPv6 refuses extension headers (the kernel counts them into the fragment
+// offsets).
+func Validate(pkt []byte, h Header) (Layout, error) {
+	return validate(pkt, h, DefaultMaxSegments)
+}
+
+func validate(pkt []byte, h Header, maxSegs int) (Layout, error) {
+	l, err := checkGSO(h)
+	if err != nil {
+		return l, err
+	}
+	if int(h.HdrLen) > len(pkt) {
+		return l, invalid(ErrHdrLen, "hdr_len %d, packet %d bytes", h.HdrLen, len(pkt))
+	}
+	if err := parseIP(pkt, &l); err != nil {
+		return l, err
+	}
+	if err := checkTransport(pkt, h, &l); err != nil {
+		return l, err
+	}
+	return l, count(pkt, &l, maxSegs)
+}
+
+// checkGSO checks gso_type and gso_size on their own.
+func checkGSO(h Header) (Layout, error) {
+	l := Layout{Kind: h.GSOType.Kind(), ECN: h.GSOType.ECN(), NeedsCsum: h.NeedsCsum()}
+	switch l.Kind {
+	case GSONone:
+		if l.ECN {
+			return l, invalid(ErrGSOType, "ECN flag without a GSO type")
+		}
+		return l, nil
+	case GSOTCPv4, GSOTCPv6, GSOUDP:
+	case GSOUDPL4:
+		if l.ECN {
+			return l, invalid(ErrGSOType, "ECN flag on udp_l4")
+		}
+	default:
+		return l, invalid(ErrGSOType, "gso_type %#x", uint8(h.GSOType))
+	}
+	if h.GSOSize == 0 || h.GSOSize == gsoByFrags {
+		return l, invalid(ErrGSOSize, "gso_size %d with gso_type %v", h.GSOSize, h.GSOType)
+	}
+	l.MSS = int(h.GSOSize)
+	return l, nil
+}
+
+// parseIP checks the IP header (and IPv6 extension headers) and fills in
+// L3Len, Proto and IPv6.
+func parseIP(pkt []byte, l *Layout) error {
+	if len(pkt) == 0 {
+		return invalid(ErrShortPacket, "empty packet")
+	}
+	v := pkt[0] >> 4
+	switch {
+	case l.Kind == GSOTCPv4 && v != 4, l.Kind == GSOTCPv6 && v != 6:
+		return invalid(ErrIPVersion, "IPv%d packet with gso_type %v", v, l.Kind)
+	case v == 4:
+		return parseIPv4(pkt, l)
+	case v == 6:
+		l.IPv6 = true
+		return parseIPv6(pkt, l)
+	}
+	return invalid(ErrIPHeader, "IP version %d", v)
+}
+
+func parseIPv4(pkt []byte, l *Layout) error {
+	if len(pkt) < ipv4MinLen {
+		return invalid(ErrShortPacket, "%d bytes, IPv4 header needs %d", len(pkt), ipv4MinLen)
+	}
+	ihl := int(pkt[0]&0xf) * 4
+	if ihl < ipv4MinLen || ihl > len(pkt) {
+		return invalid(ErrIPHeader, "IPv4 header length %d in a %d-byte packet", ihl, len(pkt))
+	}
+	if tot := int(binary.BigEndian.Uint16(pkt[2:])); tot != len(pkt) {
+		return invalid(ErrIPLength, "IPv4 total length %d, packet %d bytes", tot, len(pkt))
+	}
+	if Checksum(pkt[:ihl], 0) != 0 {
+		return invalid(ErrIPChecksum, "IPv4 header checksum %#04x", binary.BigEndian.Uint16(pkt[10:]))
+	}
+	if frag := binary.BigEndian.Uint16(pkt[6:]) & 0x3fff; frag != 0 && (l.Kind != GSONone || l.NeedsCsum) {
+		return invalid(ErrFragmented, "IPv4 fragment (offset %d, MF %v)", frag&0x1fff*8, frag&0x2000 != 0)
+	}
+	l.L3Len = ihl
+	l.Proto = pkt[9]
+	return nil
+}
+
+func parseIPv6(pkt []byte, l *Layout) error {
+	if len(pkt) < ipv6Len {
+		return invalid(ErrShortPacket, "%d bytes, IPv6 header needs %d", len(pkt), ipv6Len)
+	}
+	if pl := int(binary.BigEndian.Uint16(pkt[4:])); pl != len(pkt)-ipv6Len {
+		return invalid(ErrIPLength, "IPv6 payload length %d, packet %d bytes", pl, len(pkt))
+	}
+	next, off := pkt[6], ipv6Len
+	for {
+		switch next {
+		case protoHopByHop, protoRouting, protoDestOpts:
+			if next == protoHopByHop && off != ipv6Len {
+				return invalid(ErrExtHeader, "hop-by-hop header at offset %d", off)
+			}
+			if off+2 > len(pkt) {
+				return invalid(ErrShortPacket, "extension header at %d of a %d-byte packet", off, len(pkt))
+			}
+			n := (int(pkt[off+1]) + 1) * 8
+			if off+n > len(pkt) {
+				return invalid(ErrExtHeader, "%d-byte extension header at %d of a %d-byte packet", n, off, len(pkt))
+			}
+			next, off = pkt[off], off+n
+		case protoFragment:
+			if l.Kind != GSONone || l.NeedsCsum {
+				return invalid(ErrFragmented, "IPv6 Fragment header at offset %d", off)
+			}
+			l.L3Len, l.Proto = off, next
+			return nil
+		default:
+			if l.Kind == GSOUDP && off != ipv6Len {
+				return invalid(ErrExtHeader, "UFO over IPv6 with %d bytes of extension headers", off-ipv6Len)
+			}
+			l.L3Len, l.Proto = off, next
+			return nil
+		}
+	}
+}
+
+// checkTransport checks the transport header and the checksum fields of
+// the virtio-net header against it, and fills in L4Len and CsumOffset.
+func checkTransport(pkt []byte, h Header, l *Layout) error {
+	tcp := l.Kind == GSOTCPv4 || l.Kind == GSOTCPv6
+	switch {
+	case tcp && l.Proto != protoTCP:
+		return invalid(ErrProtocol, "protocol %d with gso_type %v", l.Proto, l.Kind)
+	case (l.Kind == GSOUDP || l.Kind == GSOUDPL4) && l.Proto != protoUDP:
+		return invalid(ErrProtocol, "protocol %d with gso_type %v", l.Proto, l.Kind)
+	case (tcp || l.Kind == GSOUDPL4) && !l.NeedsCsum:
+		return invalid(ErrNeedsCsum, "gso_type %v without NEEDS_CSUM", l.Kind)
+	}
+	if l.Kind == GSONone && !l.NeedsCsum {
+		l.PayloadLen = len(pkt) - l.L3Len // passes through untouched
+		return nil
+	}
+	if err := parseL4(pkt, l); err != nil {
+		return err
+	}
+	if !l.NeedsCsum {
+		return nil
+	}
+	start, off := int(h.CsumStart), int(h.CsumOffset)
+	if start+off+2 > len(pkt) {
+		return invalid(ErrCsumRange, "csum_start %d + csum_offset %d + 2 beyond %d bytes", start, off, len(pkt))
+	}
+	if start != l.L3Len {
+		return invalid(ErrCsumStart, "csum_start %d, transport header at %d", start, l.L3Len)
+	}
+	want := -1
+	switch l.Proto {
+	case protoTCP:
+		want = tcpCsumOffset
+	case protoUDP:
+		want = udpCsumOffset
+	}
+	if want >= 0 && off != want {
+		return invalid(ErrCsumOffset, "csum_offset %d for protocol %d, want %d", off, l.Proto, want)
+	}
+	l.CsumOffset = off
+	return nil
+}
+
+// parseL4 finds the length of a TCP or UDP header. Other protocols have no
+// header Split needs to know; they may only pass through.
+func parseL4(pkt []byte, l *Layout) error {
+	rest := len(pkt) - l.L3Len
+	switch l.Proto {
+	case protoTCP:
+		if rest < tcpMinLen {
+			return invalid(ErrShortPacket, "%d bytes after the IP header, TCP needs %d", rest, tcpMinLen)
+		}
+		l.L4Len = int(pkt[l.L3Len+12]>>4) * 4
+		if l.L4Len < tcpMinLen || l.L4Len > rest {
+			return invalid(ErrTransport, "TCP data offset %d with %d bytes after the IP header", l.L4Len, rest)
+		}
+	case protoUDP:
+		if rest < udpLen {
+			return invalid(ErrShortPacket, "%d bytes after the IP header, UDP needs %d", rest, udpLen)
+		}
+		l.L4Len = udpLen
+	}
+	l.PayloadLen = rest - l.L4Len
+	return nil
+}
+
+// count decides how many packets the input becomes and checks the caps.
+func count(pkt []byte, l *Layout, maxSegs int) error {
+	data := l.PayloadLen // bytes cut into gso_size pieces
+	if l.Kind == GSOUDP {
+		data += l.L4Len // UFO cuts the UDP header with the payload
+	}
+	if l.Kind == GSOUDPL4 && data > l.MSS*UDPMaxSegments {
+		return invalid(ErrTooManySegments, "%d bytes of USO payload, at most %d×%d", data, UDPMaxSegments, l.MSS)
+	}
+	if l.Kind == GSONone || data <= l.MSS {
+		l.Kind, l.Segments, l.MaxSegLen = GSONone, 1, len(pkt)
+		return nil
+	}
+	if l.Kind == GSOUDP && l.MSS%8 != 0 {
+		return invalid(ErrGSOSize, "UFO gso_size %d is not a multiple of 8", l.MSS)
+	}
+	l.Segments = (data + l.MSS - 1) / l.MSS
+	if l.Segments > maxSegs {
+		return invalid(ErrTooManySegments, "%d segments, at most %d", l.Segments, maxSegs)
+	}
+	l.MaxSegLen = len(pkt) - data + l.MSS
+	if l.Kind == GSOUDP {
+		l.MaxSegLen = l.L3Len + l.MSS
+		if l.IPv6 {
+			l.MaxSegLen += fragHdrLen
+		}
+	}
+	return nil
+}
