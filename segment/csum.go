@@ -86,6 +86,12 @@ func copySumGeneric(dst, src []byte, acc uint64) uint64 {
 		acc, c = bits.Add64(acc, w3, c)
 		src, dst = src[32:], dst[32:]
 	}
+	for len(src) >= 8 {
+		w := binary.LittleEndian.Uint64(src)
+		binary.LittleEndian.PutUint64(dst, w)
+		acc, c = bits.Add64(acc, w, c)
+		src, dst = src[8:], dst[8:]
+	}
 	copy(dst, src)
 	return addAcc(addAcc(acc, c), sumTail(src))
 }

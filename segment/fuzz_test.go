@@ -1,0 +1,83 @@
+package segment
+
+import (
+	"encoding/binary"
+	"errors"
+	"testing"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+)
+
+// addSeeds seeds a fuzz target with every table case, header and packet.
+func addSeeds(f *testing.F) {
+	for _, spec := range splitCases() {
+		pkt, h := buildSuper(spec)
+		hb := make([]byte, HeaderSize)
+		h.Encode(hb, HeaderSize)
+		f.Add(hb, pkt)
+	}
+}
+
+// FuzzValidate: no input panics, and an accepted one has a sane layout.
+func FuzzValidate(f *testing.F) {
+	addSeeds(f)
+	f.Fuzz(func(t *testing.T, hb, pkt []byte) {
+		h, err := DecodeHeader(hb, HeaderSize)
+		if err != nil {
+			return
+		}
+		l, err := Validate(pkt, h)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("rejection %v does not match ErrInvalid", err)
+			}
+			return
+		}
+		if l.Segments < 1 || l.Segments > DefaultMaxSegments || l.HdrLen() > len(pkt) || l.MaxSegLen > len(pkt)+fragHdrLen {
+			t.Fatalf("layout %+v for a %d-byte packet", l, len(pkt))
+		}
+	})
+}
+
+// FuzzSplit: every accepted input splits, and its segments satisfy the
+// invariants the property tests check. The partial checksum of the input
+// is set right first, since a wrong one rightly gives wrong checksums.
+func FuzzSplit(f *testing.F) {
+	addSeeds(f)
+	f.Fuzz(func(t *testing.T, hb, pkt []byte) {
+		h, err := DecodeHeader(hb, HeaderSize)
+		if err != nil {
+			return
+		}
+		l, err := Validate(pkt, h)
+		if err != nil {
+			return
+		}
+		fixPartial(pkt, l)
+		for _, partial := range []bool{false, true} {
+			l, segs, err := splitFresh(&Segmenter{Partial: partial}, pkt, h)
+			if err != nil {
+				t.Fatalf("Split after Validate accepted: %v", err)
+			}
+			if err := checkSplit(pkt, l, segs, partial && l.Kind != GSOUDP); err != nil {
+				t.Fatalf("partial=%v %+v: %v", partial, l, err)
+			}
+		}
+	})
+}
+
+// fixPartial writes the pseudo-header sum a Linux sender would leave in a
+// TCP or UDP packet with NEEDS_CSUM (and a matching UDP length).
+func fixPartial(pkt []byte, l Layout) {
+	if !l.NeedsCsum || (l.Proto != protoTCP && l.Proto != protoUDP) {
+		return
+	}
+	l4 := pkt[l.L3Len:]
+	if l.Proto == protoUDP {
+		binary.BigEndian.PutUint16(l4[udpLenOff:], uint16(len(l4)))
+	}
+	src, dst := addrs(pkt, l.IPv6)
+	ps := header.PseudoHeaderChecksum(tcpip.TransportProtocolNumber(l.Proto), src, dst, uint16(len(l4)))
+	binary.BigEndian.PutUint16(l4[l.CsumOffset:], ps)
+}

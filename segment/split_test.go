@@ -1,0 +1,362 @@
+package segment
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+const (
+	tcp = protoTCP
+	udp = protoUDP
+)
+
+var (
+	tcpOpts12 = []byte{1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2} // NOP NOP timestamps
+	tcpOpts40 = bytes.Repeat([]byte{1}, 40)
+	ipOpts4   = []byte{1, 1, 1, 0}          // NOP NOP NOP EOL
+	ipOpts40  = bytes.Repeat([]byte{1}, 40) // NOPs
+	extAll    = []extHdr{{extHopByHop, 8}, {extDestOpts, 16}, {extRouting, 24}, {extDestOpts, 8}}
+)
+
+// splitCases are the table tests: every GSO type, IP version, option and
+// extension-header shape, last-segment size and MSS extreme.
+func splitCases() map[string]superSpec {
+	c := map[string]superSpec{
+		"tcp4-64k-mss1448":       {proto: tcp, gso: GSOTCPv4, mss: 1448, payload: 65535 - 40},
+		"tcp4-last-full":         {proto: tcp, gso: GSOTCPv4, mss: 1448, payload: 1448 * 5},
+		"tcp4-last-1byte":        {proto: tcp, gso: GSOTCPv4, mss: 1448, payload: 1448*5 + 1},
+		"tcp4-mss1":              {proto: tcp, gso: GSOTCPv4, mss: 1, payload: 100},
+		"tcp4-mss-jumbo":         {proto: tcp, gso: GSOTCPv4, mss: 8948, payload: 60000},
+		"tcp4-mss-65000":         {proto: tcp, gso: GSOTCPv4, mss: 65000, payload: 65400},
+		"tcp4-fin-psh":           {proto: tcp, gso: GSOTCPv4, mss: 536, payload: 5000, tcpFlags: flagACK | flagFIN | flagPSH},
+		"tcp4-ecn-cwr":           {proto: tcp, gso: GSOTCPv4 | GSOECN, mss: 1000, payload: 5000, tcpFlags: flagACK | flagCWR | flagECE},
+		"tcp4-options":           {proto: tcp, gso: GSOTCPv4, mss: 1448, payload: 9000, tcpOpts: tcpOpts12, ipOpts: ipOpts4},
+		"tcp4-max-options":       {proto: tcp, gso: GSOTCPv4, mss: 1400, payload: 9000, tcpOpts: tcpOpts40, ipOpts: ipOpts40},
+		"tcp4-id-wraps":          {proto: tcp, gso: GSOTCPv4, mss: 1448, payload: 9000, id: 0xfffe, seq: 0xfffffff0, df: true},
+		"tcp4-one-segment":       {proto: tcp, gso: GSOTCPv4, mss: 1448, payload: 1448},
+		"tcp6-64k-mss1448":       {v6: true, proto: tcp, gso: GSOTCPv6, mss: 1448, payload: 65535 - 32},
+		"tcp6-ext-headers":       {v6: true, proto: tcp, gso: GSOTCPv6, mss: 1300, payload: 7000, ext: extAll, tcpOpts: tcpOpts12},
+		"tcp6-ecn-fin":           {v6: true, proto: tcp, gso: GSOTCPv6 | GSOECN, mss: 536, payload: 2000, tcpFlags: flagACK | flagCWR | flagFIN | flagPSH},
+		"uso4":                   {proto: udp, gso: GSOUDPL4, mss: 1400, payload: 46 * 1400},
+		"uso4-short-last":        {proto: udp, gso: GSOUDPL4, mss: 1400, payload: 10*1400 + 7},
+		"uso4-ip-options":        {proto: udp, gso: GSOUDPL4, mss: 1000, payload: 3001, ipOpts: ipOpts4},
+		"uso6":                   {v6: true, proto: udp, gso: GSOUDPL4, mss: 1232, payload: 20 * 1232},
+		"uso6-ext-headers":       {v6: true, proto: udp, gso: GSOUDPL4, mss: 1200, payload: 4801, ext: extAll},
+		"ufo4":                   {proto: udp, gso: GSOUDP, mss: 1480, payload: 8000},
+		"ufo4-df":                {proto: udp, gso: GSOUDP, mss: 1480, payload: 3000, df: true, needsCsum: true},
+		"ufo4-options":           {proto: udp, gso: GSOUDP, mss: 1472, payload: 9000, ipOpts: ipOpts4},
+		"ufo4-last-8":            {proto: udp, gso: GSOUDP, mss: 1480, payload: 1480 * 2},
+		"ufo6":                   {v6: true, proto: udp, gso: GSOUDP, mss: 1448, payload: 60000},
+		"ufo6-needs-csum":        {v6: true, proto: udp, gso: GSOUDP, mss: 1232, payload: 5000, needsCsum: true},
+		"none-plain-tcp4":        {proto: tcp, payload: 100},
+		"none-csum-tcp4":         {proto: tcp, payload: 1001, needsCsum: true},
+		"none-csum-udp6":         {v6: true, proto: udp, payload: 999, needsCsum: true, ext: extAll},
+		"none-csum-udp4-empty":   {proto: udp, payload: 0, needsCsum: true},
+		"tso-below-mss-passes":   {proto: tcp, gso: GSOTCPv4, mss: 1448, payload: 1000},
+		"uso-below-mss-passes":   {v6: true, proto: udp, gso: GSOUDPL4, mss: 1400, payload: 1400},
+		"ufo-below-mss-passes":   {proto: udp, gso: GSOUDP, mss: 1480, payload: 1472},
+		"uso4-max-segments":      {proto: udp, gso: GSOUDPL4, mss: 1000, payload: 64 * 1000},
+		"tcp4-default-max-segs":  {proto: tcp, gso: GSOTCPv4, mss: 500, payload: 128 * 500},
+		"tcp6-1byte-payload-mss": {v6: true, proto: tcp, gso: GSOTCPv6, mss: 1, payload: 2},
+	}
+	for name, s := range c {
+		if s.gso.Kind() == GSOTCPv4 || s.gso.Kind() == GSOTCPv6 || s.gso == GSOUDPL4 {
+			s.needsCsum = true
+		}
+		s.seed = uint64(len(name))
+		c[name] = s
+	}
+	return c
+}
+
+func TestSplitTable(t *testing.T) {
+	for name, spec := range splitCases() {
+		for _, partial := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/partial=%v", name, partial), func(t *testing.T) {
+				pkt, h := buildSuper(spec)
+				s := &Segmenter{Partial: partial}
+				l, segs, err := splitFresh(s, pkt, h)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := checkSplit(pkt, l, segs, partial && l.Kind != GSOUDP); err != nil {
+					t.Fatal(err)
+				}
+				if want := wantSegments(spec); len(segs) != want {
+					t.Fatalf("%d segments, want %d", len(segs), want)
+				}
+			})
+		}
+	}
+}
+
+// wantSegments counts segments from the spec alone.
+func wantSegments(s superSpec) int {
+	data := s.payload
+	if s.gso == GSOUDP {
+		data += udpLen
+	}
+	if s.gso == GSONone || data <= s.mss {
+		return 1
+	}
+	return (data + s.mss - 1) / s.mss
+}
+
+// TestSplitInPlace splits with the input living in the first output buffer.
+func TestSplitInPlace(t *testing.T) {
+	for name, spec := range splitCases() {
+		t.Run(name, func(t *testing.T) {
+			pkt, h := buildSuper(spec)
+			l, want, err := splitFresh(&Segmenter{}, pkt, h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const off = 14
+			bufs := make([][]byte, l.Segments)
+			for i := range bufs {
+				bufs[i] = make([]byte, off+max(l.MaxSegLen, len(pkt)))
+			}
+			copy(bufs[0][off:], pkt)
+			sizes := make([]int, l.Segments)
+			if _, err := Split(bufs[0][off:off+len(pkt)], h, bufs, sizes, off); err != nil {
+				t.Fatal(err)
+			}
+			orig, _ := buildSuper(spec)
+			segs := make([][]byte, len(want))
+			for i := range want {
+				segs[i] = bufs[i][off : off+sizes[i]]
+				// IPv6 fragment IDs differ from call to call.
+				if !bytes.Equal(segs[i], want[i]) && !(l.Kind == GSOUDP && l.IPv6) {
+					t.Fatalf("segment %d differs from the out-of-place split", i)
+				}
+			}
+			if err := checkSplit(orig, l, segs, false); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestSplitProperties checks the invariants over many random valid
+// super-packets.
+func TestSplitProperties(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	n := 3000
+	if testing.Short() {
+		n = 300
+	}
+	for i := range n {
+		spec := randomSpec(r)
+		partial := r.IntN(2) == 0
+		pkt, h := buildSuper(spec)
+		l, segs, err := splitFresh(&Segmenter{Partial: partial}, pkt, h)
+		if err != nil {
+			t.Fatalf("case %d %+v: %v", i, spec, err)
+		}
+		if err := checkSplit(pkt, l, segs, partial && l.Kind != GSOUDP); err != nil {
+			t.Fatalf("case %d %+v: %v", i, spec, err)
+		}
+		if len(segs) != wantSegments(spec) {
+			t.Fatalf("case %d %+v: %d segments, want %d", i, spec, len(segs), wantSegments(spec))
+		}
+	}
+}
+
+// randomSpec draws a valid super-packet within the default caps.
+func randomSpec(r *rand.Rand) superSpec {
+	s := superSpec{v6: r.IntN(2) == 0, seed: r.Uint64(), id: uint16(r.Uint32()), seq: r.Uint32(), df: r.IntN(2) == 0}
+	kinds := []GSOType{GSONone, GSOTCPv4, GSOUDP, GSOUDPL4}
+	s.gso = kinds[r.IntN(len(kinds))]
+	s.proto = udp
+	if s.gso == GSOTCPv4 || (s.gso == GSONone && r.IntN(2) == 0) {
+		s.proto = tcp
+		s.tcpOpts = tcpOpts40[:4*r.IntN(11)]
+		s.tcpFlags = uint8(r.IntN(256)) &^ (flagSYN | flagRST)
+		if s.v6 && s.gso == GSOTCPv4 {
+			s.gso = GSOTCPv6
+		}
+		if s.gso != GSONone && r.IntN(4) == 0 {
+			s.gso |= GSOECN
+		}
+	}
+	if s.v6 && s.gso != GSOUDP && r.IntN(3) == 0 {
+		s.ext = extAll[:r.IntN(len(extAll)+1)]
+	}
+	if !s.v6 && r.IntN(3) == 0 {
+		s.ipOpts = ipOpts40[:4*r.IntN(11)]
+	}
+	s.needsCsum = s.gso != GSONone && s.gso != GSOUDP || r.IntN(2) == 0
+	s.mss = 1 + r.IntN(9000)
+	if s.gso == GSOUDP {
+		s.mss = 8 * (1 + r.IntN(1100))
+	}
+	room := 65535 - 40 - 40 - 40 - 40 - 40
+	segCap := DefaultMaxSegments
+	if s.gso == GSOUDPL4 {
+		segCap = UDPMaxSegments
+	}
+	s.payload = r.IntN(min(room, s.mss*segCap-8) + 1)
+	return s
+}
+
+func TestSplitAllocs(t *testing.T) {
+	for _, name := range []string{"tcp4-64k-mss1448", "uso6", "ufo6", "none-csum-tcp4"} {
+		spec := splitCases()[name]
+		pkt, h := buildSuper(spec)
+		l, _, err := splitFresh(&Segmenter{}, pkt, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bufs := make([][]byte, l.Segments)
+		for i := range bufs {
+			bufs[i] = make([]byte, l.MaxSegLen)
+		}
+		sizes := make([]int, l.Segments)
+		for _, s := range []*Segmenter{{}, {Partial: true}} {
+			allocs := testing.AllocsPerRun(100, func() {
+				if _, err := s.Split(pkt, h, bufs, sizes, 0); err != nil {
+					t.Fatal(err)
+				}
+			})
+			if allocs != 0 {
+				t.Errorf("%s partial=%v: %.1f allocations per Split", name, s.Partial, allocs)
+			}
+		}
+	}
+}
+
+func TestSplitBuffers(t *testing.T) {
+	pkt, h := buildSuper(splitCases()["tcp4-last-1byte"])
+	l, err := Validate(pkt, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := func(n, size int) [][]byte {
+		b := make([][]byte, n)
+		for i := range b {
+			b[i] = make([]byte, size)
+		}
+		return b
+	}
+	var be *BufferError
+	_, err = Split(pkt, h, big(l.Segments-1, l.MaxSegLen), make([]int, l.Segments), 0)
+	if !errors.Is(err, ErrTooFewBuffers) || !errors.As(err, &be) || be.Need != l.Segments {
+		t.Fatalf("too few buffers: %v", err)
+	}
+	_, err = Split(pkt, h, big(l.Segments, l.MaxSegLen+9), make([]int, l.Segments), 10)
+	if !errors.Is(err, ErrShortBuffer) || !errors.As(err, &be) || be.Size != l.MaxSegLen {
+		t.Fatalf("short buffers: %v", err)
+	}
+	if _, err := Split(pkt, h, big(l.Segments, l.MaxSegLen), make([]int, l.Segments), -1); !errors.Is(err, ErrTooFewBuffers) {
+		t.Fatalf("negative offset: %v", err)
+	}
+	if errors.Is(err, ErrInvalid) {
+		t.Fatal("a buffer error is not an invalid packet")
+	}
+}
+
+func TestSegmenterMaxSegments(t *testing.T) {
+	pkt, h := buildSuper(splitCases()["tcp4-64k-mss1448"])
+	s := &Segmenter{MaxSegments: 10}
+	if _, err := s.Validate(pkt, h); !errors.Is(err, ErrTooManySegments) {
+		t.Fatalf("cap 10: %v", err)
+	}
+	pkt, h = buildSuper(superSpec{proto: tcp, gso: GSOTCPv4, mss: 100, payload: 20000, needsCsum: true})
+	if _, err := Validate(pkt, h); !errors.Is(err, ErrTooManySegments) || !errors.Is(err, ErrInvalid) {
+		t.Fatalf("200 segments under the default cap: %v", err)
+	}
+}
+
+func TestSegmentHeader(t *testing.T) {
+	for name, want := range map[string]Header{
+		"tcp6-ext-headers": {Flags: FlagNeedsCsum, HdrLen: 40 + 56 + 32, CsumStart: 40 + 56, CsumOffset: 16},
+		"uso4":             {Flags: FlagNeedsCsum, HdrLen: 28, CsumStart: 20, CsumOffset: 6},
+		"ufo4-df":          {HdrLen: 28},
+		"none-plain-tcp4":  {HdrLen: 20},
+	} {
+		pkt, h := buildSuper(splitCases()[name])
+		l, err := Validate(pkt, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := l.SegmentHeader(true); got != want {
+			t.Errorf("%s: partial segment header %+v, want %+v", name, got, want)
+		}
+		if got := l.SegmentHeader(false); got.Flags != 0 {
+			t.Errorf("%s: full-checksum segment header %+v has flags", name, got)
+		}
+	}
+}
+
+func TestHeaderCodec(t *testing.T) {
+	h := Header{Flags: FlagNeedsCsum, GSOType: GSOTCPv6 | GSOECN, HdrLen: 74, GSOSize: 1428, CsumStart: 40, CsumOffset: 16, NumBuffers: 3}
+	for _, size := range []int{HeaderSize, HeaderSizeMrg} {
+		b := make([]byte, size)
+		if err := h.Encode(b, size); err != nil {
+			t.Fatal(err)
+		}
+		got, err := DecodeHeader(b, size)
+		want := h
+		if size == HeaderSize {
+			want.NumBuffers = 0
+		}
+		if err != nil || got != want {
+			t.Fatalf("size %d: decoded %+v, %v; want %+v", size, got, err, want)
+		}
+		if _, err := DecodeHeader(b[:size-1], size); !errors.Is(err, ErrShortPacket) {
+			t.Fatalf("short decode: %v", err)
+		}
+		if err := h.Encode(b[:size-1], size); !errors.Is(err, ErrShortBuffer) {
+			t.Fatalf("short encode: %v", err)
+		}
+	}
+	if _, err := DecodeHeader(make([]byte, 20), 11); !errors.Is(err, ErrHeaderSize) {
+		t.Fatalf("size 11: %v", err)
+	}
+	// The wire form is little-endian, field by field.
+	b := make([]byte, HeaderSize)
+	h.Encode(b, HeaderSize)
+	if want := []byte{1, 0x84, 74, 0, 0x94, 5, 40, 0, 16, 0}; !bytes.Equal(b, want) {
+		t.Fatalf("encoded % x, want % x", b, want)
+	}
+	if s := (GSOTCPv6 | GSOECN).String(); s != "tcpv6|ecn" {
+		t.Fatalf("String() = %q", s)
+	}
+}
+
+// TestUDPZeroChecksum makes a UDP checksum come out as zero and checks it
+// is sent as 0xffff (USO segment, UFO datagram, completed pass-through).
+func TestUDPZeroChecksum(t *testing.T) {
+	for _, name := range []string{"uso4", "uso6-ext-headers", "ufo4", "ufo6", "none-csum-udp6"} {
+		t.Run(name, func(t *testing.T) {
+			pkt, h := buildSuper(splitCases()[name])
+			l, segs, err := splitFresh(&Segmenter{}, pkt, h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Adding the first packet's checksum c to a payload word of it
+			// makes its sum all ones, so its checksum becomes zero.
+			at, uh := l.HdrLen(), l.L3Len
+			if l.Kind == GSOUDP && l.IPv6 {
+				uh += fragHdrLen
+			}
+			c := binary.BigEndian.Uint16(segs[0][uh+udpCsumOffset:])
+			w := uint32(binary.BigEndian.Uint16(pkt[at:])) + uint32(c)
+			binary.BigEndian.PutUint16(pkt[at:], uint16(w+w>>16))
+			l, segs, err = splitFresh(&Segmenter{}, pkt, h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := binary.BigEndian.Uint16(segs[0][uh+udpCsumOffset:]); got != 0xffff {
+				t.Fatalf("checksum %#04x, want 0xffff", got)
+			}
+			if err := checkSplit(pkt, l, segs, false); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -1,0 +1,101 @@
+package segment
+
+import (
+	"encoding/binary"
+	"errors"
+	"testing"
+)
+
+// TestValidateRejects breaks one rule at a time and checks that Validate
+// names it.
+func TestValidateRejects(t *testing.T) {
+	tso4 := superSpec{proto: tcp, gso: GSOTCPv4, mss: 1448, payload: 5000, needsCsum: true}
+	tso6 := superSpec{v6: true, proto: tcp, gso: GSOTCPv6, mss: 1448, payload: 5000, needsCsum: true}
+	uso4 := superSpec{proto: udp, gso: GSOUDPL4, mss: 1400, payload: 5000, needsCsum: true}
+	ufo6 := superSpec{v6: true, proto: udp, gso: GSOUDP, mss: 1448, payload: 5000}
+	cases := []struct {
+		name string
+		spec superSpec
+		bend func(pkt []byte, h *Header) []byte
+		want error
+	}{
+		{"unknown gso_type", tso4, func(p []byte, h *Header) []byte { h.GSOType = 2; return p }, ErrGSOType},
+		{"gso_type 6", tso4, func(p []byte, h *Header) []byte { h.GSOType = 6; return p }, ErrGSOType},
+		{"ECN without GSO", tso4, func(p []byte, h *Header) []byte { h.GSOType = GSOECN; return p }, ErrGSOType},
+		{"ECN on USO", uso4, func(p []byte, h *Header) []byte { h.GSOType |= GSOECN; return p }, ErrGSOType},
+		{"gso_size 0", tso4, func(p []byte, h *Header) []byte { h.GSOSize = 0; return p }, ErrGSOSize},
+		{"gso_size GSO_BY_FRAGS", tso4, func(p []byte, h *Header) []byte { h.GSOSize = 0xffff; return p }, ErrGSOSize},
+		{"UFO gso_size not a multiple of 8", ufo6, func(p []byte, h *Header) []byte { h.GSOSize = 1001; return p }, ErrGSOSize},
+		{"hdr_len beyond packet", tso4, func(p []byte, h *Header) []byte { h.HdrLen = uint16(len(p) + 1); return p }, ErrHdrLen},
+		{"empty", tso4, func(p []byte, h *Header) []byte { h.HdrLen = 0; return p[:0] }, ErrShortPacket},
+		{"truncated IPv4 header", tso4, func(p []byte, h *Header) []byte { h.HdrLen = 0; return p[:19] }, ErrShortPacket},
+		{"truncated IPv6 header", tso6, func(p []byte, h *Header) []byte { h.HdrLen = 0; return p[:39] }, ErrShortPacket},
+		{"truncated packet", tso4, func(p []byte, h *Header) []byte { return p[:len(p)-1] }, ErrIPLength},
+		{"IPv4 total length short", tso4, func(p []byte, h *Header) []byte { binary.BigEndian.PutUint16(p[2:], 100); return fixIPv4Csum(p) }, ErrIPLength},
+		{"IPv6 payload length", tso6, func(p []byte, h *Header) []byte { binary.BigEndian.PutUint16(p[4:], 0); return p }, ErrIPLength},
+		{"IPv4 ihl 4", tso4, func(p []byte, h *Header) []byte { p[0] = 0x44; return p }, ErrIPHeader},
+		{"IPv4 header checksum", tso4, func(p []byte, h *Header) []byte { p[10] ^= 1; return p }, ErrIPChecksum},
+		{"IP version 5", tso4, func(p []byte, h *Header) []byte { h.GSOType = GSOUDPL4; p[0] = 0x55; return p }, ErrIPHeader},
+		{"TCPv4 over IPv6", tso6, func(p []byte, h *Header) []byte { h.GSOType = GSOTCPv4; return p }, ErrIPVersion},
+		{"TCPv6 over IPv4", tso4, func(p []byte, h *Header) []byte { h.GSOType = GSOTCPv6; return p }, ErrIPVersion},
+		{"IPv4 fragment MF", tso4, func(p []byte, h *Header) []byte { p[6] |= 0x20; return fixIPv4Csum(p) }, ErrFragmented},
+		{"IPv4 fragment offset", tso4, func(p []byte, h *Header) []byte { p[7] = 1; return fixIPv4Csum(p) }, ErrFragmented},
+		{"IPv6 fragment header", superSpec{v6: true, proto: tcp, gso: GSOTCPv6, mss: 1000, payload: 3000, needsCsum: true, ext: []extHdr{{extFragment, 8}}}, nil, ErrFragmented},
+		{"hop-by-hop not first", superSpec{v6: true, proto: tcp, gso: GSOTCPv6, mss: 1000, payload: 3000, needsCsum: true, ext: []extHdr{{extDestOpts, 8}, {extHopByHop, 8}}}, nil, ErrExtHeader},
+		{"extension header past the end", superSpec{v6: true, proto: tcp, gso: GSOTCPv6, mss: 50, payload: 100, needsCsum: true}, func(p []byte, h *Header) []byte { p[6] = extDestOpts; p[41] = 255; return p }, ErrExtHeader},
+		{"UFO over IPv6 with extension headers", superSpec{v6: true, proto: udp, gso: GSOUDP, mss: 1448, payload: 5000, ext: []extHdr{{extDestOpts, 8}}}, nil, ErrExtHeader},
+		{"TSO of UDP", uso4, func(p []byte, h *Header) []byte { h.GSOType = GSOTCPv4; return p }, ErrProtocol},
+		{"USO of TCP", tso4, func(p []byte, h *Header) []byte { h.GSOType = GSOUDPL4; return p }, ErrProtocol},
+		{"TSO without NEEDS_CSUM", tso4, func(p []byte, h *Header) []byte { h.Flags = 0; return p }, ErrNeedsCsum},
+		{"USO without NEEDS_CSUM", uso4, func(p []byte, h *Header) []byte { h.Flags = 0; return p }, ErrNeedsCsum},
+		{"TCP data offset 4", tso4, func(p []byte, h *Header) []byte { p[20+12] = 4 << 4; return p }, ErrTransport},
+		{"TCP header past the end", superSpec{proto: tcp, gso: GSOTCPv4, mss: 10, payload: 20, needsCsum: true}, func(p []byte, h *Header) []byte { p[20+12] = 15 << 4; return p }, ErrTransport},
+		{"csum beyond packet", tso4, func(p []byte, h *Header) []byte { h.CsumStart = uint16(len(p)) - 17; return p }, ErrCsumRange},
+		{"csum_start below the IP header", tso4, func(p []byte, h *Header) []byte { h.CsumStart = 16; return p }, ErrCsumStart},
+		{"csum_start past the transport header", tso6, func(p []byte, h *Header) []byte { h.CsumStart += 4; return p }, ErrCsumStart},
+		{"TCP csum_offset 6", tso4, func(p []byte, h *Header) []byte { h.CsumOffset = 6; return p }, ErrCsumOffset},
+		{"USO csum_offset 16", uso4, func(p []byte, h *Header) []byte { h.CsumOffset = 16; return p }, ErrCsumOffset},
+		{"USO over 64 segments", superSpec{proto: udp, gso: GSOUDPL4, mss: 500, payload: 64*500 + 1, needsCsum: true}, nil, ErrTooManySegments},
+		{"TSO over the segment cap", superSpec{proto: tcp, gso: GSOTCPv4, mss: 1, payload: 129, needsCsum: true}, nil, ErrTooManySegments},
+		{"UDP header cut", superSpec{proto: udp, gso: GSOUDPL4, mss: 100, payload: 0, needsCsum: true}, func(p []byte, h *Header) []byte {
+			p, h.HdrLen = p[:24], 0
+			binary.BigEndian.PutUint16(p[2:], 24)
+			return fixIPv4Csum(p)
+		}, ErrShortPacket},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			pkt, h := buildSuper(c.spec)
+			if c.bend != nil {
+				pkt = c.bend(pkt, &h)
+			}
+			_, err := Validate(pkt, h)
+			if !errors.Is(err, c.want) || !errors.Is(err, ErrInvalid) {
+				t.Fatalf("Validate = %v, want %v", err, c.want)
+			}
+			if n, err := Split(pkt, h, make([][]byte, 64), make([]int, 64), 0); n != 0 || !errors.Is(err, c.want) {
+				t.Fatalf("Split = %d, %v", n, err)
+			}
+		})
+	}
+}
+
+func fixIPv4Csum(p []byte) []byte {
+	ipv4Checksum(p[:int(p[0]&0xf)*4])
+	return p
+}
+
+// TestValidateAccepts covers inputs that pass through untouched.
+func TestValidateAccepts(t *testing.T) {
+	frag, h := buildSuper(superSpec{proto: udp, payload: 100})
+	frag[6] = 0x20 // a first fragment, forwarded as it is
+	fixIPv4Csum(frag)
+	if l, err := Validate(frag, h); err != nil || l.Kind != GSONone || l.Segments != 1 {
+		t.Fatalf("plain IPv4 fragment: %+v, %v", l, err)
+	}
+	other, h := buildSuper(superSpec{v6: true, proto: udp, payload: 10})
+	other[6] = 59 // no next header: not a transport Split knows
+	if _, err := Validate(other, h); err != nil {
+		t.Fatalf("IPv6 with no next header: %v", err)
+	}
+}
