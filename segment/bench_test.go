@@ -1,0 +1,90 @@
+package segment
+
+import (
+	"fmt"
+	"testing"
+
+	tstun "github.com/tailscale/wireguard-go/tun"
+)
+
+// benchShapes are 64 KiB super-packets as a Linux sender hands them to a
+// TUN device: TSO over IPv4 and IPv6 and USO, at three MSS.
+func benchShapes() []struct {
+	name string
+	spec superSpec
+} {
+	tso := func(v6 bool, mss int) superSpec {
+		gso, room := GSOTCPv4, 65535-40
+		if v6 {
+			gso, room = GSOTCPv6, 65535-20
+		}
+		return superSpec{v6: v6, proto: tcp, gso: gso, mss: mss, payload: room, needsCsum: true, seed: 1}
+	}
+	uso := func(v6 bool, mss int) superSpec {
+		room := 65535 - 28
+		if v6 {
+			room = 65535 - 8
+		}
+		return superSpec{v6: v6, proto: udp, gso: GSOUDPL4, mss: mss, payload: room, needsCsum: true, seed: 2}
+	}
+	return []struct {
+		name string
+		spec superSpec
+	}{
+		{"tcp4-64k-mss1448", tso(false, 1448)},
+		{"tcp6-64k-mss1448", tso(true, 1448)},
+		{"uso4-64k-mss1448", uso(false, 1448)},
+		{"uso6-64k-mss1448", uso(true, 1448)},
+		{"tcp4-64k-mss536", tso(false, 536)},
+		{"tcp4-64k-mss8948", tso(false, 8948)},
+	}
+}
+
+// BenchmarkSplit compares Split, with full and with partial checksums,
+// with Tailscale's tun.GSOSplit on identical input in the same run.
+func BenchmarkSplit(b *testing.B) {
+	for _, shape := range benchShapes() {
+		pkt, h := buildSuper(shape.spec)
+		l, err := Validate(pkt, h)
+		if err != nil {
+			b.Fatal(err)
+		}
+		bufs := make([][]byte, l.Segments)
+		for i := range bufs {
+			bufs[i] = make([]byte, l.MaxSegLen)
+		}
+		sizes := make([]int, l.Segments)
+		run := func(impl string, split func() (int, error)) {
+			b.Run(fmt.Sprintf("%s/%s", shape.name, impl), func(b *testing.B) {
+				b.SetBytes(int64(len(pkt)))
+				b.ReportAllocs()
+				for b.Loop() {
+					if n, err := split(); err != nil || n != l.Segments {
+						b.Fatalf("%d segments, %v", n, err)
+					}
+				}
+			})
+		}
+		for _, s := range []*Segmenter{{}, {Partial: true}} {
+			impl := "gsoplane"
+			if s.Partial {
+				impl = "gsoplane-partial"
+			}
+			run(impl, func() (int, error) { return s.Split(pkt, h, bufs, sizes, 0) })
+		}
+		opts := tailscaleOptions(h)
+		run("tailscale", func() (int, error) { return tstun.GSOSplit(pkt, opts, bufs, sizes, 0) })
+	}
+}
+
+func tailscaleOptions(h Header) tstun.GSOOptions {
+	gso := map[GSOType]tstun.GSOType{GSOTCPv4: tstun.GSOTCPv4, GSOTCPv6: tstun.GSOTCPv6, GSOUDPL4: tstun.GSOUDPL4}
+	return tstun.GSOOptions{
+		GSOType:    gso[h.GSOType.Kind()],
+		HdrLen:     h.HdrLen,
+		CsumStart:  h.CsumStart,
+		CsumOffset: h.CsumOffset,
+		GSOSize:    h.GSOSize,
+		NeedsCsum:  h.NeedsCsum(),
+	}
+}
