@@ -128,7 +128,7 @@ func (s *Segmenter) passThrough(pkt []byte, l Layout, out []byte) int {
 // L3+L4 header and up to MSS bytes of payload.
 func (s *Segmenter) splitL4(pkt []byte, l Layout, bufs [][]byte, sizes []int, offset int) {
 	hl, n := l.HdrLen(), l.Segments
-	base := partialBase(pkt, l)
+	t := newTemplate(pkt, l)
 	// Segment 0 goes last: pkt may be bufs[0][offset:] itself, and the
 	// other segments copy their headers from it.
 	for k := 1; k <= n; k++ {
@@ -143,71 +143,106 @@ func (s *Segmenter) splitL4(pkt []byte, l Layout, bufs [][]byte, sizes []int, of
 		} else {
 			acc = copySum(out[hl:], pkt[hl+start:hl+end], 0)
 		}
-		fixIP(out, l, uint16(i))
-		pseudo := addAcc(base, beAcc(uint16(len(out)-l.L3Len)))
-		if l.Proto == protoTCP {
-			fixTCP(out[l.L3Len:hl], uint32(start), i == 0, i == n-1)
+		t.fixIP(out, uint16(i))
+		hdr := t.fixL4(out[l.L3Len:], uint32(start), i == 0, i == n-1)
+		pseudo := addAcc(t.pseudo, beAcc(uint16(len(out)-l.L3Len)))
+		field := out[l.L3Len+l.CsumOffset:]
+		if s.Partial {
+			binary.BigEndian.PutUint16(field, fold(pseudo))
 		} else {
-			binary.BigEndian.PutUint16(out[l.L3Len+udpLenOff:], uint16(len(out)-l.L3Len))
+			binary.BigEndian.PutUint16(field, t.finish(addAcc(addAcc(pseudo, hdr), acc)))
 		}
-		s.finishL4(out[l.L3Len:], l, pseudo, acc)
 		sizes[i] = len(out)
 	}
 }
 
-// partialBase is the input's partial checksum minus the length it was
-// computed with: the kernel adjusts the sender's pseudo-header sum by the
-// change in length rather than recomputing it (tcp_gso_segment uses the
-// transport length, __udp_gso_segment the UDP length field).
-func partialBase(pkt []byte, l Layout) uint64 {
-	l4 := pkt[l.L3Len:]
-	old := uint16(len(l4))
-	if l.Proto == protoUDP {
+// template holds what every segment of one super-packet shares, so that
+// each segment's checksums are finished from a few words instead of
+// summing its headers again.
+type template struct {
+	l      Layout
+	pseudo uint64 // the input's partial checksum minus the length it covers
+	ip     uint64 // IPv4 header sum without total length, ID and checksum
+	l4     uint64 // transport header sum without the fields fixL4 rewrites
+	id     uint16 // IPv4 ID of the input
+	seq    uint32 // TCP sequence number of the input
+	flags  uint16 // TCP data offset and flags word of the input
+}
+
+// newTemplate sums the input's headers once. The kernel adjusts the
+// sender's pseudo-header sum by the change in length rather than
+// recomputing it (tcp_gso_segment with the transport length,
+// __udp_gso_segment with the UDP length field); so does pseudo.
+func newTemplate(pkt []byte, l Layout) template {
+	t := template{l: l}
+	l4 := pkt[l.L3Len:l.HdrLen()]
+	old := uint16(len(pkt) - l.L3Len)
+	t.l4 = without(sum(l4, 0), l4, l.CsumOffset)
+	if l.Proto == protoTCP {
+		t.seq = binary.BigEndian.Uint32(l4[tcpSeqOff:])
+		t.flags = binary.BigEndian.Uint16(l4[tcpFlagsOff-1:])
+		t.l4 = without(without(without(t.l4, l4, tcpSeqOff), l4, tcpSeqOff+2), l4, tcpFlagsOff-1)
+	} else {
 		old = binary.BigEndian.Uint16(l4[udpLenOff:])
+		t.l4 = without(t.l4, l4, udpLenOff)
 	}
-	check := binary.BigEndian.Uint16(l4[l.CsumOffset:])
-	return addAcc(beAcc(check), beAcc(^old))
+	t.pseudo = addAcc(beAcc(binary.BigEndian.Uint16(l4[l.CsumOffset:])), beAcc(^old))
+	if !l.IPv6 {
+		ip := pkt[:l.L3Len]
+		t.id = binary.BigEndian.Uint16(ip[ipv4IDOff:])
+		t.ip = without(without(without(sum(ip, 0), ip, ipv4TotalOff), ip, ipv4IDOff), ip, ipv4CsumOff)
+	}
+	return t
 }
 
-// fixTCP rewrites a segment's sequence number and flags: FIN and PSH stay
-// on the last segment only, CWR on the first only.
-func fixTCP(th []byte, sent uint32, first, last bool) {
-	binary.BigEndian.PutUint32(th[tcpSeqOff:], binary.BigEndian.Uint32(th[tcpSeqOff:])+sent)
-	if !last {
-		th[tcpFlagsOff] &^= tcpFIN | tcpPSH
-	}
-	if !first {
-		th[tcpFlagsOff] &^= tcpCWR
-	}
-}
-
-// finishL4 writes the checksum of a TSO/USO segment: the partial
-// pseudo-header sum in partial mode, else the full checksum from the
-// pseudo-header sum, the transport header and the payload sum acc.
-func (s *Segmenter) finishL4(l4 []byte, l Layout, pseudo, acc uint64) {
-	field := l4[l.CsumOffset:]
-	if s.Partial {
-		binary.BigEndian.PutUint16(field, fold(pseudo))
-		return
-	}
-	binary.BigEndian.PutUint16(field, 0)
-	c := ^fold(addAcc(addAcc(pseudo, acc), sum(l4[:l.L4Len], 0)))
-	if c == 0 && l.Proto == protoUDP {
-		c = udpCsumZero
-	}
-	binary.BigEndian.PutUint16(field, c)
+// without takes the 16-bit word at hdr[off:] out of the sum acc of hdr.
+func without(acc uint64, hdr []byte, off int) uint64 {
+	return addAcc(acc, beAcc(^binary.BigEndian.Uint16(hdr[off:])))
 }
 
 // fixIP rewrites the length of segment i and, for IPv4, its ID (one more
 // per segment) and header checksum.
-func fixIP(out []byte, l Layout, i uint16) {
-	if l.IPv6 {
+func (t *template) fixIP(out []byte, i uint16) {
+	if t.l.IPv6 {
 		binary.BigEndian.PutUint16(out[ipv6PLenOff:], uint16(len(out)-ipv6Len))
 		return
 	}
-	binary.BigEndian.PutUint16(out[ipv4TotalOff:], uint16(len(out)))
-	binary.BigEndian.PutUint16(out[ipv4IDOff:], binary.BigEndian.Uint16(out[ipv4IDOff:])+i)
-	ipv4Checksum(out[:l.L3Len])
+	tot, id := uint16(len(out)), t.id+i
+	binary.BigEndian.PutUint16(out[ipv4TotalOff:], tot)
+	binary.BigEndian.PutUint16(out[ipv4IDOff:], id)
+	binary.BigEndian.PutUint16(out[ipv4CsumOff:], ^fold(addAcc(t.ip, beAcc(tot)+beAcc(id))))
+}
+
+// fixL4 rewrites the transport header of a segment that starts sent bytes
+// into the payload and returns its sum without the checksum field. TCP:
+// the sequence number advances; FIN and PSH stay on the last segment
+// only, CWR on the first only. UDP: the length is the segment's.
+func (t *template) fixL4(l4 []byte, sent uint32, first, last bool) uint64 {
+	if t.l.Proto != protoTCP {
+		n := uint16(len(l4))
+		binary.BigEndian.PutUint16(l4[udpLenOff:], n)
+		return addAcc(t.l4, beAcc(n))
+	}
+	seq, flags := t.seq+sent, t.flags
+	if !last {
+		flags &^= tcpFIN | tcpPSH
+	}
+	if !first {
+		flags &^= tcpCWR
+	}
+	binary.BigEndian.PutUint32(l4[tcpSeqOff:], seq)
+	binary.BigEndian.PutUint16(l4[tcpFlagsOff-1:], flags)
+	return addAcc(t.l4, beAcc(uint16(seq>>16))+beAcc(uint16(seq))+beAcc(flags))
+}
+
+// finish turns a segment's whole transport sum into its checksum. Like
+// the kernel's GSO, UDP sends a zero checksum as all ones; TCP keeps it.
+func (t *template) finish(acc uint64) uint16 {
+	c := ^fold(acc)
+	if c == 0 && t.l.Proto == protoUDP {
+		c = udpCsumZero
+	}
+	return c
 }
 
 func ipv4Checksum(iph []byte) {
