@@ -14,7 +14,8 @@ import (
 // tests share: it reads every output packet with gVisor's header views and
 // gVisor's checksum (not ours) and checks the package's invariants.
 
-// splitFresh runs s.Split into freshly allocated buffers.
+// splitFresh runs s.Split into freshly allocated buffers, with headroom,
+// and checks that it left its input alone.
 func splitFresh(s *Segmenter, pkt []byte, h Header) (Layout, [][]byte, error) {
 	l, err := s.Validate(pkt, h)
 	if err != nil {
@@ -25,9 +26,13 @@ func splitFresh(s *Segmenter, pkt []byte, h Header) (Layout, [][]byte, error) {
 		bufs[i] = make([]byte, 3+l.MaxSegLen)
 	}
 	sizes := make([]int, l.Segments)
-	n, err := s.Split(pkt, h, bufs, sizes, 3)
+	in := bytes.Clone(pkt)
+	n, err := s.Split(in, h, bufs, sizes, 3)
 	if err != nil {
 		return l, nil, err
+	}
+	if !bytes.Equal(in, pkt) {
+		return l, nil, fmt.Errorf("Split modified its input")
 	}
 	segs := make([][]byte, n)
 	for i := range segs {

@@ -6,8 +6,9 @@ package segment
 const DefaultMaxSegments = 128
 
 // UDPMaxSegments is the kernel's cap on USO segments per super-packet
-// (UDP_MAX_SEGMENTS): more payload than GSOSize*UDPMaxSegments is rejected.
-const UDPMaxSegments = 64
+// (UDP_MAX_SEGMENTS, 128 since Linux 6.10; it was 64 before): more payload
+// than GSOSize*UDPMaxSegments is rejected.
+const UDPMaxSegments = 128
 
 // Layout describes a packet that passed Validate: where its headers are,
 // what Split will do with it and how many packets it produces.
@@ -23,7 +24,7 @@ type Layout struct {
 	Segments   int   // packets Split writes
 	MaxSegLen  int   // length of the largest of them
 	NeedsCsum  bool  // the input carries a partial checksum to complete
-	CsumOffset int   // offset of the checksum field from the transport header
+	CsumOffset int   // offset of the checksum field from the transport header (TSO: always 16)
 }
 
 // SegmentHeader returns the virtio-net header that describes every packet
@@ -33,7 +34,8 @@ type Layout struct {
 // checksum, since no sink can complete one across fragments.
 func (l Layout) SegmentHeader(partial bool) Header {
 	h := Header{HdrLen: uint16(l.HdrLen())}
-	if partial && l.NeedsCsum && l.Kind != GSOUDP {
+	tso := l.Kind == GSOTCPv4 || l.Kind == GSOTCPv6
+	if partial && (l.NeedsCsum || tso) && l.Kind != GSOUDP {
 		h.Flags = FlagNeedsCsum
 		h.CsumStart = uint16(l.L3Len)
 		h.CsumOffset = uint16(l.CsumOffset)

@@ -187,6 +187,9 @@ func newTemplate(pkt []byte, l Layout) template {
 		t.l4 = without(t.l4, l4, udpLenOff)
 	}
 	t.pseudo = addAcc(beAcc(binary.BigEndian.Uint16(l4[l.CsumOffset:])), beAcc(^old))
+	if !l.NeedsCsum { // TSO only: no partial sum to adjust
+		t.pseudo = pseudoHeader(pkt, l.IPv6, l.Proto, 0)
+	}
 	if !l.IPv6 {
 		ip := pkt[:l.L3Len]
 		t.id = binary.BigEndian.Uint16(ip[ipv4IDOff:])
@@ -285,7 +288,7 @@ func (s *Segmenter) splitUFO(pkt []byte, l Layout, bufs [][]byte, sizes []int, o
 // scratch, as udp4_ufo_fragment and udp6_ufo_fragment do.
 func ufoChecksum(pkt []byte, l Layout) uint16 {
 	l4 := pkt[l.L3Len:]
-	acc := addAcc(pseudoHeader(pkt, l.IPv6, len(l4)), sum(l4, 0))
+	acc := addAcc(pseudoHeader(pkt, l.IPv6, protoUDP, len(l4)), sum(l4, 0))
 	acc = addAcc(acc, beAcc(^binary.BigEndian.Uint16(l4[udpCsumOffset:]))) // as if the field were 0
 	c := ^fold(acc)
 	if c == 0 {
@@ -294,13 +297,13 @@ func ufoChecksum(pkt []byte, l Layout) uint16 {
 	return c
 }
 
-// pseudoHeader sums the UDP pseudo-header of an IPv4 or IPv6 packet.
-func pseudoHeader(pkt []byte, v6 bool, l4Len int) uint64 {
+// pseudoHeader sums the pseudo-header of an IPv4 or IPv6 packet.
+func pseudoHeader(pkt []byte, v6 bool, proto uint8, l4Len int) uint64 {
 	addrs := pkt[12:20]
 	if v6 {
 		addrs = pkt[8:40]
 	}
-	return sum(addrs, uint64(protoUDP)<<8+beAcc(uint16(l4Len)))
+	return sum(addrs, uint64(proto)<<8+beAcc(uint16(l4Len)))
 }
 
 // fixFragIPv4 turns a copy of the IPv4 header into a fragment's: same ID,

@@ -30,12 +30,19 @@ const (
 // DefaultMaxSegments; use a Segmenter for another cap.
 //
 // Validate is stricter than the kernel where the kernel would accept a
-// packet only to emit segments no receiver can use: the IPv4 total length
-// or IPv6 payload length must match the buffer exactly, csum_start must be
-// the transport header found by walking the IP headers, UDP checksums must
-// sit at offset 6, a UFO gso_size must be a multiple of 8, and UFO over
-// IPv6 refuses extension headers (the kernel counts them into the fragment
-// offsets).
+// packet only to emit segments no receiver can use, or would quietly fix
+// it up: TSO and USO refuse IPv4 fragments (the kernel copies MF and the
+// offset into every segment), a UFO gso_size must be a multiple of 8 and
+// UFO over IPv6 refuses extension headers (the kernel emits fragments that
+// do not reassemble), the IPv4 total length or IPv6 payload length must
+// match the buffer exactly (the kernel trims excess bytes), csum_start
+// must be the transport header found by walking the IP headers, UDP
+// checksums must sit at offset 6, and a TCP or UDP header must be whole
+// even in a packet that is only passed through with NEEDS_CSUM.
+//
+// Like the kernel (tcp4_gso_segment, tcp6_gso_segment), TSO without
+// NEEDS_CSUM is accepted: the segments' checksums are then computed from a
+// fresh pseudo-header. USO requires NEEDS_CSUM, as in the kernel.
 func Validate(pkt []byte, h Header) (Layout, error) {
 	return validate(pkt, h, DefaultMaxSegments)
 }
@@ -169,8 +176,11 @@ func checkTransport(pkt []byte, h Header, l *Layout) error {
 		return invalid(ErrProtocol, "protocol %d with gso_type %v", l.Proto, l.Kind)
 	case (l.Kind == GSOUDP || l.Kind == GSOUDPL4) && l.Proto != protoUDP:
 		return invalid(ErrProtocol, "protocol %d with gso_type %v", l.Proto, l.Kind)
-	case (tcp || l.Kind == GSOUDPL4) && !l.NeedsCsum:
+	case l.Kind == GSOUDPL4 && !l.NeedsCsum:
 		return invalid(ErrNeedsCsum, "gso_type %v without NEEDS_CSUM", l.Kind)
+	}
+	if tcp {
+		l.CsumOffset = tcpCsumOffset // checksummed from scratch without NEEDS_CSUM
 	}
 	if l.Kind == GSONone && !l.NeedsCsum {
 		l.PayloadLen = len(pkt) - l.L3Len // passes through untouched
