@@ -9,7 +9,11 @@ require (
 )
 
 require (
+	github.com/asavie/xdp v0.3.4-0.20240826152323-67e5ba17320c // indirect
+	github.com/cilium/ebpf v0.22.0 // indirect
 	github.com/google/btree v1.1.2 // indirect
+	github.com/vishvananda/netlink v1.3.1 // indirect
+	github.com/vishvananda/netns v0.0.5 // indirect
 	golang.org/x/net v0.53.0 // indirect
 	golang.org/x/time v0.7.0 // indirect
 	golang.zx2c4.com/wintun v0.0.0-20230126152724-0fa3db229ce2 // indirect
