@@ -42,6 +42,14 @@ func requireRoot(t testing.TB) {
 // lo up, and deletes it in t.Cleanup. It skips the test unless root.
 func newNetns(t testing.TB) netns.NsHandle {
 	t.Helper()
+	ns, _ := newNamedNetns(t)
+	return ns
+}
+
+// newNamedNetns is newNetns that also returns the namespace's name, for
+// commands run with `ip netns exec NAME`.
+func newNamedNetns(t testing.TB) (netns.NsHandle, string) {
+	t.Helper()
 	requireRoot(t)
 	name := fmt.Sprintf("gsoplane-%d-%d", os.Getpid(), netnsSeq.Add(1))
 	var ns netns.NsHandle
@@ -72,7 +80,7 @@ func newNetns(t testing.TB) netns.NsHandle {
 	if err != nil {
 		t.Fatalf("netns %s: lo up: %v", name, err)
 	}
-	return ns
+	return ns, name
 }
 
 // inNetns runs fn on the calling goroutine, locked to its thread, inside
@@ -119,11 +127,20 @@ func netlinkIn(t testing.TB, ns netns.NsHandle) *netlink.Handle {
 // deletes it in t.Cleanup (deleting either end deletes both).
 func addVeth(t testing.TB, nsA netns.NsHandle, nameA string, nsB netns.NsHandle, nameB string) {
 	t.Helper()
+	addVethQueues(t, nsA, nameA, nsB, nameB, 0)
+}
+
+// addVethQueues is addVeth with queues RX and TX queues on both ends (0:
+// the kernel's default, one active queue).
+func addVethQueues(t testing.TB, nsA netns.NsHandle, nameA string, nsB netns.NsHandle, nameB string, queues int) {
+	t.Helper()
 	nl := netlinkIn(t, nsA)
 	veth := &netlink.Veth{
-		LinkAttrs:     netlink.LinkAttrs{Name: nameA},
-		PeerName:      nameB,
-		PeerNamespace: netlink.NsFd(nsB),
+		LinkAttrs:       netlink.LinkAttrs{Name: nameA, NumTxQueues: queues, NumRxQueues: queues},
+		PeerName:        nameB,
+		PeerNamespace:   netlink.NsFd(nsB),
+		PeerNumTxQueues: uint32(queues),
+		PeerNumRxQueues: uint32(queues),
 	}
 	if err := nl.LinkAdd(veth); err != nil {
 		t.Fatalf("add veth %s/%s: %v", nameA, nameB, err)

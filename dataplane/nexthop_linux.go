@@ -98,8 +98,8 @@ func (n *neighbours) resolve(dst netip.Addr) (net.HardwareAddr, error) {
 
 // nextHop returns the configured gateway, or else the gateway of the
 // kernel's route to dst through our interface, or dst itself when there is
-// none (the kernel then takes dst to be on link, as "ip route get DST oif
-// IF" shows). The main table may route dst elsewhere, for example into the
+// none (IPv4 then takes dst to be on link, as "ip route get DST oif IF"
+// shows, and so do we for IPv6). The main table may route dst elsewhere, for example into the
 // TUN device the packet came from: only routes through our interface count.
 func (n *neighbours) nextHop(dst netip.Addr) (netip.Addr, error) {
 	if n.gateway.IsValid() {
@@ -107,7 +107,9 @@ func (n *neighbours) nextHop(dst netip.Addr) (netip.Addr, error) {
 	}
 	routes, err := n.nl.RouteGetWithOptions(dst.AsSlice(), &netlink.RouteGetOptions{OifIndex: n.ifindex})
 	if err != nil {
-		return netip.Addr{}, fmt.Errorf("route to %v through ifindex %d: %w", dst, n.ifindex, err)
+		// IPv6 answers ENETUNREACH where IPv4 assumes the destination is
+		// on link: assume the same.
+		return dst, nil
 	}
 	for _, r := range routes {
 		if gw, ok := netip.AddrFromSlice(r.Gw); ok && !gw.IsUnspecified() {

@@ -9,6 +9,8 @@ import (
 	"github.com/gsoplane/gsoplane/txqueue"
 )
 
+var errNoFrames = errors.New("no free frames")
+
 // maxSuperPacket is the largest packet a Source hands over: a 64 KiB IP
 // packet behind a 12-byte virtio-net header.
 const maxSuperPacket = 65535 + 40 + segment.HeaderSizeMrg
@@ -93,16 +95,24 @@ func (p *producer) forward(ctx context.Context, raw []byte) error {
 		}
 	}
 	frames := p.frames[:l.Segments]
-	if err := p.alloc(ctx, frames); err != nil {
+	if err := p.alloc(ctx, frames); err == errNoFrames {
+		st.drop(DropNoFrames, l.Segments)
+		return nil
+	} else if err != nil {
 		return err
 	}
 	return p.split(ctx, pkt, h, frames, flow)
 }
 
 // alloc fills frames from the sink, waiting for completions when every
-// frame is in flight.
+// frame is in flight. Without a budget (backpressure off) it does not
+// wait: it returns errNoFrames and the packet is dropped.
 func (p *producer) alloc(ctx context.Context, frames []Frame) error {
 	got := p.f.cfg.Sink.Alloc(frames)
+	if got < len(frames) && p.f.cfg.Budget == nil {
+		p.f.cfg.Sink.Free(frames[:got])
+		return errNoFrames
+	}
 	for got < len(frames) {
 		p.f.stats.frameStalls.Add(1)
 		select {

@@ -118,11 +118,15 @@ func (s *sender) idle(ctx context.Context, progress int) bool {
 }
 
 // pacer spaces transmissions to a rate in bits per second; zero rate
-// means no pacing.
+// means no pacing. It is a token bucket: time it overslept (timers are
+// coarse on a loaded machine) is credit, up to paceCredit, so the average
+// rate holds.
 type pacer struct {
 	rate int64
-	next time.Time
+	next time.Time // when the bytes sent so far are paid for
 }
+
+const paceCredit = 20 * time.Millisecond
 
 func (p *pacer) wait() {
 	if p.rate <= 0 {
@@ -137,9 +141,8 @@ func (p *pacer) sent(bytes int) {
 	if p.rate <= 0 || bytes == 0 {
 		return
 	}
-	now := time.Now()
-	if p.next.Before(now) {
-		p.next = now
+	if floor := time.Now().Add(-paceCredit); p.next.Before(floor) {
+		p.next = floor
 	}
 	p.next = p.next.Add(time.Duration(int64(bytes) * 8 * int64(time.Second) / p.rate))
 }

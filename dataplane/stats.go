@@ -11,11 +11,12 @@ const (
 	DropOversize                    // a segment did not fit in a frame
 	DropHook                        // the hook refused a segment
 	DropQueueFull                   // a DropTail queue was full (backpressure off)
+	DropNoFrames                    // every frame was in flight (backpressure off)
 	numDropReasons
 )
 
 func (r DropReason) String() string {
-	return [...]string{"invalid", "oversize", "hook", "queue_full"}[r]
+	return [...]string{"invalid", "oversize", "hook", "queue_full", "no_frames"}[r]
 }
 
 // Stats is a snapshot of a forwarder's counters.
@@ -60,6 +61,21 @@ func (c *counters) snapshot() Stats {
 	}
 	for i := range s.Drops {
 		s.Drops[i] = c.drops[i].Load()
+	}
+	return s
+}
+
+// add returns the field-by-field sum of s and o.
+func (s Stats) add(o Stats) Stats {
+	s.SuperPackets += o.SuperPackets
+	s.Segments += o.Segments
+	s.Bytes += o.Bytes
+	s.Transmitted += o.Transmitted
+	s.Completed += o.Completed
+	s.TxErrors += o.TxErrors
+	s.FrameStalls += o.FrameStalls
+	for i := range s.Drops {
+		s.Drops[i] += o.Drops[i]
 	}
 	return s
 }

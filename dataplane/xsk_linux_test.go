@@ -51,7 +51,7 @@ func newXDPNet(t *testing.T) *xdpNet {
 	t.Helper()
 	n := &xdpNet{gw: newNetns(t), peer: newNetns(t)}
 	n.gwNL, n.peerNL = netlinkIn(t, n.gw), netlinkIn(t, n.peer)
-	xdpAddVeth(t, n.gw, n.peer, 2)
+	addVethQueues(t, n.gw, xdpIfA, n.peer, xdpIfB, 2)
 	addAddr(t, n.gwNL, xdpIfA, xdpGW4+"/24")
 	addAddr(t, n.gwNL, xdpIfA, xdpGW6+"/64")
 	addAddr(t, n.peerNL, xdpIfB, xdpPeer4+"/24")
@@ -61,26 +61,6 @@ func newXDPNet(t *testing.T) *xdpNet {
 	n.macA = mustLink(t, n.gwNL, xdpIfA).Attrs().HardwareAddr
 	n.macB = mustLink(t, n.peerNL, xdpIfB).Attrs().HardwareAddr
 	return n
-}
-
-// xdpAddVeth is addVeth with queues RX and TX queues on both ends (the
-// kernel's default veth has one active queue).
-func xdpAddVeth(t *testing.T, nsA, nsB netns.NsHandle, queues int) {
-	t.Helper()
-	nl := netlinkIn(t, nsA)
-	veth := &netlink.Veth{
-		LinkAttrs:       netlink.LinkAttrs{Name: xdpIfA, NumTxQueues: queues, NumRxQueues: queues},
-		PeerName:        xdpIfB,
-		PeerNamespace:   netlink.NsFd(nsB),
-		PeerNumTxQueues: uint32(queues),
-		PeerNumRxQueues: uint32(queues),
-	}
-	if err := nl.LinkAdd(veth); err != nil {
-		t.Fatalf("add veth %s/%s: %v", xdpIfA, xdpIfB, err)
-	}
-	t.Cleanup(func() { _ = nl.LinkDel(veth) })
-	linkUp(t, nl, xdpIfA)
-	linkUp(t, netlinkIn(t, nsB), xdpIfB)
 }
 
 // xdpTestConfig is a small port config on veth-a.
