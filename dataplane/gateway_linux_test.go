@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"io"
 	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -378,4 +380,120 @@ func TestGatewayShutdown(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestGatewayIperf3 runs iperf3 TCP (both ways) and UDP through the
+// gateway, and pings the NIC's own addresses meanwhile: ARP, ND and
+// traffic for the host itself still reach the kernel.
+func TestGatewayIperf3(t *testing.T) {
+	if _, err := exec.LookPath("iperf3"); err != nil {
+		t.Skip("iperf3 not installed (apt-get install iperf3)")
+	}
+	lab := newGwLab(t, GatewayConfig{TUN: TUNConfig{Offload: true}, Backpressure: true})
+	for _, c := range []struct {
+		name string
+		args []string
+	}{
+		{"tcp", []string{"-t", "2"}},
+		{"tcp-reverse", []string{"-t", "2", "-R"}},
+		{"tcp6", []string{"-t", "1", "-6"}},
+		{"udp", []string{"-t", "2", "-u", "-b", "300M", "-l", "1400"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := labSrv4.String()
+			if c.name == "tcp6" {
+				srv = labSrv6.String()
+			}
+			server := exec.Command("ip", "netns", "exec", lab.bName, "iperf3", "-s", "-1", "-B", srv, "-p", "5202")
+			if err := server.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer server.Wait()
+			defer server.Process.Kill()
+			out := iperf3Client(t, lab, append([]string{"-c", srv, "-p", "5202", "-J"}, c.args...))
+			t.Logf("%.0f Mbit/s received, %d retransmits, %.2f%% lost", out.End.SumReceived.BitsPerSecond/1e6, out.End.SumSent.Retransmits, out.End.Sum.LostPercent)
+		})
+	}
+	t.Run("ping", func(t *testing.T) {
+		run(t, "ip", "netns", "exec", lab.bName, "ping", "-c", "2", "-i", "0.2", "-W", "2", labNIC4)
+		run(t, "ip", "netns", "exec", lab.bName, "ping", "-6", "-c", "2", "-i", "0.2", "-W", "2", labNIC6)
+	})
+}
+
+type iperf3Result struct {
+	Error string
+	End   struct {
+		SumSent struct {
+			Retransmits int
+		} `json:"sum_sent"`
+		SumReceived struct {
+			BitsPerSecond float64 `json:"bits_per_second"`
+		} `json:"sum_received"`
+		Sum struct {
+			LostPercent float64 `json:"lost_percent"`
+		}
+	}
+}
+
+// iperf3Client runs the iperf3 client in A, retrying while the server in B
+// is not listening yet, and fails the test on any error.
+func iperf3Client(t *testing.T, lab *gwLab, args []string) iperf3Result {
+	t.Helper()
+	var r iperf3Result
+	for try := 0; ; try++ {
+		out, err := exec.Command("ip", append([]string{"netns", "exec", lab.aName, "iperf3"}, args...)...).Output()
+		r = iperf3Result{}
+		if jerr := json.Unmarshal(out, &r); jerr != nil {
+			t.Fatalf("iperf3: %v, output %q: %v", err, out, jerr)
+		}
+		if strings.Contains(r.Error, "connect") && try < 20 {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		if err != nil || r.Error != "" {
+			t.Fatalf("iperf3 %v: %v: %s", args, err, r.Error)
+		}
+		return r
+	}
+}
+
+// BenchmarkGatewayTCP measures one TCP stream from A to B through the
+// gateway, with TUN offloads (gsoplane segments super-packets) and
+// without (the kernel segments before the TUN: one packet per read), in
+// the same run.
+func BenchmarkGatewayTCP(b *testing.B) {
+	for _, c := range []struct {
+		name    string
+		offload bool
+	}{{"gso", true}, {"no-gso", false}} {
+		b.Run(c.name, func(b *testing.B) {
+			lab := newGwLab(b, GatewayConfig{TUN: TUNConfig{Offload: c.offload}, Backpressure: true})
+			ln, _ := lab.listen(b, "tcp", labSrv4, 5201)
+			defer ln.Close()
+			conn := lab.dial(b, "tcp", labSrv4, 5201)
+			peer, err := ln.Accept()
+			if err != nil {
+				b.Fatal(err)
+			}
+			drained := make(chan error, 1)
+			go func() { _, err := io.Copy(io.Discard, peer); drained <- err }()
+			chunk := make([]byte, 1<<20)
+			(&stream{r: rand.NewPCG(1, 2), n: int64(len(chunk))}).Read(chunk)
+			b.SetBytes(int64(len(chunk)))
+			for b.Loop() {
+				if _, err := conn.Write(chunk); err != nil {
+					b.Fatal(err)
+				}
+			}
+			conn.(*net.TCPConn).CloseWrite()
+			if err := <-drained; err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			conn.Close()
+			peer.Close()
+			st := lab.g.Stats()
+			b.ReportMetric(float64(st.Forward.Segments)/float64(max(st.Forward.SuperPackets, 1)), "segs/read")
+		})
+	}
 }
