@@ -241,6 +241,21 @@ func TestGatewayTCP(t *testing.T) {
 	if st.Forward.Segments <= st.Forward.SuperPackets {
 		t.Errorf("%d segments from %d super-packets: no GSO seen", st.Forward.Segments, st.Forward.SuperPackets)
 	}
+	if n := sum(st.Forward.SegmentsPerRead[:]); n != st.Forward.SuperPackets {
+		t.Errorf("segments-per-read histogram counts %d super-packets, %d read", n, st.Forward.SuperPackets)
+	}
+	if n := sum(st.Forward.TxLatency[:]); n != st.Forward.Completed || st.Forward.TxLatencySum <= 0 {
+		t.Errorf("latency histogram counts %d segments (sum %v), %d completed", n, st.Forward.TxLatencySum, st.Forward.Completed)
+	}
+	t.Logf("segments per read %v, TX latency %v (mean %v)", st.Forward.SegmentsPerRead, st.Forward.TxLatency, st.Forward.TxLatencySum/time.Duration(max(st.Forward.Completed, 1)))
+}
+
+func sum(v []uint64) uint64 {
+	var n uint64
+	for _, x := range v {
+		n += x
+	}
+	return n
 }
 
 // udpRun is one UDP_SEGMENT flood through the gateway.

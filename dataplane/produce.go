@@ -139,6 +139,7 @@ func (p *producer) split(ctx context.Context, pkt []byte, h segment.Header, fram
 		st.drop(DropOversize, 1)
 		return nil
 	}
+	p.f.stats.segmented(n)
 	p.items = p.items[:0]
 	for i := range n {
 		frames[i].Len = p.lens[i]

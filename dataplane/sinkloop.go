@@ -18,7 +18,15 @@ type sender struct {
 	frames   []Frame
 	pending  []Frame // dequeued, not yet taken by the sink
 	inFlight int     // taken by the sink, not yet completed
+	sent     []sentBatch
 	pace     pacer
+}
+
+// sentBatch remembers when frames were taken by the sink, for the
+// completion latency: completions come in Transmit order.
+type sentBatch struct {
+	n  int
+	at time.Time
 }
 
 func (f *Forwarder) sinkLoop(ctx context.Context) error {
@@ -73,6 +81,9 @@ func (s *sender) transmit() (int, error) {
 	s.pace.sent(bytes)
 	s.pending = s.pending[n:]
 	s.inFlight += n
+	if n > 0 {
+		s.sent = append(s.sent, sentBatch{n: n, at: time.Now()})
+	}
 	s.f.stats.transmitted.Add(uint64(n))
 	if err != nil {
 		s.f.stats.txErrors.Add(1)
@@ -90,12 +101,30 @@ func (s *sender) complete() (int, error) {
 	if n > 0 {
 		s.inFlight -= n
 		s.f.stats.completed.Add(uint64(n))
+		s.observe(n)
 		if qerr := s.f.cfg.Queue.Complete(n); qerr != nil && err == nil {
 			err = qerr
 		}
 		s.f.signalFreed()
 	}
 	return n, err
+}
+
+// observe takes n completed frames off the oldest batches and counts
+// their latency.
+func (s *sender) observe(n int) {
+	now := time.Now()
+	i := 0
+	for ; n > 0 && i < len(s.sent); i++ {
+		b := &s.sent[i]
+		k := min(n, b.n)
+		s.f.stats.completedAfter(k, now.Sub(b.at))
+		if b.n -= k; b.n > 0 {
+			break
+		}
+		n -= k
+	}
+	s.sent = s.sent[:copy(s.sent, s.sent[i:])]
 }
 
 // idle waits when no progress was made: for the queue when nothing is in

@@ -1,6 +1,10 @@
 package dataplane
 
-import "sync/atomic"
+import (
+	"sort"
+	"sync/atomic"
+	"time"
+)
 
 // DropReason says why the forwarder dropped a packet or a segment.
 type DropReason int
@@ -19,6 +23,20 @@ func (r DropReason) String() string {
 	return [...]string{"invalid", "oversize", "hook", "queue_full", "no_frames"}[r]
 }
 
+// SegmentBounds are the upper bounds of the Stats.SegmentsPerRead buckets;
+// the last bucket counts larger values.
+var SegmentBounds = [...]int{1, 2, 4, 8, 16, 32, 64, 128}
+
+// LatencyBounds are the upper bounds of the Stats.TxLatency buckets; the
+// last bucket counts larger values.
+var LatencyBounds = [...]time.Duration{
+	10 * time.Microsecond, 25 * time.Microsecond, 50 * time.Microsecond,
+	100 * time.Microsecond, 250 * time.Microsecond, 500 * time.Microsecond,
+	time.Millisecond, 2500 * time.Microsecond, 5 * time.Millisecond,
+	10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond,
+	100 * time.Millisecond,
+}
+
 // Stats is a snapshot of a forwarder's counters.
 type Stats struct {
 	SuperPackets uint64 // packets read from the source
@@ -29,6 +47,14 @@ type Stats struct {
 	TxErrors     uint64 // Transmit calls that returned an error
 	FrameStalls  uint64 // times the producer waited for free frames
 	Drops        [numDropReasons]uint64
+
+	// SegmentsPerRead counts super-packets by how many segments they were
+	// cut into (buckets bounded by SegmentBounds).
+	SegmentsPerRead [len(SegmentBounds) + 1]uint64
+	// TxLatency counts segments by the time from Transmit to completion
+	// (buckets bounded by LatencyBounds); TxLatencySum is their total.
+	TxLatency    [len(LatencyBounds) + 1]uint64
+	TxLatencySum time.Duration
 }
 
 // Dropped returns the sum of all drops.
@@ -45,9 +71,24 @@ type counters struct {
 	transmitted, completed, txErrors atomic.Uint64
 	frameStalls                      atomic.Uint64
 	drops                            [numDropReasons]atomic.Uint64
+	segHist                          [len(SegmentBounds) + 1]atomic.Uint64
+	latHist                          [len(LatencyBounds) + 1]atomic.Uint64
+	latSum                           atomic.Int64
 }
 
 func (c *counters) drop(r DropReason, n int) { c.drops[r].Add(uint64(n)) }
+
+// segmented counts a super-packet cut into n segments.
+func (c *counters) segmented(n int) {
+	c.segHist[sort.SearchInts(SegmentBounds[:], n)].Add(1)
+}
+
+// completedAfter counts n segments completed d after their Transmit.
+func (c *counters) completedAfter(n int, d time.Duration) {
+	i := sort.Search(len(LatencyBounds), func(i int) bool { return d <= LatencyBounds[i] })
+	c.latHist[i].Add(uint64(n))
+	c.latSum.Add(int64(n) * int64(d))
+}
 
 func (c *counters) snapshot() Stats {
 	s := Stats{
@@ -62,6 +103,13 @@ func (c *counters) snapshot() Stats {
 	for i := range s.Drops {
 		s.Drops[i] = c.drops[i].Load()
 	}
+	for i := range s.SegmentsPerRead {
+		s.SegmentsPerRead[i] = c.segHist[i].Load()
+	}
+	for i := range s.TxLatency {
+		s.TxLatency[i] = c.latHist[i].Load()
+	}
+	s.TxLatencySum = time.Duration(c.latSum.Load())
 	return s
 }
 
@@ -77,5 +125,12 @@ func (s Stats) add(o Stats) Stats {
 	for i := range s.Drops {
 		s.Drops[i] += o.Drops[i]
 	}
+	for i := range s.SegmentsPerRead {
+		s.SegmentsPerRead[i] += o.SegmentsPerRead[i]
+	}
+	for i := range s.TxLatency {
+		s.TxLatency[i] += o.TxLatency[i]
+	}
+	s.TxLatencySum += o.TxLatencySum
 	return s
 }
