@@ -54,7 +54,7 @@ func (r *ReturnPath) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		n := r.x.Receive(frames, addrs)
 		if n == 0 {
-			if _, _, err := r.x.Wait(10 * time.Millisecond); err != nil {
+			if _, err := r.x.WaitRX(10 * time.Millisecond); err != nil {
 				if errors.Is(err, ErrXDPClosed) {
 					return nil
 				}

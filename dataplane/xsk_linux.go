@@ -853,8 +853,20 @@ func (x *XSK) fillFromSpare() {
 // received (rx) or the TX ring has room (tx), with poll(2); EINTR is
 // retried. In copy mode the poll also sends what is on the TX ring.
 // Completions do not wake it: a sender waiting for free frames should
-// call Complete periodically.
+// call Complete periodically. The TX ring almost always has room, so a
+// receiver should use WaitRX.
 func (x *XSK) Wait(timeout time.Duration) (rx, tx bool, err error) {
+	return x.wait(timeout, unix.POLLIN|unix.POLLOUT)
+}
+
+// WaitRX waits up to timeout (negative: forever) until packets can be
+// received; it reports whether they can.
+func (x *XSK) WaitRX(timeout time.Duration) (bool, error) {
+	rx, _, err := x.wait(timeout, unix.POLLIN)
+	return rx, err
+}
+
+func (x *XSK) wait(timeout time.Duration, events int16) (rx, tx bool, err error) {
 	x.mu.RLock()
 	closed, fd := x.closed, x.fd
 	x.mu.RUnlock()
@@ -868,7 +880,7 @@ func (x *XSK) Wait(timeout time.Duration) (rx, tx bool, err error) {
 			ms = int((time.Until(deadline) + time.Millisecond - 1) / time.Millisecond)
 			ms = max(ms, 0)
 		}
-		pfd := [1]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLOUT}}
+		pfd := [1]unix.PollFd{{Fd: int32(fd), Events: events}}
 		_, err := unix.Poll(pfd[:], ms)
 		if err == unix.EINTR {
 			continue
