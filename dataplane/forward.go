@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,7 +27,11 @@ type Frame struct {
 // A Sink transmits IP packets from frames it owns and reports when they are
 // gone. The forwarder calls Alloc and Free from its producer and Transmit,
 // Complete and Wait from its sink loop, concurrently: a Sink must allow
-// that. XSKSink is one.
+// that. It must own at least as many frames as one super-packet can
+// produce (Segmenter's cap), or such a packet is dropped. Transmit and
+// Complete return an error only when the sink can no longer send: that
+// stops the forwarder; transient conditions are the sink's to retry and
+// count. XSKSink and UDPSink are Sinks.
 type Sink interface {
 	// Headroom is the space before each packet that the sink fills in
 	// itself, such as a link-layer header.
@@ -104,37 +107,51 @@ func NewForwarder(cfg ForwarderConfig) (*Forwarder, error) {
 	return &Forwarder{cfg: cfg, freed: make(chan struct{}, 1)}, nil
 }
 
-// Run forwards until ctx ends or the source fails, then stops the sink loop
-// once it has transmitted what was queued, and returns the error that
-// ended it (nil when ctx ended).
+// Run forwards until ctx ends, the source fails or the sink fails. Then it
+// stops reading, lets the sink loop transmit what was queued (for up to
+// drainTime) and returns the error that ended it (nil when ctx ended).
+// Run does not interrupt a Source.Read in progress: to stop a forwarder
+// whose source blocks, cancel ctx and close the source (OpenGateway's Run
+// does). After Run, Queue.Close releases whatever is still charged.
 func (f *Forwarder) Run(ctx context.Context) error {
+	prodCtx, stopProd := context.WithCancel(ctx)
+	defer stopProd()
 	sinkCtx, stopSink := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
 	var sinkErr error
-	wg.Add(1)
+	sinkDone := make(chan struct{})
 	go func() {
-		defer wg.Done()
-		sinkErr = f.sinkLoop(sinkCtx)
+		defer close(sinkDone)
+		if sinkErr = f.sinkLoop(sinkCtx); sinkErr != nil {
+			stopProd() // nothing will complete: stop taking packets
+		}
 	}()
-	err := f.produce(ctx)
-	f.drain(ctx)
+	err := f.produce(prodCtx)
+	f.drain(sinkDone)
 	stopSink()
-	wg.Wait()
+	<-sinkDone
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		err = nil
 	}
 	return errors.Join(err, sinkErr)
 }
 
-// drain waits briefly for the queue to empty after the producer stopped.
-func (f *Forwarder) drain(ctx context.Context) {
-	deadline := time.Now().Add(time.Second)
+// drainTime is how long Run waits for the queue to empty once it stops.
+const drainTime = time.Second
+
+// drain waits until the queue is empty, drainTime has passed or the sink
+// loop has ended.
+func (f *Forwarder) drain(sinkDone <-chan struct{}) {
+	deadline := time.Now().Add(drainTime)
 	for time.Now().Before(deadline) {
 		st := f.cfg.Queue.Stats()
 		if st.Pending == 0 && st.InFlight == 0 {
 			return
 		}
-		time.Sleep(time.Millisecond)
+		select {
+		case <-sinkDone:
+			return
+		case <-time.After(time.Millisecond):
+		}
 	}
 }
 

@@ -175,24 +175,33 @@ func newAccounting(cfg GatewayConfig, x *XSK) (*txqueue.Budget, *txqueue.Queue[F
 	return b, q, err
 }
 
-// Run forwards in both directions until ctx ends, then stops reading,
-// drains the queues and returns.
-func (g *Gateway) Run(ctx context.Context) error {
+// Run forwards in both directions until ctx ends or a part fails, then
+// stops reading, drains the queues and returns the failure, if any.
+func (g *Gateway) Run(parent context.Context) error {
+	ctx, cancel := context.WithCancel(parent)
+	defer cancel()
 	var wg sync.WaitGroup
 	errs := make([]error, len(g.fwds)+len(g.rets))
-	for i, f := range g.fwds {
+	start := func(i int, run func(context.Context) error) {
 		wg.Add(1)
-		go func() { defer wg.Done(); errs[i] = f.Run(ctx) }()
+		go func() {
+			defer wg.Done()
+			if errs[i] = run(ctx); errs[i] != nil {
+				cancel()
+			}
+		}()
+	}
+	for i, f := range g.fwds {
+		start(i, f.Run)
 	}
 	for i, r := range g.rets {
-		wg.Add(1)
-		go func() { defer wg.Done(); errs[len(g.fwds)+i] = r.Run(ctx) }()
+		start(len(g.fwds)+i, r.Run)
 	}
 	<-ctx.Done()
 	g.tun.Close() // wakes the producers blocked in Read
 	wg.Wait()
 	for i := range errs {
-		if errors.Is(errs[i], ErrSourceClosed) {
+		if parent.Err() != nil && errors.Is(errs[i], ErrSourceClosed) {
 			errs[i] = nil // the TUN was closed to stop
 		}
 	}

@@ -57,16 +57,18 @@ func (f *Forwarder) produce(ctx context.Context) error {
 	p := newProducer(f)
 	for {
 		n, err := f.cfg.Source.Read(p.bufs, p.sizes, 0)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if err != nil {
-			return fmt.Errorf("dataplane: %w: %w", ErrSourceClosed, err)
-		}
 		for i := range n {
 			if err := p.forward(ctx, p.bufs[i][:p.sizes[i]]); err != nil {
 				return err
 			}
+		}
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, ErrPacketTruncated):
+			f.stats.drop(DropInvalid, 1) // one packet larger than a buffer
+		case err != nil:
+			return fmt.Errorf("dataplane: %w: %w", ErrSourceClosed, err)
 		}
 	}
 }
@@ -106,7 +108,8 @@ func (p *producer) forward(ctx context.Context, raw []byte) error {
 
 // alloc fills frames from the sink, waiting for completions when every
 // frame is in flight. Without a budget (backpressure off) it does not
-// wait: it returns errNoFrames and the packet is dropped.
+// wait, and it gives up when no frame can come back: then it returns
+// errNoFrames and the packet is dropped.
 func (p *producer) alloc(ctx context.Context, frames []Frame) error {
 	got := p.f.cfg.Sink.Alloc(frames)
 	if got < len(frames) && p.f.cfg.Budget == nil {
@@ -114,6 +117,12 @@ func (p *producer) alloc(ctx context.Context, frames []Frame) error {
 		return errNoFrames
 	}
 	for got < len(frames) {
+		if st := p.f.cfg.Queue.Stats(); st.Pending == 0 && st.InFlight == 0 {
+			// Nothing will come back: the sink has fewer frames than
+			// this packet has segments.
+			p.f.cfg.Sink.Free(frames[:got])
+			return errNoFrames
+		}
 		p.f.stats.frameStalls.Add(1)
 		select {
 		case <-p.f.freed:

@@ -42,6 +42,7 @@ func (f *Forwarder) sinkLoop(ctx context.Context) error {
 		}
 		sent, err := s.transmit()
 		if err != nil {
+			s.complete() // release what did go out
 			return err
 		}
 		done, err := s.complete()

@@ -102,9 +102,13 @@ type UDPSinkStats struct {
 // Errors that concern the peer or the route (ECONNREFUSED after an ICMP
 // port unreachable, EHOSTUNREACH, ...) are counted and the message's
 // frames dropped: they complete like sent ones and are never fatal.
-// ENOBUFS stops Transmit, which returns how many it took; the rest is
-// offered again after Wait. Only a closed or broken socket makes Transmit
-// return an error.
+// A UDP_SEGMENT message over the path MTU (EMSGSIZE) is sent again as
+// single datagrams, which the kernel fragments, and that size no longer
+// goes in UDP_SEGMENT messages. ENOBUFS (a full qdisc dropped the
+// message: the kernel says so only on a socket with IP_RECVERR or
+// IPV6_RECVERR, and drops silently otherwise) stops Transmit, which
+// returns how many it took; the rest is offered again after Wait. Only a
+// closed or broken socket makes Transmit return an error.
 //
 // Frames come from a pool allocated once by NewUDPSink; the hot path does
 // not allocate. Alloc and Free may run concurrently with Transmit,
