@@ -83,7 +83,7 @@ func (g *Gateway) open(cfg GatewayConfig) error {
 	if err := tunQueue(g.tun.Index(), cfg.TUNQueueLen); err != nil {
 		return err
 	}
-	xdp, err := OpenXDP(XDPConfig{Ifname: cfg.NIC, Mode: cfg.Mode, ZeroCopy: cfg.ZeroCopy, Redirect: cfg.Routes})
+	xdp, err := OpenXDP(XDPConfig{Ifname: cfg.NIC, Mode: cfg.Mode, ZeroCopy: cfg.ZeroCopy, Redirect: cfg.Routes, NumFrames: umemFrames(cfg.Budget)})
 	if err != nil {
 		return err
 	}
@@ -148,6 +148,17 @@ func (g *Gateway) addForwarder(cfg GatewayConfig, src *TUNQueue, x *XSK) error {
 	}
 	g.fwds = append(g.fwds, f)
 	return nil
+}
+
+// umemFrames sizes each socket's UMEM from a fixed budget: enough TX
+// frames to hold the budget plus one worst-case super-packet, and as many
+// RX frames. 0 (no fixed budget) keeps the AF_XDP port's default.
+func umemFrames(budget int) int {
+	if budget <= 0 {
+		return 0
+	}
+	tx := (budget+txqueue.Truesize(DefaultXDPFrameSize)-1)/txqueue.Truesize(DefaultXDPFrameSize) + segment.DefaultMaxSegments
+	return min(2*tx, MaxXDPNumFrames)
 }
 
 // newAccounting sizes the budget and the queue from the socket's TX frames.

@@ -374,8 +374,15 @@ func TestGatewayUDPBackpressure(t *testing.T) {
 // TestGatewayShutdown checks that Close leaves neither the XDP program
 // nor the TUN device behind, and that a second gateway starts.
 func TestGatewayShutdown(t *testing.T) {
-	lab := newGwLab(t, GatewayConfig{TUN: TUNConfig{Offload: true}, Backpressure: true})
+	const budget = 1 << 20 // a fixed budget sizes the UMEM
+	lab := newGwLab(t, GatewayConfig{TUN: TUNConfig{Offload: true}, Backpressure: true, Budget: budget})
 	tcpTransfer(t, lab, labSrv4, 1<<20, false)
+	if got, want := lab.g.XDP().Sockets()[0].TXFree(), umemFrames(budget)/2; got != want {
+		t.Errorf("%d TX frames for a %d-byte budget, want %d", got, budget, want)
+	}
+	if st := lab.g.Stats().Budget; st.Limit != budget {
+		t.Errorf("budget limit %d, want %d", st.Limit, budget)
+	}
 	if err := lab.stop(); err != nil {
 		t.Fatal(err)
 	}
