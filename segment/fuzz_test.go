@@ -11,18 +11,25 @@ import (
 
 // The seed corpora are in testdata/fuzz: small packets of every GSO kind.
 
+// accepted decodes a fuzzed header and validates a fuzzed packet with it.
+// A rejection must match ErrInvalid.
+func accepted(t *testing.T, hb, pkt []byte) (Header, Layout, bool) {
+	h, err := DecodeHeader(hb, HeaderSize)
+	if err != nil {
+		return h, Layout{}, false
+	}
+	l, err := Validate(pkt, h)
+	if err != nil && !errors.Is(err, ErrInvalid) {
+		t.Fatalf("rejection %v does not match ErrInvalid", err)
+	}
+	return h, l, err == nil
+}
+
 // FuzzValidate: no input panics, and an accepted one has a sane layout.
 func FuzzValidate(f *testing.F) {
 	f.Fuzz(func(t *testing.T, hb, pkt []byte) {
-		h, err := DecodeHeader(hb, HeaderSize)
-		if err != nil {
-			return
-		}
-		l, err := Validate(pkt, h)
-		if err != nil {
-			if !errors.Is(err, ErrInvalid) {
-				t.Fatalf("rejection %v does not match ErrInvalid", err)
-			}
+		_, l, ok := accepted(t, hb, pkt)
+		if !ok {
 			return
 		}
 		if l.Segments < 1 || l.Segments > DefaultMaxSegments || l.HdrLen() > len(pkt) || l.MaxSegLen > len(pkt)+fragHdrLen {
@@ -36,12 +43,8 @@ func FuzzValidate(f *testing.F) {
 // is set right first, since a wrong one rightly gives wrong checksums.
 func FuzzSplit(f *testing.F) {
 	f.Fuzz(func(t *testing.T, hb, pkt []byte) {
-		h, err := DecodeHeader(hb, HeaderSize)
-		if err != nil {
-			return
-		}
-		l, err := Validate(pkt, h)
-		if err != nil {
+		h, l, ok := accepted(t, hb, pkt)
+		if !ok {
 			return
 		}
 		fixPartial(pkt, l)
