@@ -148,38 +148,7 @@ tail: // CX < 32 bytes left
 	ADDQ  $16, SI
 
 tail8:
-	TESTQ $8, CX
-	JZ    tail4
-	ADDQ  (SI), AX
-	ADCQ  $0, AX
-	ADDQ  $8, SI
-
-tail4:
-	TESTQ $4, CX
-	JZ    tail2
-	MOVL  (SI), DX // zero-extends
-	ADDQ  DX, AX
-	ADCQ  $0, AX
-	ADDQ  $4, SI
-
-tail2:
-	TESTQ   $2, CX
-	JZ      tail1
-	MOVWQZX (SI), DX
-	ADDQ    DX, AX
-	ADCQ    $0, AX
-	ADDQ    $2, SI
-
-tail1:
-	TESTQ   $1, CX
-	JZ      done
-	MOVBQZX (SI), DX // odd last byte: low byte of an LE word
-	ADDQ    DX, AX
-	ADCQ    $0, AX
-
-done:
-	MOVQ AX, ret+32(FP)
-	RET
+	JMP sumTail<>(SB)
 
 // func copySumAVX2(dst, src []byte, acc uint64) uint64
 TEXT ·copySumAVX2(SB), NOSPLIT, $0-64
@@ -303,46 +272,7 @@ tail: // CX < 32 bytes left: copy and add them as scalar words
 	ADDQ  $16, DI
 
 tail8:
-	TESTQ $8, CX
-	JZ    tail4
-	MOVQ  (SI), DX
-	MOVQ  DX, (DI)
-	ADDQ  DX, AX
-	ADCQ  $0, AX
-	ADDQ  $8, SI
-	ADDQ  $8, DI
-
-tail4:
-	TESTQ $4, CX
-	JZ    tail2
-	MOVL  (SI), DX
-	MOVL  DX, (DI)
-	ADDQ  DX, AX
-	ADCQ  $0, AX
-	ADDQ  $4, SI
-	ADDQ  $4, DI
-
-tail2:
-	TESTQ   $2, CX
-	JZ      tail1
-	MOVWQZX (SI), DX
-	MOVW    DX, (DI)
-	ADDQ    DX, AX
-	ADCQ    $0, AX
-	ADDQ    $2, SI
-	ADDQ    $2, DI
-
-tail1:
-	TESTQ   $1, CX
-	JZ      done
-	MOVBQZX (SI), DX
-	MOVB    DX, (DI)
-	ADDQ    DX, AX
-	ADCQ    $0, AX
-
-done:
-	MOVQ AX, ret+56(FP)
-	RET
+	JMP copyTail<>(SB)
 
 // func sumSSE2(b []byte, acc uint64) uint64
 // sumAVX2 with 16-byte vectors: 64 bytes a round, then 16 at a time, then
@@ -423,39 +353,8 @@ reduce:
 	ADDQ   DX, AX
 	ADCQ   $0, AX
 
-tail8: // CX < 16 bytes left
-	TESTQ $8, CX
-	JZ    tail4
-	ADDQ  (SI), AX
-	ADCQ  $0, AX
-	ADDQ  $8, SI
-
-tail4:
-	TESTQ $4, CX
-	JZ    tail2
-	MOVL  (SI), DX
-	ADDQ  DX, AX
-	ADCQ  $0, AX
-	ADDQ  $4, SI
-
-tail2:
-	TESTQ   $2, CX
-	JZ      tail1
-	MOVWQZX (SI), DX
-	ADDQ    DX, AX
-	ADCQ    $0, AX
-	ADDQ    $2, SI
-
-tail1:
-	TESTQ   $1, CX
-	JZ      done
-	MOVBQZX (SI), DX
-	ADDQ    DX, AX
-	ADCQ    $0, AX
-
-done:
-	MOVQ AX, ret+32(FP)
-	RET
+tail8:
+	JMP sumTail<>(SB)
 
 // func copySumSSE2(dst, src []byte, acc uint64) uint64
 TEXT ·copySumSSE2(SB), NOSPLIT, $0-64
@@ -571,6 +470,50 @@ reduce:
 	ADDQ   DX, AX
 	ADCQ   $0, AX
 
+tail8:
+	JMP copyTail<>(SB)
+
+// sumTail adds the last 0..15 bytes at SI (CX holds the count) to AX and
+// returns it: the shared end of sumAVX2 and sumSSE2, reached by a jump
+// (not a call), so it reads and writes their frame.
+TEXT sumTail<>(SB), NOSPLIT|NOFRAME, $0-40
+tail8:
+	TESTQ $8, CX
+	JZ    tail4
+	ADDQ  (SI), AX
+	ADCQ  $0, AX
+	ADDQ  $8, SI
+
+tail4:
+	TESTQ $4, CX
+	JZ    tail2
+	MOVL  (SI), DX // zero-extends
+	ADDQ  DX, AX
+	ADCQ  $0, AX
+	ADDQ  $4, SI
+
+tail2:
+	TESTQ   $2, CX
+	JZ      tail1
+	MOVWQZX (SI), DX
+	ADDQ    DX, AX
+	ADCQ    $0, AX
+	ADDQ    $2, SI
+
+tail1:
+	TESTQ   $1, CX
+	JZ      done
+	MOVBQZX (SI), DX // odd last byte: low byte of an LE word
+	ADDQ    DX, AX
+	ADCQ    $0, AX
+
+done:
+	MOVQ AX, ret+32(FP)
+	RET
+
+// copyTail is sumTail that also stores each word at DI: the shared end of
+// copySumAVX2 and copySumSSE2.
+TEXT copyTail<>(SB), NOSPLIT|NOFRAME, $0-64
 tail8:
 	TESTQ $8, CX
 	JZ    tail4
