@@ -80,7 +80,7 @@ func (g *Gateway) open(cfg GatewayConfig) error {
 	if len(g.tun.Queues()) > 1 && cfg.QueueLen > 0 {
 		return fmt.Errorf("dataplane: %w: QueueLen is per TUN queue", ErrInvalidConfig)
 	}
-	if err := tunQueue(g.tun.Index(), cfg.TUNQueueLen); err != nil {
+	if err := SetTUNQueue(g.tun.Index(), cfg.TUNQueueLen); err != nil {
 		return err
 	}
 	xdp, err := OpenXDP(XDPConfig{Ifname: cfg.NIC, Mode: cfg.Mode, ZeroCopy: cfg.ZeroCopy, Redirect: cfg.Routes, NumFrames: umemFrames(cfg.Budget)})
@@ -103,14 +103,14 @@ func (g *Gateway) open(cfg GatewayConfig) error {
 	return nil
 }
 
-// tunQueue sets the TUN device's ring length (if qlen > 0) and gives it
-// the noqueue qdisc.
+// SetTUNQueue sets a TUN device's ring length (if qlen > 0) and gives it
+// the noqueue qdisc, as OpenGateway does.
 // The TUN driver releases each packet's charge to its sending socket when
 // it rings it, and drops packets when its reader falls behind, so a
 // stalled reader cannot block a sender. Without a qdisc in front, the drop
 // is reported to the sending socket at once (ENOBUFS for UDP with
 // IP_RECVERR, local congestion for TCP) instead of vanishing silently.
-func tunQueue(ifindex, qlen int) error {
+func SetTUNQueue(ifindex, qlen int) error {
 	if qlen > 0 {
 		link, err := netlink.LinkByIndex(ifindex)
 		if err == nil {
@@ -134,7 +134,7 @@ func (g *Gateway) addForwarder(cfg GatewayConfig, src *TUNQueue, x *XSK) error {
 		return err
 	}
 	g.sinks = append(g.sinks, sink)
-	budget, queue, err := newAccounting(cfg, x)
+	budget, queue, err := NewAccounting(cfg, x)
 	if err != nil {
 		return err
 	}
@@ -161,8 +161,10 @@ func umemFrames(budget int) int {
 	return min(2*tx, MaxXDPNumFrames)
 }
 
-// newAccounting sizes the budget and the queue from the socket's TX frames.
-func newAccounting(cfg GatewayConfig, x *XSK) (*txqueue.Budget, *txqueue.Queue[Frame], error) {
+// NewAccounting returns the budget and the queue OpenGateway puts in front
+// of x, sized from its TX frames and cfg's Backpressure, Budget and
+// QueueLen: without backpressure no budget and a DropTail queue.
+func NewAccounting(cfg GatewayConfig, x *XSK) (*txqueue.Budget, *txqueue.Queue[Frame], error) {
 	frames := x.TXFree()
 	size := txqueue.Truesize(x.FrameSize())
 	qlen := frames

@@ -68,8 +68,10 @@ func newGwLab(t testing.TB, cfg GatewayConfig) *gwLab {
 	addRoute(t, nlB, "2001:2:0:1::/64", labPeer, labNIC6)
 	// A veth hands its peer partial checksums in memory; AF_XDP sees the
 	// bytes without that note, as on a wire. Make B checksum in software,
-	// as any host behind a real NIC appears to.
-	run(t, "ip", "netns", "exec", lab.bName, "ethtool", "-K", labPeer, "tx", "off")
+	// as any host behind a real NIC appears to, and coalesce what it
+	// receives (GRO), as hosts behind real NICs do (a veth does not by
+	// default).
+	run(t, "ip", "netns", "exec", lab.bName, "ethtool", "-K", labPeer, "tx", "off", "gro", "on")
 
 	cfg.TUN.Name, cfg.NIC, cfg.Routes = labTUN, labNIC, labRoute
 	inNetns(t, lab.a, func() {

@@ -21,13 +21,18 @@ type ReturnStats struct {
 	WriteErr uint64 // dropped: the TUN refused the write
 }
 
+// A PacketWriter writes packets, bufs[i][offset:] each; TUNQueue is one.
+type PacketWriter interface {
+	Write(bufs [][]byte, offset int) (int, error)
+}
+
 // ReturnPath moves packets the XDP program redirected to an AF_XDP socket
 // into the TUN device, one write per packet (GRO coalescing is not done
 // yet). The virtio-net header is written over the end of the Ethernet
 // header, so no packet byte is copied.
 type ReturnPath struct {
 	x          *XSK
-	tun        *TUNQueue
+	tun        PacketWriter
 	hdrSize    int
 	packets    atomic.Uint64
 	bytes      atomic.Uint64
@@ -36,8 +41,10 @@ type ReturnPath struct {
 }
 
 // NewReturnPath returns a return path from x into tun, whose packets carry
-// virtio-net headers of hdrSize bytes.
-func NewReturnPath(x *XSK, tun *TUNQueue, hdrSize int) *ReturnPath {
+// virtio-net headers of hdrSize bytes: each packet is written as
+// bufs[i][0:], the header (all zero) first. A writer that wants only the
+// packet at an offset passes hdrSize as that offset.
+func NewReturnPath(x *XSK, tun PacketWriter, hdrSize int) *ReturnPath {
 	return &ReturnPath{x: x, tun: tun, hdrSize: hdrSize}
 }
 
@@ -111,11 +118,12 @@ func (r *ReturnPath) frame(f []byte) []byte {
 func (r *ReturnPath) write(pkts [][]byte) {
 	for len(pkts) > 0 {
 		n, err := r.tun.Write(pkts, 0)
+		n = min(max(n, 0), len(pkts)) // a writer's count is not trusted
 		for _, p := range pkts[:n] {
 			r.bytes.Add(uint64(len(p) - r.hdrSize))
 		}
 		r.packets.Add(uint64(n))
-		if err == nil {
+		if err == nil || n == len(pkts) {
 			return
 		}
 		r.writeError.Add(1)

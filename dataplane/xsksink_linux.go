@@ -29,8 +29,9 @@ type XSKSink struct {
 	addrs []uint64
 	lens  []int
 
-	lastDst    netip.Addr // the last destination and its MAC (sink loop only)
+	lastDst    netip.Addr // the last destination, its MAC and until when (sink loop only)
 	lastMAC    net.HardwareAddr
+	lastExp    time.Time
 	early      int // dropped frames Complete has yet to report
 	unresolved atomic.Uint64
 }
@@ -93,8 +94,9 @@ func (s *XSKSink) Free(frames []Frame) {
 // next Complete, so that its charge is released like any other.
 func (s *XSKSink) Transmit(frames []Frame) (int, error) {
 	n := min(len(frames), sinkFrames)
+	now := time.Now()
 	m := 0
-	for m < n && s.link(frames[m]) == nil {
+	for m < n && s.link(frames[m], now) == nil {
 		m++
 	}
 	s.mu.Lock()
@@ -117,18 +119,18 @@ func (s *XSKSink) Transmit(frames []Frame) (int, error) {
 func (s *XSKSink) Unresolved() uint64 { return s.unresolved.Load() }
 
 // link writes the Ethernet header in front of a frame's IP packet.
-func (s *XSKSink) link(f Frame) error {
+func (s *XSKSink) link(f Frame, now time.Time) error {
 	pkt := f.Buf[ethHdrLen : ethHdrLen+f.Len]
 	dst, ether, ok := ipDst(pkt)
 	if !ok {
 		return fmt.Errorf("not an IP packet")
 	}
-	if dst != s.lastDst || s.lastMAC == nil {
+	if dst != s.lastDst || s.lastMAC == nil || !now.Before(s.lastExp) {
 		mac, err := s.neigh.lookup(dst)
 		if err != nil {
 			return err
 		}
-		s.lastDst, s.lastMAC = dst, mac
+		s.lastDst, s.lastMAC, s.lastExp = dst, mac, now.Add(neighTTL)
 	}
 	copy(f.Buf[0:6], s.lastMAC)
 	copy(f.Buf[6:12], s.src)

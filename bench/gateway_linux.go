@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+	"errors"
+
+	"github.com/gsoplane/gsoplane/dataplane"
+	"github.com/gsoplane/gsoplane/txqueue"
+)
+
+// gateway is a dataplane.Gateway running between the TUN device in A and
+// gw-a.
+type gateway struct {
+	g      *dataplane.Gateway
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startGateway opens a gateway in A configured by cfg (names and routes
+// are filled in), brings its TUN device up with A's addresses and routes,
+// and runs it.
+func startGateway(l *lab, cfg dataplane.GatewayConfig) (*gateway, error) {
+	cfg.TUN.Name, cfg.NIC, cfg.Routes = tunName, nicA, aRoutes
+	gw := &gateway{done: make(chan error, 1)}
+	err := inNetns(l.a, func() error {
+		var err error
+		gw.g, err = dataplane.OpenGateway(cfg)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := l.tunUp(tunName); err != nil {
+		return nil, errors.Join(err, gw.g.Close())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	gw.cancel = cancel
+	go func() { gw.done <- gw.g.Run(ctx) }()
+	return gw, nil
+}
+
+// stop stops the gateway and closes it.
+func (gw *gateway) stop() error {
+	gw.cancel()
+	return errors.Join(<-gw.done, gw.g.Close())
+}
+
+// counters fills in the dataplane side of c.
+func (gw *gateway) counters(c *counters) {
+	st := gw.g.Stats()
+	c.Segments = st.Forward.Transmitted
+	c.Reads = st.Forward.SuperPackets
+	c.Drops = st.Forward.Dropped() + st.Unresolved
+	c.BudgetInFlight, c.BudgetLimit = st.Budget.InFlight, st.Budget.Limit
+}
+
+// extra are the gateway's whole-run waits: where the forwarder held back.
+func (gw *gateway) extra() map[string]float64 {
+	st := gw.g.Stats()
+	return waits(st.Forward, st.Budget, st.Queue)
+}
+
+// waits summarises a forwarder's waits for the JSON "extra" object.
+func waits(f dataplane.Stats, b txqueue.BudgetStats, q txqueue.Stats) map[string]float64 {
+	m := map[string]float64{
+		"frame_stalls":       float64(f.FrameStalls),
+		"budget_stalls":      float64(b.Stalls),
+		"budget_stall_ms":    float64(b.StallTime.Milliseconds()),
+		"budget_peak_bytes":  float64(b.Peak),
+		"queue_stalls":       float64(q.Stalls),
+		"queue_stall_ms":     float64(q.StallTime.Milliseconds()),
+		"tx_latency_mean_us": 0,
+	}
+	if f.Completed > 0 {
+		m["tx_latency_mean_us"] = float64(f.TxLatencySum.Microseconds()) / float64(f.Completed)
+	}
+	return m
+}

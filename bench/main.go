@@ -1,0 +1,186 @@
+// Command bench is gsoplane's benchmark: the three classic experiments
+// behind the project, side by side with peers, on a topology it builds
+// itself (two network namespaces, a veth pair, the gateway in process) and
+// removes afterwards.
+//
+//	sudo go run ./bench                      # every scenario, 3 runs each
+//	sudo go run ./bench -scenario gso -runs 5 -duration 5s
+//	sudo go run ./bench -json -out results.json
+//
+// Scenarios:
+//
+//	backpressure  UDP_SEGMENT stream through a paced TX path, budget on/off
+//	gso           TCP stream: gsoplane GSO, TUN without offloads, kernel only
+//	hook          64-byte packets, many flows: no hook, no-op hook, inspecting hook
+//	peers         TCP stream with wireguard-go's TUN reader and Tailscale's
+//	              GSOSplit in place of gsoplane's reader and segmenter
+//
+// Every row is measured -runs times (interleaved with the other rows of its
+// scenario), each run for -duration after -warmup; tables show the median
+// run with the minimum and maximum. Progress goes to stderr, one line per
+// second. It needs root (network namespaces, TUN, AF_XDP, BPF), Linux,
+// iproute2 and ethtool; iperf3, when installed, adds a row.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	// The first Ctrl-C (or SIGTERM) stops the bench, which then removes
+	// its namespaces; a second one kills it at once (the next run will
+	// then refuse to start and say how to remove the leftovers).
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() { <-ctx.Done(); stop() }()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Exit codes.
+const (
+	exitOK          = 0
+	exitFailed      = 1 // a run failed
+	exitUsage       = 2 // bad flags, not root, leftovers
+	exitInterrupted = 130
+)
+
+// scenarioNames lists the scenarios in the order they run.
+var scenarioNames = []string{"backpressure", "gso", "hook", "peers"}
+
+// options are the parsed flags.
+type options struct {
+	scenarios  []string
+	measure    measureOpts
+	lineRate   int64
+	json       bool
+	out        string
+	cpuprofile string
+}
+
+// run parses args and runs the selected scenarios; it returns the exit
+// code. It is main without the process around it, for tests.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	opts, code, err := parseFlags(args, stderr)
+	if err != nil {
+		if code != exitOK {
+			fmt.Fprintf(stderr, "bench: %v\n", err)
+		}
+		return code
+	}
+	return execute(ctx, opts, stdout, stderr)
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, int, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	scen := fs.String("scenario", "all", "scenarios to run, comma-separated: "+strings.Join(scenarioNames, ", ")+", or all")
+	duration := fs.Duration("duration", 3*time.Second, "measured time per run, after the warm-up")
+	warmup := fs.Duration("warmup", time.Second, "time per run before measuring starts (excluded)")
+	runs := fs.Int("runs", 3, "runs per row; the median is reported with min–max")
+	rate := bitrate(1e9)
+	fs.Var(&rate, "line-rate", "emulated line rate of the backpressure scenario, bit/s (suffixes k, M, G)")
+	jsonOut := fs.Bool("json", false, "print the results as JSON on stdout instead of tables")
+	out := fs.String("out", "", "also save the results as JSON to this file")
+	verbose := fs.Bool("v", false, "verbose: every run's numbers and sar-like CPU details")
+	cpuprofile := fs.String("cpuprofile", "", "write a Go CPU profile of the whole run to this file")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: sudo go run ./bench [flags]\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return options{}, exitOK, err
+		}
+		return options{}, exitUsage, err
+	}
+	if fs.NArg() > 0 {
+		return options{}, exitUsage, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	o := options{
+		measure:  measureOpts{warmup: *warmup, duration: *duration, runs: *runs, verbose: *verbose},
+		lineRate: int64(rate), json: *jsonOut, out: *out, cpuprofile: *cpuprofile,
+	}
+	switch {
+	case *duration <= 0:
+		return o, exitUsage, fmt.Errorf("-duration must be positive")
+	case *warmup < 0:
+		return o, exitUsage, fmt.Errorf("-warmup must not be negative")
+	case *runs < 1:
+		return o, exitUsage, fmt.Errorf("-runs must be at least 1")
+	case rate <= 0:
+		return o, exitUsage, fmt.Errorf("-line-rate must be positive")
+	}
+	for _, s := range strings.Split(*scen, ",") {
+		s = strings.TrimSpace(s)
+		switch {
+		case s == "all":
+			o.scenarios = append(o.scenarios, scenarioNames...)
+		case contains(scenarioNames, s):
+			o.scenarios = append(o.scenarios, s)
+		default:
+			return o, exitUsage, fmt.Errorf("unknown scenario %q (have %s)", s, strings.Join(scenarioNames, ", "))
+		}
+	}
+	o.scenarios = dedupe(o.scenarios)
+	return o, exitOK, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func dedupe(list []string) []string {
+	var out []string
+	for _, s := range list {
+		if !contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// bitrate is a flag value in bit/s with an optional k, M or G suffix.
+type bitrate int64
+
+func (b *bitrate) String() string { return formatRate(float64(*b)) }
+
+func (b *bitrate) Set(s string) error {
+	mult := 1.0
+	switch {
+	case strings.HasSuffix(s, "G"), strings.HasSuffix(s, "g"):
+		mult, s = 1e9, s[:len(s)-1]
+	case strings.HasSuffix(s, "M"), strings.HasSuffix(s, "m"):
+		mult, s = 1e6, s[:len(s)-1]
+	case strings.HasSuffix(s, "k"), strings.HasSuffix(s, "K"):
+		mult, s = 1e3, s[:len(s)-1]
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || v <= 0 {
+		return fmt.Errorf("bit rate %q: want a positive number with an optional k, M or G", s)
+	}
+	*b = bitrate(v * mult)
+	return nil
+}
+
+func formatRate(bps float64) string {
+	switch {
+	case bps >= 1e9 && int64(bps)%1e9 == 0:
+		return fmt.Sprintf("%gG", bps/1e9)
+	case bps >= 1e6:
+		return fmt.Sprintf("%gM", bps/1e6)
+	}
+	return strconv.FormatFloat(bps, 'f', -1, 64)
+}

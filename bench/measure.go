@@ -1,0 +1,323 @@
+package main
+
+// The measuring loop shared by every scenario: start a trial (topology,
+// dataplane, traffic), let it warm up, take a snapshot of its counters and
+// of /proc/stat, wait -duration while printing one progress line per
+// second, take a second snapshot, stop, and turn the differences into a
+// runResult. Rows are interleaved across runs (run 1 of every row, then
+// run 2, ... in rotating order) so that drift on a shared machine hits
+// every row alike.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"time"
+)
+
+// counters is what a running trial reports at any moment; the runner
+// takes differences between two snapshots.
+type counters struct {
+	RxBytes    uint64 // bytes the receiver got (payload; hook: IP bytes forwarded)
+	Received   uint64 // datagrams or packets received (see rowSpec.units)
+	RxMessages uint64 // UDP: sends whose every datagram was received
+	RxMsgBytes uint64 // UDP: their payload bytes
+	Sent       uint64 // sends or bytes sent (see rowSpec.units)
+	SendErrors uint64 // sends refused by the kernel (ENOBUFS)
+	Segments   uint64 // segments the dataplane transmitted
+	Reads      uint64 // packets the dataplane read from its source
+	Drops      uint64 // packets or segments the dataplane dropped
+	Retrans    uint64 // TCP retransmissions of the sender (TCP_INFO)
+
+	BudgetInFlight, BudgetLimit int64 // the send budget, bytes
+}
+
+// final holds what a trial knows only once it has stopped.
+type final struct {
+	Lost    *int64             // datagrams sent and never received, whole run
+	Bps     *float64           // throughput measured by an outside tool (iperf3)
+	Retrans *uint64            // retransmits measured by an outside tool
+	Extra   map[string]float64 // row-specific facts
+}
+
+// trial is one running measurement.
+type trial interface {
+	snapshot() counters
+	// finish stops the traffic and the dataplane and removes the
+	// topology; it is called exactly once.
+	finish() (final, error)
+}
+
+// units names what a row's sent and received counters count.
+type units struct{ sent, received string }
+
+// rowSpec is one row of a scenario's table.
+type rowSpec struct {
+	name    string
+	units   units
+	retrans bool // TCP: report retransmits
+	ppsMain bool // the row's main metric is pps, not throughput
+	ppsAtB  bool // pps counts packets arriving at gw-b (no dataplane to count)
+	start   func(ctx context.Context) (trial, error)
+}
+
+// runResult is one measured run of a row.
+type runResult struct {
+	Seconds       float64            `json:"seconds"`
+	ThroughputBps float64            `json:"throughput_bps"`
+	PPS           float64            `json:"pps"`
+	Sent          uint64             `json:"sent"`
+	SendErrors    uint64             `json:"send_errors"`
+	Received      uint64             `json:"received"`
+	RxMessages    uint64             `json:"received_messages,omitempty"`
+	GoodputBps    float64            `json:"goodput_bps,omitempty"`
+	Drops         uint64             `json:"drops"`
+	Retransmits   uint64             `json:"retransmits"`
+	SegsPerRead   float64            `json:"segments_per_read,omitempty"`
+	Lost          *int64             `json:"lost,omitempty"`
+	CPU           []CoreUsage        `json:"cpu"`
+	Extra         map[string]float64 `json:"extra,omitempty"`
+}
+
+// main returns the metric runs are ranked by.
+func (r runResult) main(pps bool) float64 {
+	if pps {
+		return r.PPS
+	}
+	return r.ThroughputBps
+}
+
+// rowResult collects the runs of one row.
+type rowResult struct {
+	scenario string
+	spec     rowSpec
+	runs     []runResult
+	errs     []string
+}
+
+// median returns the run with the median main metric (the lower middle
+// one for an even count) and the minimum and maximum of that metric.
+func (r *rowResult) median() (med runResult, lo, hi float64, ok bool) {
+	if len(r.runs) == 0 {
+		return runResult{}, 0, 0, false
+	}
+	runs := append([]runResult(nil), r.runs...)
+	sort.SliceStable(runs, func(i, j int) bool { return runs[i].main(r.spec.ppsMain) < runs[j].main(r.spec.ppsMain) })
+	return runs[(len(runs)-1)/2], runs[0].main(r.spec.ppsMain), runs[len(runs)-1].main(r.spec.ppsMain), true
+}
+
+// measureOpts are the timing options of every run.
+type measureOpts struct {
+	warmup, duration time.Duration
+	runs             int
+	verbose          bool
+}
+
+// runRows measures every row opts.runs times, interleaved in rotating
+// order, and writes progress lines to progress. It stops early when ctx
+// ends.
+func runRows(ctx context.Context, scenario string, rows []rowSpec, opts measureOpts, progress io.Writer) []*rowResult {
+	results := make([]*rowResult, len(rows))
+	for i, r := range rows {
+		results[i] = &rowResult{scenario: scenario, spec: r}
+	}
+	for run := 1; run <= opts.runs; run++ {
+		// Rotate the order from run to run, so that no row always comes
+		// first (after a scenario's set-up) or last.
+		for k := range results {
+			res := results[(k+run-1)%len(results)]
+			if ctx.Err() != nil {
+				return results
+			}
+			label := fmt.Sprintf("[%s %s %d/%d]", scenario, res.spec.name, run, opts.runs)
+			rr, err := measureOnce(ctx, res.spec, opts, label, progress)
+			if err != nil {
+				if ctx.Err() != nil {
+					return results
+				}
+				fmt.Fprintf(progress, "%s failed: %v\n", label, err)
+				res.errs = append(res.errs, err.Error())
+				continue
+			}
+			res.runs = append(res.runs, rr)
+			if opts.verbose {
+				fmt.Fprintf(progress, "%s done: %s\n", label, describeRun(res.spec, rr))
+			}
+		}
+	}
+	return results
+}
+
+// measureOnce runs one trial of a row.
+func measureOnce(ctx context.Context, spec rowSpec, opts measureOpts, label string, progress io.Writer) (rr runResult, err error) {
+	t, err := spec.start(ctx)
+	if err != nil {
+		return rr, err
+	}
+	finished := false
+	defer func() {
+		if !finished {
+			_, ferr := t.finish()
+			err = errors.Join(err, ferr)
+		}
+	}()
+
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	begin := time.Now()
+	first := t.snapshot()
+	last, lastAt := first, begin
+	var c0 counters
+	var cpu0 cpuTimes
+	var t0 time.Time
+	warm := opts.warmup <= 0
+	if warm {
+		c0, cpu0, t0 = last, readCPU(), begin
+	}
+	warmTimer := time.NewTimer(max(opts.warmup, 0))
+	defer warmTimer.Stop()
+	var endTimer <-chan time.Time
+	if warm {
+		endTimer = time.After(opts.duration)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return rr, ctx.Err()
+		case <-warmTimer.C:
+			if !warm {
+				warm = true
+				c0, cpu0, t0 = t.snapshot(), readCPU(), time.Now()
+				endTimer = time.After(opts.duration)
+			}
+			continue
+		case now := <-tick.C:
+			c := t.snapshot()
+			fmt.Fprintln(progress, progressLine(label, spec, now.Sub(begin), warm, first, last, c, now.Sub(lastAt), c0, now.Sub(t0)))
+			last, lastAt = c, now
+			continue
+		case <-endTimer:
+		}
+		break
+	}
+	c1, cpu1, t1 := t.snapshot(), readCPU(), time.Now()
+	finished = true
+	fin, err := t.finish()
+	if err != nil {
+		return rr, err
+	}
+	secs := t1.Sub(t0).Seconds()
+	d := diff(c1, c0)
+	rr = runResult{
+		Seconds:       secs,
+		ThroughputBps: float64(d.RxBytes) * 8 / secs,
+		PPS:           float64(d.Segments) / secs,
+		Sent:          d.Sent,
+		SendErrors:    d.SendErrors,
+		Received:      d.Received,
+		RxMessages:    d.RxMessages,
+		GoodputBps:    float64(d.RxMsgBytes) * 8 / secs,
+		Drops:         d.Drops,
+		Retransmits:   d.Retrans,
+		Lost:          fin.Lost,
+		CPU:           cpuUsage(cpu0, cpu1),
+		Extra:         fin.Extra,
+	}
+	if d.Reads > 0 {
+		rr.SegsPerRead = float64(d.Segments) / float64(d.Reads)
+	}
+	if spec.ppsAtB {
+		rr.PPS = float64(d.Received) / secs // no userspace dataplane: the receiving NIC's count
+	}
+	if fin.Bps != nil {
+		rr.ThroughputBps = *fin.Bps
+	}
+	if fin.Retrans != nil {
+		rr.Retransmits = *fin.Retrans
+	}
+	return rr, nil
+}
+
+// diff returns b - a, field by field (counters only grow).
+func diff(b, a counters) counters {
+	sub := func(x, y uint64) uint64 {
+		if x < y {
+			return 0
+		}
+		return x - y
+	}
+	return counters{
+		RxBytes: sub(b.RxBytes, a.RxBytes), Received: sub(b.Received, a.Received),
+		RxMessages: sub(b.RxMessages, a.RxMessages), RxMsgBytes: sub(b.RxMsgBytes, a.RxMsgBytes),
+		Sent: sub(b.Sent, a.Sent), SendErrors: sub(b.SendErrors, a.SendErrors),
+		Segments: sub(b.Segments, a.Segments), Reads: sub(b.Reads, a.Reads),
+		Drops: sub(b.Drops, a.Drops), Retrans: sub(b.Retrans, a.Retrans),
+	}
+}
+
+// progressLine is the once-a-second line: the last second's rate, the
+// average since the measurement window opened, the drops since the trial
+// started and the budget in use.
+func progressLine(label string, spec rowSpec, elapsed time.Duration, warm bool, first, prev, cur counters, dt time.Duration, c0 counters, window time.Duration) string {
+	d := diff(cur, prev)
+	s := dt.Seconds()
+	mpps, mbps := float64(d.Segments)/s/1e6, float64(d.RxBytes)*8/s/1e6
+	phase, avg := "warm-up", ""
+	if warm {
+		phase = "measure"
+		if w, ws := diff(cur, c0), window.Seconds(); ws > 0.2 {
+			if spec.ppsMain {
+				avg = fmt.Sprintf(" (avg %.3f)", float64(w.Segments)/ws/1e6)
+			} else {
+				avg = fmt.Sprintf(" (avg %.0f)", float64(w.RxBytes)*8/ws/1e6)
+			}
+		}
+	}
+	rate := fmt.Sprintf("%7.0f Mbit/s%s  %.3f Mpps", mbps, avg, mpps)
+	if spec.ppsMain {
+		rate = fmt.Sprintf("%.3f Mpps%s  %5.0f Mbit/s", mpps, avg, mbps)
+	}
+	line := fmt.Sprintf("%s %-7s %3.0fs  %s  drops %d", label, phase, elapsed.Seconds(), rate, diff(cur, first).Drops)
+	if d.SendErrors > 0 {
+		line += fmt.Sprintf("  send errors %d/s", uint64(float64(d.SendErrors)/s))
+	}
+	if cur.BudgetLimit > 0 {
+		line += fmt.Sprintf("  budget %.2f/%.2f MiB", float64(cur.BudgetInFlight)/(1<<20), float64(cur.BudgetLimit)/(1<<20))
+	} else if cur.Segments > 0 || cur.Reads > 0 {
+		line += "  budget off"
+	}
+	return line
+}
+
+// describeRun is the -v line for a finished run.
+func describeRun(spec rowSpec, r runResult) string {
+	s := fmt.Sprintf("%.0f Mbit/s, %.3f Mpps, sent %d, send errors %d, received %d, drops %d",
+		r.ThroughputBps/1e6, r.PPS/1e6, r.Sent, r.SendErrors, r.Received, r.Drops)
+	if spec.retrans {
+		s += fmt.Sprintf(", retransmits %d", r.Retransmits)
+	}
+	if r.Lost != nil {
+		s += fmt.Sprintf(", lost %d", *r.Lost)
+	}
+	if r.SegsPerRead > 0 {
+		s += fmt.Sprintf(", %.1f segments/read", r.SegsPerRead)
+	}
+	for _, k := range sortedKeys(r.Extra) {
+		s += fmt.Sprintf(", %s %.0f", k, r.Extra[k])
+	}
+	for _, c := range r.CPU {
+		s += fmt.Sprintf(", %s %.0f%% (usr %.0f sys %.0f si %.0f)", c.CPU, c.Busy(), c.User, c.System, c.SoftIRQ)
+	}
+	return s
+}
+
+func sortedKeys(m map[string]float64) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

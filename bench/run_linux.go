@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"runtime/pprof"
+	"strings"
+)
+
+// scenarioDef is one scenario: its rows, how to compare them, and what to
+// say under its table.
+type scenarioDef struct {
+	name   string
+	title  func(o options) string
+	rows   func(o options) []rowSpec
+	ratios func(rows []*rowResult, o options) []ratio
+	notes  []string
+}
+
+var scenarios = map[string]scenarioDef{
+	"backpressure": {
+		name: "backpressure",
+		title: func(o options) string {
+			return fmt.Sprintf("backpressure: UDP_STREAM A→B through the gateway, %d × %d B per send (UDP_SEGMENT), unlimited sender, TX paced at %s bit/s",
+				bpSegs, bpSize, formatRate(float64(o.lineRate)))
+		},
+		rows:   func(o options) []rowSpec { return backpressureRows(o.lineRate) },
+		ratios: func(rows []*rowResult, o options) []ratio { return backpressureRatios(rows, o.lineRate) },
+		notes: []string{
+			fmt.Sprintf("64 × 1400 B cannot be one UDP_SEGMENT send (at most 65507 bytes): %d × %d B = %d B is.", bpSegs, bpSize, bpSegs*bpSize),
+			"sent = successful sends (super-packets); send errors = sends refused with ENOBUFS, which the sender waits out and resends:",
+			"  the TUN driver orphans packets, so ENOBUFS (noqueue qdisc, full TUN ring) is how backpressure reaches a UDP sender.",
+			"received = datagrams at the receiving socket; rx Mbit/s = UDP payload; % line counts IP bytes, as the pacer does;",
+			"drops = the gateway's drops in the window; lost = datagrams sent and never received over the whole run, after draining.",
+			"Without backpressure the forwarder drops mostly whole super-packets (no free frames), so what arrives is whole sends at",
+			"  line rate: with UDP_SEGMENT the cost shows in delivered %, drops, lost and CPU, not in receiver throughput (the seed's",
+			"  collapse came from UFO, where one lost IP fragment loses the whole datagram).",
+		},
+	},
+	"gso": {
+		name: "gso",
+		title: func(o options) string {
+			return "gso: one TCP stream A→B — gsoplane GSO (TUN offloads) vs TUN without offloads (the kernel segments) vs kernel only (no userspace)"
+		},
+		rows:   func(o options) []rowSpec { return gsoRows(o.measure) },
+		ratios: func(rows []*rowResult, o options) []ratio { return gsoRatios(rows) },
+		notes: []string{
+			"Mbit/s = bytes read by the receiving socket; retrans = tcpi_total_retrans of the sender; Mpps = segments the gateway sent;",
+			"kernel: A routes B's prefix out of gw-a, super-packets cross the veth unsegmented (its Mpps counts gw-b's skbs).",
+			"gsoplane-iperf3 (when iperf3 is installed): iperf3's own report through the gsoplane row's set-up.",
+		},
+	},
+	"hook": {
+		name: "hook",
+		title: func(o options) string {
+			return fmt.Sprintf("hook: %d-byte UDP payloads, %d flows, sendmmsg ×%d, through the gateway's fast path; B drops them at tc ingress",
+				hookPayload, hookFlows, smallBatch)
+		},
+		rows:   func(o options) []rowSpec { return hookRows() },
+		ratios: func(rows []*rowResult, o options) []ratio { return hookRatios(rows) },
+		notes: []string{
+			"Mpps = segments the gateway sent per second (Gateway.Stats); Mbit/s = their IP bytes. No pktgen on this kernel:",
+			"our own sender, which shares the 2 cores with the gateway, so the rate is the whole system's, not the gateway's alone.",
+			"noop = a hook returning true; inspect = parse IPv4/IPv6 and UDP/TCP headers (gVisor views), check a port set.",
+			"ns/segment and bound: the hooks timed alone; they bound what a hook can cost when the run-to-run noise hides it.",
+			"In the JSON, percentages are fractions (0.0003 = 0.03%).",
+		},
+	},
+	"peers": {
+		name: "peers",
+		title: func(o options) string {
+			return "peers: the TCP stream of gso with the TUN reader + segmenter swapped, same TX path (AF_XDP, XSKSink, budget, queue)"
+		},
+		rows:   func(o options) []rowSpec { return peersRows() },
+		ratios: func(rows []*rowResult, o options) []ratio { return peersRatios(rows) },
+		notes: []string{
+			"wireguard-go = golang.zx2c4.com/wireguard/tun CreateTUN with offloads, Device.Read splits; tailscale-split = our TUN",
+			"read as is, each super-packet split by github.com/tailscale/wireguard-go tun.GSOSplit. Both hand the forwarder split",
+			"packets (segments/read 1.0), which it copies into AF_XDP frames; gsoplane segments straight into the frames.",
+		},
+	},
+}
+
+// execute runs the scenarios of o; it checks privileges and leftovers
+// first and removes everything it created on the way out.
+func execute(ctx context.Context, o options, stdout, stderr io.Writer) (code int) {
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(stderr, "bench: needs root: it creates network namespaces, veth and TUN devices, AF_XDP sockets and XDP/BPF programs.")
+		fmt.Fprintln(stderr, "Run it as: sudo go run ./bench")
+		return exitUsage
+	}
+	if dead, live := leftovers(); len(live) > 0 || len(dead) > 0 {
+		for pid := range live {
+			fmt.Fprintf(stderr, "bench: another bench run (pid %d) is using %s%d-* namespaces: wait for it to finish.\n", pid, netnsPrefix, pid)
+		}
+		if len(dead) > 0 {
+			fmt.Fprintf(stderr, "bench: namespaces left behind by a bench run that did not clean up:\n  %s\nRemove them (as root) with:\n  %s\n",
+				strings.Join(dead, "\n  "), cleanupCommand)
+		}
+		return exitUsage
+	}
+	defer func() {
+		if err := closeAllLabs(); err != nil {
+			fmt.Fprintf(stderr, "bench: cleanup: %v\n", err)
+			code = max(code, exitFailed)
+		}
+	}()
+
+	if o.cpuprofile != "" {
+		f, err := os.Create(o.cpuprofile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "bench: cpu profile: %v\n", err)
+			return exitUsage
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
+	rep := newReport(o)
+	for _, name := range o.scenarios {
+		def := scenarios[name]
+		fmt.Fprintf(stderr, "== %s\n", def.title(o))
+		rows := runRows(ctx, name, def.rows(o), o.measure, stderr)
+		rep.add(def.name, def.title(o), rows, def.ratios(rows, o), def.notes)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if ctx.Err() != nil {
+		fmt.Fprintln(stderr, "bench: interrupted; the namespaces are being removed, results so far follow")
+		code = exitInterrupted
+	}
+	if o.json {
+		if err := rep.writeJSON(stdout); err != nil {
+			fmt.Fprintf(stderr, "bench: %v\n", err)
+			return max(code, exitFailed)
+		}
+	} else {
+		rep.writeText(stdout, o.measure.verbose)
+	}
+	if o.out != "" {
+		if err := rep.saveJSON(o.out); err != nil {
+			fmt.Fprintf(stderr, "bench: %v\n", err)
+			return max(code, exitFailed)
+		}
+	}
+	if code == exitOK && rep.failed() {
+		fmt.Fprintln(stderr, "bench: some runs failed (see above)")
+		code = exitFailed
+	}
+	return code
+}

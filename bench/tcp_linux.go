@@ -1,0 +1,137 @@
+package main
+
+// One bulk TCP stream from A to B (netperf TCP_STREAM): the sender writes
+// 256 KiB at a time as fast as the socket takes it, the receiver reads and
+// discards. Retransmits come from the sender socket's TCP_INFO.
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+const tcpChunk = 256 << 10
+
+type tcpStream struct {
+	ln         *net.TCPListener
+	conn, peer *net.TCPConn
+
+	sent, rxBytes atomic.Uint64
+	retrans       atomic.Uint64 // last TCP_INFO tcpi_total_retrans seen
+
+	stopping atomic.Bool
+	wg       sync.WaitGroup
+}
+
+// startTCPStream connects from A to srv:port in B and starts the stream.
+func startTCPStream(l *lab, srv netip.Addr, port int) (*tcpStream, error) {
+	s := &tcpStream{}
+	addr := net.TCPAddrFromAddrPort(netip.AddrPortFrom(srv, uint16(port)))
+	err := inNetns(l.b, func() error {
+		var err error
+		s.ln, err = net.ListenTCP("tcp4", addr)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listen tcp %v: %w", addr, err)
+	}
+	err = inNetns(l.a, func() error {
+		c, err := net.DialTimeout("tcp4", addr.String(), 5*time.Second)
+		if err == nil {
+			s.conn = c.(*net.TCPConn)
+		}
+		return err
+	})
+	if err == nil {
+		s.ln.SetDeadline(time.Now().Add(5 * time.Second))
+		s.peer, err = s.ln.AcceptTCP()
+	}
+	if err != nil {
+		s.close()
+		return nil, fmt.Errorf("connect tcp %v: %w", addr, err)
+	}
+	s.wg.Add(2)
+	go s.receive()
+	go s.send()
+	return s, nil
+}
+
+func (s *tcpStream) send() {
+	defer s.wg.Done()
+	chunk := make([]byte, tcpChunk)
+	for i := range chunk {
+		chunk[i] = byte(i*131 + i>>8) // not all zeros, not compressible by anyone on the way
+	}
+	for !s.stopping.Load() {
+		n, err := s.conn.Write(chunk)
+		s.sent.Add(uint64(n))
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (s *tcpStream) receive() {
+	defer s.wg.Done()
+	buf := make([]byte, tcpChunk)
+	for {
+		n, err := s.peer.Read(buf)
+		s.rxBytes.Add(uint64(n))
+		if err != nil {
+			return
+		}
+	}
+}
+
+// retransmits reads the sender's TCP_INFO; after an error it returns the
+// last value read.
+func (s *tcpStream) retransmits() uint64 {
+	raw, err := s.conn.SyscallConn()
+	if err != nil {
+		return s.retrans.Load()
+	}
+	raw.Control(func(fd uintptr) {
+		if info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO); err == nil {
+			s.retrans.Store(uint64(info.Total_retrans))
+		}
+	})
+	return s.retrans.Load()
+}
+
+func (s *tcpStream) counters(c *counters) {
+	c.Sent, c.RxBytes = s.sent.Load(), s.rxBytes.Load()
+	c.Retrans = s.retransmits()
+}
+
+// stop ends the stream and closes the sockets.
+func (s *tcpStream) stop() error {
+	s.stopping.Store(true)
+	s.retransmits()
+	s.close()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-time.After(5 * time.Second):
+		return errors.New("tcp stream did not stop")
+	}
+}
+
+func (s *tcpStream) close() {
+	if s.conn != nil {
+		s.conn.Close()
+	}
+	if s.peer != nil {
+		s.peer.Close()
+	}
+	if s.ln != nil {
+		s.ln.Close()
+	}
+}

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Tests of the parts that need no privileges: flags, statistics, CPU
+// accounting and output.
+
+func TestParseFlags(t *testing.T) {
+	o, code, err := parseFlags([]string{"-scenario", "gso,hook,gso", "-line-rate", "500M", "-duration", "2s", "-runs", "5"}, io.Discard)
+	if err != nil || code != exitOK {
+		t.Fatalf("parseFlags: %v (%d)", err, code)
+	}
+	if strings.Join(o.scenarios, ",") != "gso,hook" || o.lineRate != 500e6 || o.measure.duration != 2*time.Second || o.measure.runs != 5 {
+		t.Errorf("got %+v", o)
+	}
+	o, _, _ = parseFlags(nil, io.Discard)
+	if strings.Join(o.scenarios, ",") != strings.Join(scenarioNames, ",") || o.lineRate != 1e9 || o.measure.runs != 3 {
+		t.Errorf("defaults: %+v", o)
+	}
+	for _, bad := range [][]string{
+		{"-scenario", "nope"}, {"-runs", "0"}, {"-duration", "0s"}, {"-line-rate", "fast"}, {"extra"},
+	} {
+		if _, code, err := parseFlags(bad, io.Discard); err == nil || code != exitUsage {
+			t.Errorf("%q: err %v, code %d", bad, err, code)
+		}
+	}
+	if _, code, _ := parseFlags([]string{"-h"}, io.Discard); code != exitOK {
+		t.Errorf("-h: code %d", code)
+	}
+}
+
+func TestBitrate(t *testing.T) {
+	for in, want := range map[string]int64{"1G": 1e9, "2.5g": 2.5e9, "100M": 100e6, "64k": 64e3, "1e9": 1e9} {
+		var b bitrate
+		if err := b.Set(in); err != nil || int64(b) != want {
+			t.Errorf("%s: %d, %v; want %d", in, b, err, want)
+		}
+	}
+}
+
+func TestMedianAndRatio(t *testing.T) {
+	rows := func(vals ...float64) *rowResult {
+		r := &rowResult{spec: rowSpec{name: "x"}}
+		for _, v := range vals {
+			r.runs = append(r.runs, runResult{ThroughputBps: v})
+		}
+		return r
+	}
+	a, b := rows(30, 10, 20), rows(10, 5, 10)
+	m, lo, hi, ok := a.median()
+	if !ok || m.ThroughputBps != 20 || lo != 10 || hi != 30 {
+		t.Errorf("median %v [%v, %v]", m.ThroughputBps, lo, hi)
+	}
+	if m, _, _, _ := rows(4, 1, 3, 2).median(); m.ThroughputBps != 2 {
+		t.Errorf("even count: median %v, want the lower middle 2", m.ThroughputBps)
+	}
+	q := ratioOf("a/b", "", a, b, false)
+	if q.Value != 2 || q.Lo != 2 || q.Hi != 3 {
+		t.Errorf("ratio %+v", q)
+	}
+	if s := q.String(); s != "2.00× (per run 2.00–3.00×)" {
+		t.Errorf("ratio text %q", s)
+	}
+	if s := (ratio{Value: 0.995, Delta: true}).String(); s != "-0.50%" {
+		t.Errorf("delta text %q", s)
+	}
+	if s := (ratio{Value: math.Inf(1)}).String(); s != "∞" {
+		t.Errorf("infinite ratio text %q", s)
+	}
+}
+
+func TestCPU(t *testing.T) {
+	a := parseCPU([]byte("cpu  1 2 3 4 5 6 7 8 0 0\ncpu0 100 0 100 800 0 0 0 0 0 0\ncpu1 0 0 0 1000 0 0 0 0 0 0\nintr 1\n"))
+	b := parseCPU([]byte("cpu  1 2 3 4 5 6 7 8 0 0\ncpu0 150 0 130 800 0 0 20 0 0 0\ncpu1 0 0 0 1100 0 0 0 0 0 0\n"))
+	u := cpuUsage(a, b)
+	if len(u) != 2 || u[0].CPU != "cpu0" || u[0].User != 50 || u[0].System != 30 || u[0].SoftIRQ != 20 || u[0].Busy() != 100 || u[1].Busy() != 0 {
+		t.Fatalf("usage %+v", u)
+	}
+	avg := meanUsage([][]CoreUsage{u, {{CPU: "cpu0", Idle: 100}, {CPU: "cpu1", Idle: 100}}})
+	if avg[0].User != 25 || avg[0].Idle != 50 {
+		t.Errorf("mean %+v", avg)
+	}
+}
+
+func TestSNMPField(t *testing.T) {
+	snmp := "Ip: Forwarding DefaultTTL\nIp: 1 64\nUdp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\nUdp: 10 2 3 4 5 6\n"
+	if v := snmpField(snmp, "Udp:", "RcvbufErrors"); v != 5 {
+		t.Errorf("RcvbufErrors %d, want 5", v)
+	}
+}
+
+// TestOutput renders a synthetic report as text and JSON.
+func TestOutput(t *testing.T) {
+	lost := int64(0)
+	rep := newReport(options{measure: measureOpts{runs: 2, duration: time.Second}, lineRate: 1e9})
+	on := &rowResult{scenario: "backpressure", spec: rowSpec{name: "on", units: units{"sends", "datagrams"}},
+		runs: []runResult{{ThroughputBps: 980e6, Sent: 100, Received: 4600, Lost: &lost, CPU: []CoreUsage{{CPU: "cpu0", Idle: 80}}}}}
+	off := &rowResult{scenario: "backpressure", spec: rowSpec{name: "off", units: units{"sends", "datagrams"}}, errs: []string{"boom"}}
+	rep.add("backpressure", "title", []*rowResult{on, off}, []ratio{{Key: "k", Value: 2}}, []string{"a note"})
+	var text bytes.Buffer
+	rep.writeText(&text, true)
+	for _, want := range []string{"== title", "980 [980–980]", "20%", "k = 2.00×", "off: run failed: boom", "note: a note", "Average:"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("text output lacks %q:\n%s", want, text.String())
+		}
+	}
+	var js bytes.Buffer
+	if err := rep.writeJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var back jsonReport
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	if len(back.Rows) != 2 || back.Rows[0].ThroughputBps != 980e6 || back.Rows[0].Lost == nil || back.Ratios["backpressure"]["k"] != 2 {
+		t.Errorf("JSON round trip: %+v", back)
+	}
+	if !rep.failed() {
+		t.Error("a row with a failed run does not fail the report")
+	}
+}
