@@ -1,0 +1,177 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// config is udpfwd's configuration, from flags and UDPFWD_* variables.
+type config struct {
+	TUN      string
+	Addrs    prefixList
+	MTU      int
+	Routes   prefixList
+	Redirect prefixList
+	Queues   int
+	GSO      bool
+	GRO      bool
+
+	NIC      string
+	NextHop  addrValue
+	Port     choice
+	XDPMode  choice
+	ZeroCopy bool
+
+	Budget       budgetValue
+	TxQueueLen   int
+	Backpressure bool
+	DrainTimeout time.Duration
+
+	Metrics   string
+	Pprof     bool
+	LogLevel  choice
+	LogFormat choice
+	Verbose   bool
+
+	User string
+}
+
+// envPrefix starts the environment variable of every flag: -tx-queue-len
+// is UDPFWD_TX_QUEUE_LEN.
+const envPrefix = "UDPFWD_"
+
+// envName returns the environment variable that sets flag name.
+func envName(name string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// newFlagSet binds the flags to cfg, with their defaults.
+func newFlagSet(cfg *config) *flag.FlagSet {
+	fs := flag.NewFlagSet("udpfwd", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // run reports errors and prints the help itself
+	fs.Usage = func() {}
+	cfg.Port = choice{"auto", []string{"xdp", "packet", "auto"}}
+	cfg.XDPMode = choice{"auto", []string{"auto", "native", "generic"}}
+	cfg.LogLevel = choice{"info", []string{"debug", "info", "warn", "error"}}
+	cfg.LogFormat = choice{"text", []string{"text", "json"}}
+
+	fs.StringVar(&cfg.TUN, "tun", "udpfwd0", "`NAME` of the TUN device: created if missing, attached if it exists (at most 15 bytes)")
+	fs.Var(&cfg.Addrs, "addr", "`PREFIX` to put on the TUN device, e.g. 198.18.0.1/24; repeatable or comma-separated")
+	fs.IntVar(&cfg.MTU, "mtu", 0, "MTU of the TUN device in `BYTES`, 576 to 65535 and at most the NIC's; 0 leaves it")
+	fs.Var(&cfg.Routes, "route", "destination `PREFIX` to route into the TUN device (ip route add PREFIX dev TUN); repeatable or comma-separated")
+	fs.Var(&cfg.Redirect, "redirect", "destination `PREFIX` behind the TUN device: packets to it arriving on the NIC go into the TUN; repeatable or comma-separated (default: the networks of -addr)")
+	fs.IntVar(&cfg.Queues, "queues", 1, "`N` TUN queues, one forwarder each, 1 to 256 and at most the NIC's RX queues")
+	fs.BoolVar(&cfg.GSO, "gso", true, "take TCP/UDP super-packets from the TUN and segment them here (false: the kernel segments before the TUN)")
+	fs.BoolVar(&cfg.GRO, "gro", false, "coalesce packets from the NIC before the TUN: not implemented yet, only false is accepted")
+
+	fs.StringVar(&cfg.NIC, "nic", "", "`NAME` of the NIC to transmit on and receive from (required)")
+	fs.Var(&cfg.NextHop, "next-hop", "`ADDR` of the NIC-side gateway for every destination (default: each destination's route through the NIC)")
+	fs.Var(&cfg.Port, "port", "NIC port `MODE`: xdp (AF_XDP) or auto (= xdp); packet (AF_PACKET) is not implemented yet")
+	fs.Var(&cfg.XDPMode, "xdp-mode", "XDP attach `MODE`: auto (native, else generic), native or generic")
+	fs.BoolVar(&cfg.ZeroCopy, "zero-copy", false, "bind the AF_XDP sockets in zero-copy mode (the driver must support it)")
+
+	fs.Var(&cfg.Budget, "budget", "send budget per TUN queue in truesize `BYTES`, 544K to 543M (suffixes K, M, G are powers of 1024), or auto for the self-sizing limit; a fixed budget also sizes the AF_XDP frames")
+	fs.IntVar(&cfg.TxQueueLen, "tx-queue-len", 0, "at most `N` segments queued or in flight per TUN queue, 1 to the TX frames (2048 with -budget auto; needs -queues 1); 0: every TX frame")
+	fs.BoolVar(&cfg.Backpressure, "backpressure", true, "stop reading the TUN while the budget is full (false: drop what does not fit, for comparison only)")
+	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", 5*time.Second, "time (`DURATION`) to stop and send what is queued after SIGINT or SIGTERM, 100ms to 10m")
+
+	fs.StringVar(&cfg.Metrics, "metrics", "127.0.0.1:9464", "`ADDR` (host:port) to serve Prometheus /metrics on; empty disables")
+	fs.BoolVar(&cfg.Pprof, "pprof", false, "also serve /debug/pprof/ on the -metrics address")
+	fs.Var(&cfg.LogLevel, "log-level", "log `LEVEL`: debug, info, warn or error")
+	fs.Var(&cfg.LogFormat, "log-format", "log `FORMAT`: text or json")
+	fs.BoolVar(&cfg.Verbose, "v", false, "print one stats line per second to stderr")
+
+	fs.StringVar(&cfg.User, "user", "", "`USER` (name or uid) to switch to after set-up; needs CAP_SETUID and CAP_SETGID")
+	return fs
+}
+
+// flagGroups orders the flags in the help text.
+var flagGroups = []struct {
+	title string
+	names []string
+}{
+	{"TUN side", []string{"tun", "addr", "mtu", "route", "redirect", "queues", "gso", "gro"}},
+	{"NIC side", []string{"nic", "next-hop", "port", "xdp-mode", "zero-copy"}},
+	{"Transmit path", []string{"budget", "tx-queue-len", "backpressure", "drain-timeout"}},
+	{"Observability", []string{"metrics", "pprof", "log-level", "log-format", "v"}},
+	{"Privileges", []string{"user"}},
+}
+
+// parseConfig parses args, then fills every flag not given on the command
+// line from its UDPFWD_* variable, then validates. It returns
+// flag.ErrHelp for -h, the flag package's error for a malformed command
+// line, or one error listing every problem.
+func parseConfig(args []string, lookupEnv func(string) (string, bool)) (*config, error) {
+	cfg := new(config)
+	fs := newFlagSet(cfg)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	var p problems
+	if fs.NArg() > 0 {
+		p.add("unexpected argument %q (every option is a flag)", fs.Arg(0))
+	}
+	p.merge(applyEnv(fs, lookupEnv))
+	if len(p) == 0 {
+		p.merge(cfg.validate())
+	}
+	return cfg, p.err("invalid configuration")
+}
+
+// applyEnv sets every flag that the command line did not from its
+// environment variable: the command line wins.
+func applyEnv(fs *flag.FlagSet, lookupEnv func(string) (string, bool)) problems {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var p problems
+	fs.VisitAll(func(f *flag.Flag) {
+		v, ok := lookupEnv(envName(f.Name))
+		if !ok || given[f.Name] {
+			return
+		}
+		if err := fs.Set(f.Name, v); err != nil {
+			p.add("%s=%q (for -%s): %v", envName(f.Name), v, f.Name, err)
+		}
+	})
+	return p
+}
+
+// printUsage writes the grouped help text.
+func printUsage(w io.Writer) {
+	fs := newFlagSet(new(config))
+	fmt.Fprint(w, `Usage: udpfwd -nic NAME [flags]
+
+udpfwd forwards between a TUN device and a NIC: super-packets from the TUN
+are segmented in software and sent through AF_XDP with backpressure;
+packets for -redirect prefixes arriving on the NIC are written into the TUN.
+
+Every flag can also be set with an environment variable UDPFWD_<NAME>
+(upper case, '-' as '_': UDPFWD_NIC, UDPFWD_TX_QUEUE_LEN); a flag on the
+command line wins. Lists take comma-separated values.
+`)
+	for _, g := range flagGroups {
+		fmt.Fprintf(w, "\n%s:\n", g.title)
+		for _, name := range g.names {
+			printFlag(w, fs.Lookup(name))
+		}
+	}
+	fmt.Fprint(w, "\nExit status: 0 clean stop, 1 failure, 2 bad flags or environment;\n"+
+		"128+N when a second signal N stops it at once. See docs/udpfwd.md.\n")
+}
+
+// printFlag writes one flag's help entry, like flag.PrintDefaults.
+func printFlag(w io.Writer, f *flag.Flag) {
+	arg, usage := flag.UnquoteUsage(f)
+	fmt.Fprintf(w, "  -%s", f.Name)
+	if arg != "" {
+		fmt.Fprintf(w, " %s", arg)
+	}
+	fmt.Fprintf(w, "\n    \t%s", usage)
+	if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+		fmt.Fprintf(w, " (default %s)", f.DefValue)
+	}
+	fmt.Fprintf(w, " [$%s]\n", envName(f.Name))
+}

@@ -1,0 +1,261 @@
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestEndToEnd drives the built binary as an operator would: udpfwd in
+// namespace A (dropping to user nobody), a SHA-256-checked TCP stream
+// (IPv4 and IPv6) and a lossless UDP_SEGMENT stream through it to B,
+// /metrics checked against what was sent, capabilities checked on every
+// thread, then SIGTERM: exit 0 within -drain-timeout, nothing left behind.
+func TestEndToEnd(t *testing.T) {
+	requireRoot(t)
+	a, b := newLab(t)
+	args := append([]string{"-v", "-pprof", "-budget", "8M", "-drain-timeout", "2s", "-log-format", "json"}, labArgs...)
+	if _, err := user.Lookup("nobody"); err == nil {
+		args = append(args, "-user", "nobody")
+	}
+	p := startUdpfwd(t, a, labEnv, args...)
+	waitReady(t, p, a)
+	checkPrivileges(t, p.cmd.Process.Pid)
+	if code := pprofStatus(t, a); code != 200 {
+		t.Errorf("-pprof: /debug/pprof/ answers %d", code)
+	}
+
+	const tcpBytes, v6Bytes = 64 << 20, 4 << 20
+	tcpStream(t, a, b, net.JoinHostPort(srv4, "5201"), tcpBytes)
+	tcpStream(t, a, b, net.JoinHostPort(srv6, "5202"), v6Bytes)
+	const sends, segs, size = 250, 40, 1400
+	enobufs := udpStream(t, a, b, sends, segs, size)
+	t.Logf("UDP: %d datagrams, %d ENOBUFS resends", sends*segs, enobufs)
+
+	m, err := scrape(a, "127.0.0.1:9464")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkMetrics(t, m, tcpBytes+v6Bytes, sends*segs, size)
+	if !p.waitOutput("udpfwd: tun->nic", 3*time.Second) {
+		t.Errorf("-v printed no stats line:\n%s", p.out.String())
+	}
+
+	start := time.Now()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.wait(4 * time.Second); code != 0 {
+		t.Fatalf("after SIGTERM: exit %d after %v, want 0 within the 2s drain timeout:\n%s", code, time.Since(start), p.out.String())
+	}
+	t.Logf("stopped %v after SIGTERM", time.Since(start).Round(time.Millisecond))
+	if left := leftovers(t, a); left != "" {
+		t.Errorf("left behind: %s", left)
+	}
+	for _, want := range []string{`"msg":"udpfwd started"`, `"xdp_mode":"native"`, `"capabilities":"CAP_NET_ADMIN"`, `"msg":"udpfwd stopped"`} {
+		if !strings.Contains(p.out.String(), want) {
+			t.Errorf("log lacks %s:\n%s", want, p.out.String())
+		}
+	}
+}
+
+// checkPrivileges checks that every thread of pid kept only CAP_NET_ADMIN
+// (and runs as nobody if that user exists).
+func checkPrivileges(t *testing.T, pid int) {
+	t.Helper()
+	tasks, _ := filepath.Glob(filepath.Join("/proc", strconv.Itoa(pid), "task", "*", "status"))
+	if len(tasks) == 0 {
+		t.Fatalf("no threads for pid %d", pid)
+	}
+	u, _ := user.Lookup("nobody")
+	for _, f := range tasks {
+		status, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"CapEff:\t0000000000001000", "CapPrm:\t0000000000001000", "CapAmb:\t0000000000000000"} {
+			if !strings.Contains(string(status), want) {
+				t.Errorf("%s: want %q:\n%s", f, want, status)
+			}
+		}
+		if u != nil && !strings.Contains(string(status), "Uid:\t"+u.Uid+"\t"+u.Uid) {
+			t.Errorf("%s: not running as nobody (%s)", f, u.Uid)
+		}
+	}
+}
+
+// tcpStream sends n pseudo-random bytes from A to a server in B and
+// compares the SHA-256 the server computes with the sender's.
+func tcpStream(t *testing.T, a, b, addr string, n int64) {
+	t.Helper()
+	var ln net.Listener
+	if err := inNetns(b, func() (err error) { ln, err = net.Listen("tcp", addr); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan []byte, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- nil
+			return
+		}
+		defer c.Close()
+		h := sha256.New()
+		io.Copy(h, c)
+		got <- h.Sum(nil)
+	}()
+	c, err := dial(a, "tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.New()
+	src := io.LimitReader(rand.NewChaCha8([32]byte{byte(n)}), n)
+	start := time.Now()
+	if _, err := io.Copy(io.MultiWriter(c, h), src); err != nil {
+		t.Fatalf("send to %s: %v", addr, err)
+	}
+	c.(*net.TCPConn).CloseWrite()
+	select {
+	case sum := <-got:
+		if string(sum) != string(h.Sum(nil)) {
+			t.Fatalf("%s: SHA-256 %x received, %x sent", addr, sum, h.Sum(nil))
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s: receiver timed out", addr)
+	}
+	c.Close()
+	d := time.Since(start)
+	t.Logf("TCP %s: %d MiB in %v (%.0f Mbit/s), SHA-256 ok", addr, n>>20, d.Round(time.Millisecond), float64(n)*8/d.Seconds()/1e6)
+}
+
+// udpStream sends sends UDP_SEGMENT super-packets of segs datagrams of
+// size bytes with sequence numbers from A to B, resending on ENOBUFS
+// (the TUN ring was full: the kernel's backpressure), and checks that B
+// receives every datagram once. It returns how many resends it took.
+func udpStream(t *testing.T, a, b string, sends, segs, size int) int {
+	t.Helper()
+	addr := net.JoinHostPort(srv4, "9000")
+	var pc net.PacketConn
+	if err := inNetns(b, func() (err error) { pc, err = net.ListenPacket("udp", addr); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	setsockopt(t, pc.(*net.UDPConn), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64<<20)
+	got := make(chan int, 1)
+	go func() { got <- receiveSeqs(pc, sends*segs, size) }()
+
+	c, err := dial(a, "udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	setsockopt(t, c.(*net.UDPConn), unix.IPPROTO_IP, unix.IP_RECVERR, 1)
+	setsockopt(t, c.(*net.UDPConn), unix.IPPROTO_UDP, unix.UDP_SEGMENT, size)
+	buf, resends := make([]byte, segs*size), 0
+
+	for i := range sends {
+		for j := range segs {
+			binary.BigEndian.PutUint64(buf[j*size:], uint64(i*segs+j))
+		}
+		n, err := sendRetry(c, buf)
+		if err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+		resends += n
+	}
+	if n := <-got; n != sends*segs {
+		t.Fatalf("UDP: %d of %d datagrams received", n, sends*segs)
+	}
+	return resends
+}
+
+// sendRetry writes buf, again while the kernel refuses it with ENOBUFS,
+// and returns how many times it was refused.
+func sendRetry(c net.Conn, buf []byte) (int, error) {
+	for refused := 0; ; refused++ {
+		_, err := c.Write(buf)
+		if !errors.Is(err, syscall.ENOBUFS) {
+			return refused, err
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// receiveSeqs reads datagrams until it has seen want distinct sequence
+// numbers or nothing comes for 2 s, and returns how many it saw.
+func receiveSeqs(pc net.PacketConn, want, size int) int {
+	seen, n, buf := make([]bool, want), 0, make([]byte, 2048)
+	for n < want {
+		pc.SetReadDeadline(time.Now().Add(2 * time.Second))
+		m, _, err := pc.ReadFrom(buf)
+		if err != nil {
+			break
+		}
+		if seq := binary.BigEndian.Uint64(buf); m == size && seq < uint64(want) && !seen[seq] {
+			seen[seq] = true
+			n++
+		}
+	}
+	return n
+}
+
+func setsockopt(t *testing.T, c *net.UDPConn, level, opt, v int) {
+	t.Helper()
+	raw, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serr error
+	raw.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), level, opt, v) })
+	if serr != nil {
+		t.Fatalf("setsockopt %d/%d: %v", level, opt, serr)
+	}
+}
+
+// checkMetrics compares the scraped counters with the traffic sent:
+// tcpBytes of TCP payload and datagrams UDP datagrams of size bytes.
+func checkMetrics(t *testing.T, m map[string]float64, tcpBytes, datagrams, size int) {
+	t.Helper()
+	fwd := func(name string) float64 { return m[name+`{direction="tun_to_nic",port="xdp"}`] }
+	segs, supers := fwd("udpfwd_segments_total"), fwd("udpfwd_super_packets_total")
+	t.Logf("tun->nic: %.0f super-packets, %.0f segments, %.0f bytes; nic->tun %.0f packets; budget stalls %.0f",
+		supers, segs, fwd("udpfwd_bytes_total"), m[`udpfwd_packets_total{direction="nic_to_tun",port="xdp"}`],
+		m[`udpfwd_producer_stalls_total{cause="budget"}`])
+	checks := []struct {
+		what string
+		ok   bool
+	}{
+		{"no drops", sumMetric(m, "udpfwd_drops_total") == 0},
+		{"segments >= datagrams + TCP bytes/MSS", segs >= float64(datagrams+tcpBytes/1460)},
+		{"bytes >= payload sent", fwd("udpfwd_bytes_total") >= float64(tcpBytes+datagrams*size)},
+		{"GSO: fewer super-packets than segments", supers > 0 && supers < segs/4},
+		{"every segment handed to the NIC", fwd("udpfwd_packets_total") == segs},
+		{"every segment completed", m[`udpfwd_tx_completed_total{port="xdp"}`] == segs},
+		{"histogram counts every super-packet", m["udpfwd_segments_per_super_packet_count"] == supers},
+		{"histogram sums every segment", m["udpfwd_segments_per_super_packet_sum"] == segs},
+		{"latency histogram counts every completion", m["udpfwd_tx_completion_latency_seconds_count"] == segs},
+		{"return path carried the ACKs", m[`udpfwd_packets_total{direction="nic_to_tun",port="xdp"}`] > 0},
+		{"-budget 8M is the limit", m["udpfwd_budget_limit_bytes"] == 8<<20},
+		{"queue empty when idle", sumMetric(m, "udpfwd_queue_depth_segments") == 0},
+	}
+	for _, c := range checks {
+		if !c.ok {
+			t.Errorf("metrics: %s fails", c.what)
+		}
+	}
+	if t.Failed() {
+		t.Logf("metrics: %v", m)
+	}
+}

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/gsoplane/gsoplane/dataplane"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// gateway is the running dataplane plus what udpfwd configured around
+// it: the TUN device's addresses and routes, removed again at exit.
+type gateway struct {
+	*dataplane.Gateway
+	undo    []func() error // in reverse order of set-up
+	nic     int            // the NIC's ifindex
+	xdpProg uint32         // the ID of our XDP program, for detachNow
+	mtu     int            // the TUN device's MTU
+}
+
+// openGateway opens the dataplane and configures the TUN device: up, with
+// -addr addresses and -route routes.
+func openGateway(cfg *config) (*gateway, error) {
+	dg, err := dataplane.OpenGateway(gatewayConfig(cfg))
+	if err != nil {
+		return nil, err
+	}
+	g := &gateway{Gateway: dg, nic: dg.XDP().Ifindex()}
+	if link, err := netlink.LinkByIndex(g.nic); err == nil && link.Attrs().Xdp != nil {
+		g.xdpProg = link.Attrs().Xdp.ProgId
+	}
+	if err := g.configureTUN(cfg); err != nil {
+		return nil, errors.Join(err, g.close())
+	}
+	return g, nil
+}
+
+// gatewayConfig translates the flags into the dataplane's configuration.
+func gatewayConfig(cfg *config) dataplane.GatewayConfig {
+	modes := map[string]dataplane.XDPMode{"auto": dataplane.XDPModeAuto, "native": dataplane.XDPModeNative, "generic": dataplane.XDPModeGeneric}
+	return dataplane.GatewayConfig{
+		TUN:          dataplane.TUNConfig{Name: cfg.TUN, Queues: cfg.Queues, MTU: cfg.MTU, Offload: cfg.GSO},
+		NIC:          cfg.NIC,
+		Routes:       cfg.redirects(),
+		NextHop:      cfg.NextHop.addr,
+		Mode:         modes[cfg.XDPMode.value],
+		ZeroCopy:     cfg.ZeroCopy,
+		Backpressure: cfg.Backpressure,
+		Budget:       int(cfg.Budget.bytes),
+		QueueLen:     cfg.TxQueueLen,
+	}
+}
+
+// configureTUN brings the TUN device up and adds the addresses and
+// routes, recording how to remove each.
+func (g *gateway) configureTUN(cfg *config) error {
+	link, err := netlink.LinkByIndex(g.TUN().Index())
+	if err == nil {
+		err = netlink.LinkSetUp(link)
+	}
+	if err != nil {
+		return fmt.Errorf("bring up TUN %s: %w", g.TUN().Name(), err)
+	}
+	g.mtu = link.Attrs().MTU
+	for _, a := range cfg.Addrs {
+		if err := g.addAddr(link, a); err != nil {
+			return err
+		}
+	}
+	for _, r := range cfg.Routes {
+		if err := g.addRoute(link, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addAddr adds an address; one that is already there is left alone.
+func (g *gateway) addAddr(link netlink.Link, p netip.Prefix) error {
+	addr := &netlink.Addr{IPNet: ipNet(p)}
+	err := netlink.AddrAdd(link, addr)
+	switch {
+	case errors.Is(err, unix.EEXIST):
+		return nil
+	case err != nil:
+		return fmt.Errorf("-addr %v on %s: %w", p, link.Attrs().Name, err)
+	}
+	g.undo = append(g.undo, func() error { return netlink.AddrDel(link, addr) })
+	return nil
+}
+
+// addRoute routes prefix p into the TUN device.
+func (g *gateway) addRoute(link netlink.Link, p netip.Prefix) error {
+	route := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: ipNet(p), Scope: netlink.SCOPE_LINK}
+	if err := netlink.RouteAdd(route); err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			err = fmt.Errorf("a route to it exists already (ip route show %v): %w", p, err)
+		}
+		return fmt.Errorf("-route %v dev %s: %w", p, link.Attrs().Name, err)
+	}
+	g.undo = append(g.undo, func() error { return netlink.RouteDel(route) })
+	return nil
+}
+
+func ipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+// close removes the routes and addresses udpfwd added (they outlive an
+// attached TUN device), then closes the dataplane: the XDP program is
+// detached and a TUN device udpfwd created disappears.
+func (g *gateway) close() error {
+	var errs []error
+	for i := len(g.undo) - 1; i >= 0; i-- {
+		if err := g.undo[i](); err != nil && !gone(err) {
+			errs = append(errs, fmt.Errorf("undo TUN set-up: %w", err))
+		}
+	}
+	g.undo = nil
+	return errors.Join(append(errs, g.Close())...)
+}
+
+// gone reports whether a removal failed because the device, address or
+// route is gone already (a TUN device we created disappears when the
+// dataplane stops).
+func gone(err error) bool {
+	return errors.Is(err, unix.ENODEV) || errors.Is(err, unix.ESRCH) || errors.Is(err, unix.EADDRNOTAVAIL)
+}
+
+// detachNow detaches our XDP program from the NIC without waiting for
+// the dataplane, for an exit at once (the second signal); the kernel
+// removes a TUN device we created with our file descriptors. It is
+// safe while the dataplane runs: only the program leaves the NIC.
+func (g *gateway) detachNow() error {
+	link, err := netlink.LinkByIndex(g.nic)
+	if err != nil {
+		return err
+	}
+	x := link.Attrs().Xdp
+	if x == nil || !x.Attached || x.ProgId != g.xdpProg {
+		return nil // not ours
+	}
+	flags := unix.XDP_FLAGS_DRV_MODE
+	if g.XDP().Mode() == dataplane.XDPModeGeneric {
+		flags = unix.XDP_FLAGS_SKB_MODE
+	}
+	return netlink.LinkSetXdpFdWithFlags(link, -1, flags)
+}

@@ -1,0 +1,8 @@
+package main
+
+import (
+	"context"
+	"os"
+)
+
+func main() { os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr)) }

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"strconv"
+
+	"github.com/gsoplane/gsoplane/dataplane"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Directions and the port label (only AF_XDP exists yet).
+const (
+	toNIC   = "tun_to_nic"
+	toTUN   = "nic_to_tun"
+	portXDP = "xdp"
+)
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc("udpfwd_"+name, help, labels, nil)
+}
+
+// The metrics; docs/udpfwd.md (METRICS) says what each one counts.
+var (
+	descSuperPackets = desc("super_packets_total", "Super-packets read from the TUN (tun_to_nic) or written to it (nic_to_tun, one per packet without GRO).", "direction", "port")
+	descSegments     = desc("segments_total", "Segments cut and queued for the NIC (tun_to_nic) or received from it (nic_to_tun).", "direction", "port")
+	descPackets      = desc("packets_total", "Packets handed to the NIC (tun_to_nic) or written to the TUN (nic_to_tun).", "direction", "port")
+	descBytes        = desc("bytes_total", "IP bytes of the segments queued for the NIC (tun_to_nic) or written to the TUN (nic_to_tun).", "direction", "port")
+	descCompleted    = desc("tx_completed_total", "Segments the NIC reported sent (TX completions).", "port")
+	descTxErrors     = desc("tx_errors_total", "Transmit calls that failed.", "port")
+	descDrops        = desc("drops_total", "Packets dropped, by direction and reason (invalid, oversize: super-packets; others: segments or packets).", "direction", "reason")
+	descXSKEvents    = desc("xsk_events_total", "AF_XDP socket events from the kernel (XDP_STATISTICS) and kick failures, by RX queue.", "queue", "event")
+	descBudgetUsed   = desc("budget_in_use_bytes", "Truesize bytes charged to the send budget and not yet completed (first TUN queue).")
+	descBudgetLimit  = desc("budget_limit_bytes", "Current send budget limit (first TUN queue).")
+	descBudgetPeak   = desc("budget_peak_bytes", "Highest budget use seen (first TUN queue).")
+	descQueueDepth   = desc("queue_depth_segments", "Segments held by the transmit queue: pending or in flight (first TUN queue).", "state")
+	descQueueBytes   = desc("queue_depth_bytes", "Truesize bytes held by the transmit queue: pending or in flight (first TUN queue).", "state")
+	descQueuePeak    = desc("queue_high_water_segments", "Most segments the transmit queue held at once (first TUN queue).")
+	descQueuePeakB   = desc("queue_high_water_bytes", "Most truesize bytes the transmit queue held at once (first TUN queue).")
+	descStalls       = desc("producer_stalls_total", "Times a TUN reader waited: for budget, for queue room or for free TX frames.", "cause")
+	descStallTime    = desc("producer_stall_seconds_total", "Time TUN readers spent waiting for budget or for queue room.", "cause")
+	descSegsPerSP    = desc("segments_per_super_packet", "Segments each super-packet from the TUN was cut into.")
+	descTxLatency    = desc("tx_completion_latency_seconds", "Time from handing a segment to the NIC until its TX completion.")
+)
+
+// statsCollector exports a gateway's counters, read once per scrape.
+type statsCollector struct {
+	stats        func() dataplane.GatewayStats
+	backpressure bool // there is a budget to report
+}
+
+// Describe sends every metric's description.
+func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		descSuperPackets, descSegments, descPackets, descBytes, descCompleted, descTxErrors,
+		descDrops, descXSKEvents, descBudgetUsed, descBudgetLimit, descBudgetPeak, descQueueDepth,
+		descQueueBytes, descQueuePeak, descQueuePeakB, descStalls, descStallTime, descSegsPerSP, descTxLatency,
+	} {
+		ch <- d
+	}
+}
+
+// Collect takes one snapshot of the gateway's counters and sends them.
+func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.stats()
+	e := emitter{ch}
+	e.traffic(s)
+	e.drops(s)
+	e.xsk(s.XSK)
+	if c.backpressure {
+		e.budget(s)
+	}
+	e.queue(s)
+	e.histograms(s.Forward)
+}
+
+// emitter sends const metrics.
+type emitter struct{ ch chan<- prometheus.Metric }
+
+func (e emitter) counter(d *prometheus.Desc, v uint64, labels ...string) {
+	e.ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+}
+
+func (e emitter) gauge(d *prometheus.Desc, v int64, labels ...string) {
+	e.ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), labels...)
+}
+
+func (e emitter) traffic(s dataplane.GatewayStats) {
+	f, r := s.Forward, s.Return
+	var rx uint64
+	for _, x := range s.XSK {
+		rx += x.RX
+	}
+	e.counter(descSuperPackets, f.SuperPackets, toNIC, portXDP)
+	e.counter(descSuperPackets, r.Packets, toTUN, portXDP)
+	e.counter(descSegments, f.Segments, toNIC, portXDP)
+	e.counter(descSegments, rx, toTUN, portXDP)
+	e.counter(descPackets, f.Transmitted, toNIC, portXDP)
+	e.counter(descPackets, r.Packets, toTUN, portXDP)
+	e.counter(descBytes, f.Bytes, toNIC, portXDP)
+	e.counter(descBytes, r.Bytes, toTUN, portXDP)
+	e.counter(descCompleted, f.Completed, portXDP)
+	e.counter(descTxErrors, f.TxErrors, portXDP)
+}
+
+func (e emitter) drops(s dataplane.GatewayStats) {
+	for i, n := range s.Forward.Drops {
+		e.counter(descDrops, n, toNIC, dataplane.DropReason(i).String())
+	}
+	e.counter(descDrops, s.Unresolved, toNIC, "unresolved")
+	e.counter(descDrops, s.Return.Invalid, toTUN, "invalid")
+	e.counter(descDrops, s.Return.WriteErr, toTUN, "write_error")
+}
+
+func (e emitter) xsk(socks []dataplane.XSKStats) {
+	for i, x := range socks {
+		q := strconv.Itoa(i)
+		e.counter(descXSKEvents, x.RXDropped, q, "rx_dropped")
+		e.counter(descXSKEvents, x.RXInvalid, q, "rx_invalid")
+		e.counter(descXSKEvents, x.RXRingFull, q, "rx_ring_full")
+		e.counter(descXSKEvents, x.RXFillEmpty, q, "rx_fill_ring_empty")
+		e.counter(descXSKEvents, x.TXInvalid, q, "tx_invalid")
+		e.counter(descXSKEvents, x.KickErrors, q, "kick_error")
+	}
+}
+
+func (e emitter) budget(s dataplane.GatewayStats) {
+	b := s.Budget
+	e.gauge(descBudgetUsed, b.InFlight)
+	e.gauge(descBudgetLimit, b.Limit)
+	e.gauge(descBudgetPeak, b.Peak)
+	e.counter(descStalls, b.Stalls, "budget")
+	e.ch <- prometheus.MustNewConstMetric(descStallTime, prometheus.CounterValue, b.StallTime.Seconds(), "budget")
+}
+
+func (e emitter) queue(s dataplane.GatewayStats) {
+	q := s.Queue
+	e.gauge(descQueueDepth, int64(q.Pending), "pending")
+	e.gauge(descQueueDepth, int64(q.InFlight), "in_flight")
+	e.gauge(descQueueBytes, q.PendingBytes, "pending")
+	e.gauge(descQueueBytes, q.InFlightBytes, "in_flight")
+	e.gauge(descQueuePeak, int64(q.PeakHeld))
+	e.gauge(descQueuePeakB, q.PeakHeldBytes)
+	e.counter(descStalls, q.Stalls, "queue")
+	e.counter(descStalls, s.Forward.FrameStalls, "frames")
+	e.ch <- prometheus.MustNewConstMetric(descStallTime, prometheus.CounterValue, q.StallTime.Seconds(), "queue")
+}
+
+// histograms exports the dataplane's bucket counts as Prometheus
+// histograms. The segments' sum is exact: every segment cut is either
+// queued (Segments) or refused by the hook.
+func (e emitter) histograms(f dataplane.Stats) {
+	segBounds := make([]float64, len(dataplane.SegmentBounds))
+	for i, b := range dataplane.SegmentBounds {
+		segBounds[i] = float64(b)
+	}
+	cut := f.Segments + f.Drops[dataplane.DropHook]
+	e.ch <- histogram(descSegsPerSP, segBounds, f.SegmentsPerRead[:], float64(cut))
+
+	latBounds := make([]float64, len(dataplane.LatencyBounds))
+	for i, b := range dataplane.LatencyBounds {
+		latBounds[i] = b.Seconds()
+	}
+	e.ch <- histogram(descTxLatency, latBounds, f.TxLatency[:], f.TxLatencySum.Seconds())
+}
+
+// histogram builds a const histogram from per-bucket counts (the last one
+// above every bound).
+func histogram(d *prometheus.Desc, bounds []float64, counts []uint64, sum float64) prometheus.Metric {
+	buckets := make(map[float64]uint64, len(bounds))
+	var total uint64
+	for i, b := range bounds {
+		total += counts[i]
+		buckets[b] = total
+	}
+	total += counts[len(bounds)]
+	return prometheus.MustNewConstHistogram(d, total, sum, buckets)
+}

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"log/slog"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/gsoplane/gsoplane/dataplane"
+)
+
+// TestCollector checks the exported values against a known snapshot:
+// names, labels, and histograms made cumulative with exact sums.
+func TestCollector(t *testing.T) {
+	var s dataplane.GatewayStats
+	s.Forward.SuperPackets, s.Forward.Segments, s.Forward.Transmitted = 10, 95, 90
+	s.Forward.Drops[dataplane.DropHook] = 5
+	s.Forward.SegmentsPerRead[0], s.Forward.SegmentsPerRead[6], s.Forward.SegmentsPerRead[8] = 2, 7, 1 // 1, ≤64, >128
+	s.Forward.TxLatency[0], s.Forward.TxLatency[len(dataplane.LatencyBounds)] = 80, 10
+	s.Forward.TxLatencySum = 1500 * time.Millisecond
+	s.Unresolved = 3
+	s.Return.Packets, s.Return.WriteErr = 7, 1
+	s.Budget.Limit, s.Budget.InFlight, s.Budget.Stalls, s.Budget.StallTime = 1<<20, 4352, 4, 2*time.Second
+	s.Queue.Pending, s.Queue.PeakHeld = 3, 40
+	s.XSK = []dataplane.XSKStats{{RX: 5}, {RX: 6, RXRingFull: 2}}
+
+	rec := httptest.NewRecorder()
+	newHTTPServer(newRegistry(&statsCollector{stats: func() dataplane.GatewayStats { return s }, backpressure: true}), false, slog.New(slog.DiscardHandler)).
+		Handler.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	m, err := parseMetrics(rec.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]float64{
+		`udpfwd_super_packets_total{direction="tun_to_nic",port="xdp"}`:   10,
+		`udpfwd_segments_total{direction="nic_to_tun",port="xdp"}`:        11,
+		`udpfwd_packets_total{direction="tun_to_nic",port="xdp"}`:         90,
+		`udpfwd_drops_total{direction="tun_to_nic",reason="hook"}`:        5,
+		`udpfwd_drops_total{direction="tun_to_nic",reason="unresolved"}`:  3,
+		`udpfwd_drops_total{direction="nic_to_tun",reason="write_error"}`: 1,
+		`udpfwd_xsk_events_total{event="rx_ring_full",queue="1"}`:         2,
+		`udpfwd_budget_limit_bytes`:                                       1 << 20,
+		`udpfwd_budget_in_use_bytes`:                                      4352,
+		`udpfwd_producer_stalls_total{cause="budget"}`:                    4,
+		`udpfwd_producer_stall_seconds_total{cause="budget"}`:             2,
+		`udpfwd_queue_depth_segments{state="pending"}`:                    3,
+		`udpfwd_queue_high_water_segments`:                                40,
+		`udpfwd_segments_per_super_packet_bucket{le="1"}`:                 2,
+		`udpfwd_segments_per_super_packet_bucket{le="64"}`:                9,
+		`udpfwd_segments_per_super_packet_bucket{le="128"}`:               9,
+		`udpfwd_segments_per_super_packet_bucket{le="+Inf"}`:              10,
+		`udpfwd_segments_per_super_packet_sum`:                            100, // queued + refused by the hook
+		`udpfwd_tx_completion_latency_seconds_bucket{le="1e-05"}`:         80,
+		`udpfwd_tx_completion_latency_seconds_count`:                      90,
+		`udpfwd_tx_completion_latency_seconds_sum`:                        1.5,
+	} {
+		if got, ok := m[k]; !ok || got != want {
+			t.Errorf("%s = %v (present %v), want %v", k, got, ok, want)
+		}
+	}
+	if _, ok := m["go_goroutines"]; !ok {
+		t.Error("no Go runtime metrics")
+	}
+}

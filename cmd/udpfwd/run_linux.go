@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/gsoplane/gsoplane/dataplane"
+)
+
+// run is udpfwd: it parses and checks the configuration, sets up the
+// gateway, serves until SIGINT or SIGTERM and returns the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseConfig(args, os.LookupEnv)
+	if errors.Is(err, flag.ErrHelp) {
+		printUsage(stdout)
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "udpfwd: %v\nRun udpfwd -h for help.\n", err)
+		return exitUsage
+	}
+	acct, err := preflight(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "udpfwd: %v\n", err)
+		return exitUsage
+	}
+	// Signals are caught from here on: one during set-up stops the
+	// gateway as soon as it runs, instead of killing udpfwd with the XDP
+	// program still attached.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	d, code := start(cfg, acct, newLogger(cfg, stderr))
+	if d == nil {
+		return code
+	}
+	d.stats = stderr
+	return d.serve(ctx, sigs)
+}
+
+// daemon is a started udpfwd.
+type daemon struct {
+	cfg   *config
+	log   *slog.Logger
+	gw    *gateway
+	ln    net.Listener // nil without -metrics
+	srv   *http.Server
+	stats io.Writer // for -v
+}
+
+// start binds the metrics address, opens the gateway, drops privileges
+// and logs the effective configuration. On failure it undoes what it did
+// and returns a nil daemon and the exit status.
+func start(cfg *config, acct *account, log *slog.Logger) (*daemon, int) {
+	ln, err := listenMetrics(cfg.Metrics)
+	if err != nil {
+		log.Error("cannot start", "err", err)
+		return nil, exitFailure
+	}
+	gw, err := openGateway(cfg)
+	if err != nil {
+		closeListener(ln)
+		log.Error("cannot start", "err", err)
+		if errors.Is(err, dataplane.ErrInvalidConfig) {
+			return nil, exitUsage
+		}
+		return nil, exitFailure
+	}
+	d := &daemon{cfg: cfg, log: log, gw: gw, ln: ln}
+	if err := dropPrivileges(acct); errors.Is(err, errNoAllThreads) && acct == nil {
+		log.Warn("capabilities not dropped", "err", err)
+	} else if err != nil {
+		log.Error("cannot drop privileges", "err", err)
+		d.closeAll()
+		return nil, exitFailure
+	}
+	d.logStarted()
+	return d, exitOK
+}
+
+// closeAll closes the gateway and the metrics listener, logging failures.
+func (d *daemon) closeAll() error {
+	closeListener(d.ln)
+	err := d.gw.close()
+	if err != nil {
+		d.log.Error("close", "err", err)
+	}
+	return err
+}
+
+func closeListener(ln net.Listener) {
+	if ln != nil {
+		ln.Close()
+	}
+}
+
+// logStarted logs the one line with the effective configuration.
+func (d *daemon) logStarted() {
+	c, g, st := d.cfg, d.gw, d.gw.Stats()
+	caps, _ := effectiveCaps()
+	metrics := "off"
+	if d.ln != nil {
+		metrics = d.ln.Addr().String()
+	}
+	d.log.Info("udpfwd started",
+		"tun", g.TUN().Name(), "offloads", g.TUN().Offloads().String(), "queues", len(g.TUN().Queues()),
+		"mtu", g.mtu, "addr", c.Addrs.String(), "route", c.Routes.String(), "redirect", prefixList(c.redirects()).String(),
+		"nic", c.NIC, "next_hop", c.NextHop.String(), "port", portXDP, "xdp_mode", g.XDP().Mode().String(),
+		"zero_copy", c.ZeroCopy, "nic_queues", len(g.XDP().Sockets()), "gso", c.GSO, "gro", c.GRO,
+		"budget", c.Budget.String(), "budget_limit", st.Budget.Limit, "tx_queue_len", c.TxQueueLen,
+		"backpressure", c.Backpressure, "drain_timeout", c.DrainTimeout.String(),
+		"metrics", metrics, "pprof", c.Pprof, "user", c.User, "uid", os.Geteuid(), "capabilities", capNames(caps), "pid", os.Getpid())
+}

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"time"
+)
+
+// serve runs the gateway, the metrics server and -v until SIGINT or
+// SIGTERM arrives on sigs (or ctx ends), then stops within -drain-timeout
+// and cleans up.
+func (d *daemon) serve(ctx context.Context, sigs <-chan os.Signal) int {
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan struct{})
+	defer close(done)
+	go watchSignals(sigs, done, func(s os.Signal) {
+		d.log.Info("stopping", "signal", s.String(), "drain_timeout", d.cfg.DrainTimeout.String())
+		stop()
+	}, d.exitNow)
+
+	httpErr := d.startHTTP()
+	if d.cfg.Verbose {
+		go printStats(runCtx, d.stats, d.gw.Stats, time.Second)
+	}
+	runDone := make(chan error, 1)
+	go func() { runDone <- d.gw.Run(runCtx) }()
+
+	var failure error
+	select {
+	case err := <-runDone:
+		if runCtx.Err() == nil {
+			err = errors.Join(errors.New("the dataplane stopped by itself"), err)
+		}
+		return d.finish(err)
+	case err := <-httpErr:
+		failure = err
+		stop()
+	case <-runCtx.Done():
+	}
+	return d.drain(runDone, failure)
+}
+
+// drain waits up to -drain-timeout for the dataplane to stop reading and
+// send what is queued, then cleans up. Past the deadline it detaches the
+// XDP program and gives up (exit 1).
+func (d *daemon) drain(runDone <-chan error, failure error) int {
+	t := time.NewTimer(d.cfg.DrainTimeout)
+	defer t.Stop()
+	select {
+	case err := <-runDone:
+		return d.finish(errors.Join(failure, err))
+	case <-t.C:
+		d.log.Error("drain deadline passed: exiting without waiting for the dataplane", "drain_timeout", d.cfg.DrainTimeout.String())
+		if err := d.gw.detachNow(); err != nil {
+			d.log.Error("detach XDP program", "err", err)
+		}
+		return exitFailure
+	}
+}
+
+// exitNow exits at once on a second signal, detaching the XDP program
+// first; the kernel removes the TUN device with the process.
+func (d *daemon) exitNow(s os.Signal) {
+	d.log.Warn("second signal: exiting now", "signal", s.String())
+	if err := d.gw.detachNow(); err != nil {
+		d.log.Error("detach XDP program", "err", err)
+	}
+	os.Exit(signalExitCode(s))
+}
+
+// startHTTP serves the metrics listener, if any. The channel reports a
+// server failure.
+func (d *daemon) startHTTP() <-chan error {
+	errc := make(chan error, 1)
+	if d.ln == nil {
+		return errc
+	}
+	reg := newRegistry(&statsCollector{stats: d.gw.Stats, backpressure: d.cfg.Backpressure})
+	d.srv = newHTTPServer(reg, d.cfg.Pprof, d.log)
+	go func() {
+		if err := d.srv.Serve(d.ln); !errors.Is(err, http.ErrServerClosed) {
+			errc <- err
+		}
+	}()
+	return errc
+}
+
+// finish stops the metrics server, reports what was left unsent, closes
+// the gateway and returns the exit status.
+func (d *daemon) finish(failure error) int {
+	if d.srv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		d.srv.Shutdown(ctx)
+		cancel()
+	}
+	st := d.gw.Stats()
+	if left := st.Queue.Pending + st.Queue.InFlight; left > 0 {
+		d.log.Warn("segments left unsent at stop", "segments", left)
+	}
+	closeErr := d.closeAll()
+	d.log.Info("udpfwd stopped", "super_packets", st.Forward.SuperPackets, "segments", st.Forward.Segments,
+		"returned", st.Return.Packets, "drops", totalDrops(st))
+	if failure != nil {
+		d.log.Error("udpfwd failed", "err", failure)
+	}
+	if failure != nil || closeErr != nil {
+		return exitFailure
+	}
+	return exitOK
+}

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/gsoplane/gsoplane/dataplane"
+	"github.com/gsoplane/gsoplane/segment"
+	"github.com/gsoplane/gsoplane/txqueue"
+	"golang.org/x/sys/unix"
+)
+
+// Flag limits.
+const (
+	minMTU          = 576
+	maxMTU          = 65535
+	minIPv6MTU      = 1280
+	minDrainTimeout = 100 * time.Millisecond
+	maxDrainTimeout = 10 * time.Minute
+)
+
+// segTruesize is what one segment costs the budget: a default-sized frame.
+var segTruesize = int64(txqueue.Truesize(dataplane.DefaultXDPFrameSize))
+
+// The fixed budget's range: from one worst-case super-packet (the
+// dataplane's Burst) to what the most TX frames hold besides one.
+var (
+	minBudget = segment.DefaultMaxSegments * segTruesize
+	maxBudget = (dataplane.MaxXDPNumFrames/2 - segment.DefaultMaxSegments) * segTruesize
+)
+
+// umemFrames is the number of UMEM frames of each AF_XDP socket, half of
+// them for TX: the default, or from a fixed budget enough TX frames to
+// hold it plus one worst-case super-packet. It mirrors the dataplane's
+// sizing (umemFrames in dataplane/gateway_linux.go, unexported).
+func umemFrames(budget int64) int64 {
+	if budget <= 0 {
+		return dataplane.DefaultXDPNumFrames
+	}
+	tx := (budget+segTruesize-1)/segTruesize + segment.DefaultMaxSegments
+	return min(2*tx, dataplane.MaxXDPNumFrames)
+}
+
+// validate checks the flags against each other and their ranges, without
+// touching the system.
+func (c *config) validate() problems {
+	var p problems
+	p.merge(c.validateTUN())
+	p.merge(c.validateNIC())
+	p.merge(c.validateTransmit())
+	p.merge(c.validateObservability())
+	return p
+}
+
+func (c *config) validateTUN() problems {
+	var p problems
+	if msg := ifNameProblem(c.TUN); msg != "" {
+		p.add("-tun %q: %s", c.TUN, msg)
+	}
+	if c.MTU != 0 && (c.MTU < minMTU || c.MTU > maxMTU) {
+		p.add("-mtu %d: want %d to %d, or 0 to leave the device's MTU", c.MTU, minMTU, maxMTU)
+	} else if c.MTU != 0 && c.MTU < minIPv6MTU && c.hasIPv6() {
+		p.add("-mtu %d: IPv6 needs at least %d (an IPv6 -addr, -route or -redirect is set)", c.MTU, minIPv6MTU)
+	}
+	p.merge(networkProblems("-route", c.Routes))
+	p.merge(networkProblems("-redirect", c.Redirect))
+	if c.Queues < 1 || c.Queues > dataplane.MaxTUNQueues {
+		p.add("-queues %d: want 1 to %d", c.Queues, dataplane.MaxTUNQueues)
+	}
+	if c.GRO {
+		p.add("-gro=true: GRO is not implemented yet; only -gro=false is accepted")
+	}
+	return p
+}
+
+func (c *config) validateNIC() problems {
+	var p problems
+	switch msg := ifNameProblem(c.NIC); {
+	case c.NIC == "":
+		p.add("-nic is required: the interface to transmit on, e.g. -nic eth0")
+	case msg != "":
+		p.add("-nic %q: %s", c.NIC, msg)
+	case c.NIC == c.TUN:
+		p.add("-nic %q: the same device as -tun", c.NIC)
+	}
+	if c.Port.value == "packet" {
+		p.add("-port packet: AF_PACKET is not implemented yet; use -port xdp (or auto)")
+	}
+	return p
+}
+
+func (c *config) validateTransmit() problems {
+	var p problems
+	b := c.Budget.bytes
+	badBudget := b != 0 && (b < minBudget || b > maxBudget)
+	if badBudget {
+		p.add("-budget %d: want auto or %d (%dKiB) to %d (%dMiB) bytes", b, minBudget, minBudget>>10, maxBudget, maxBudget>>20)
+	}
+	switch txFrames := umemFrames(b) / 2; {
+	case c.TxQueueLen < 0 || !badBudget && int64(c.TxQueueLen) > txFrames:
+		p.add("-tx-queue-len %d: want 1 to %d (the TX frames with -budget %v), or 0 for every TX frame", c.TxQueueLen, txFrames, &c.Budget)
+	case c.TxQueueLen > 0 && c.Queues > 1:
+		p.add("-tx-queue-len %d: only with -queues 1 (the dataplane sizes per-queue queues itself)", c.TxQueueLen)
+	}
+	if c.DrainTimeout < minDrainTimeout || c.DrainTimeout > maxDrainTimeout {
+		p.add("-drain-timeout %v: want %v to %v", c.DrainTimeout, minDrainTimeout, maxDrainTimeout)
+	}
+	return p
+}
+
+func (c *config) validateObservability() problems {
+	var p problems
+	if c.Metrics != "" && !strings.Contains(c.Metrics, ":") {
+		p.add("-metrics %q: want host:port, e.g. 127.0.0.1:9464, or empty to disable", c.Metrics)
+	}
+	if c.Pprof && c.Metrics == "" {
+		p.add("-pprof: needs a -metrics address to serve /debug/pprof/ on")
+	}
+	return p
+}
+
+// ifNameProblem applies the kernel's rules for interface names and says
+// what is wrong with name, or returns "".
+func ifNameProblem(name string) string {
+	switch {
+	case len(name) > unix.IFNAMSIZ-1:
+		return fmt.Sprintf("name too long: %d bytes, at most %d", len(name), unix.IFNAMSIZ-1)
+	case name == "." || name == "..":
+		return "name cannot be . or .."
+	case strings.ContainsAny(name, "/: \t\n\v\f\r\x00"):
+		return "name contains '/', ':', a NUL or white space"
+	}
+	return ""
+}
+
+// networkProblems reports prefixes with host bits set: a route names a
+// network.
+func networkProblems(flagName string, l prefixList) problems {
+	var p problems
+	for _, pfx := range l {
+		if pfx != pfx.Masked() {
+			p.add("%s %v: host bits set; did you mean %v?", flagName, pfx, pfx.Masked())
+		}
+	}
+	return p
+}
+
+// hasIPv6 reports whether any prefix flag is IPv6.
+func (c *config) hasIPv6() bool {
+	for _, l := range []prefixList{c.Addrs, c.Routes, c.Redirect} {
+		for _, pfx := range l {
+			if pfx.Addr().Is6() && !pfx.Addr().Is4In6() {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// redirects returns -redirect, or else the networks of -addr.
+func (c *config) redirects() []netip.Prefix {
+	if len(c.Redirect) > 0 {
+		return c.Redirect
+	}
+	out := make([]netip.Prefix, 0, len(c.Addrs))
+	for _, a := range c.Addrs {
+		out = append(out, a.Masked())
+	}
+	return out
+}
