@@ -75,6 +75,9 @@ type ForwarderConfig struct {
 	// TxRate caps the sink's rate in bits per second of IP packets, to
 	// emulate a slower line; 0 → no cap.
 	TxRate int64
+	// DrainTime bounds how long Run, once stopped, waits for the queue to
+	// empty; 0 → DefaultDrainTime.
+	DrainTime time.Duration
 }
 
 // Forwarder moves super-packets from a Source through segmentation, the
@@ -104,12 +107,15 @@ func NewForwarder(cfg ForwarderConfig) (*Forwarder, error) {
 	if cfg.Batch <= 0 {
 		cfg.Batch = 32
 	}
+	if cfg.DrainTime <= 0 {
+		cfg.DrainTime = DefaultDrainTime
+	}
 	return &Forwarder{cfg: cfg, freed: make(chan struct{}, 1)}, nil
 }
 
 // Run forwards until ctx ends, the source fails or the sink fails. Then it
 // stops reading, lets the sink loop transmit what was queued (for up to
-// drainTime) and returns the error that ended it (nil when ctx ended).
+// DrainTime) and returns the error that ended it (nil when ctx ended).
 // Run does not interrupt a Source.Read in progress: to stop a forwarder
 // whose source blocks, cancel ctx and close the source (OpenGateway's Run
 // does). After Run, Queue.Close releases whatever is still charged.
@@ -135,13 +141,14 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	return errors.Join(err, sinkErr)
 }
 
-// drainTime is how long Run waits for the queue to empty once it stops.
-const drainTime = time.Second
+// DefaultDrainTime is how long Run waits, by default, for the queue to
+// empty once it stops.
+const DefaultDrainTime = time.Second
 
-// drain waits until the queue is empty, drainTime has passed or the sink
+// drain waits until the queue is empty, DrainTime has passed or the sink
 // loop has ended.
 func (f *Forwarder) drain(sinkDone <-chan struct{}) {
-	deadline := time.Now().Add(drainTime)
+	deadline := time.Now().Add(f.cfg.DrainTime)
 	for time.Now().Before(deadline) {
 		st := f.cfg.Queue.Stats()
 		if st.Pending == 0 && st.InFlight == 0 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/gsoplane/gsoplane/segment"
 	"github.com/gsoplane/gsoplane/txqueue"
@@ -37,6 +38,9 @@ type GatewayConfig struct {
 	QueueLen    int   // most segments queued or in flight; 0: every TX frame
 	TxRate      int64 // emulated line rate in bit/s; 0: none
 	Hook        Hook
+	// DrainTimeout bounds how long Run, once ctx ends, sends what is
+	// queued; 0: DefaultDrainTime.
+	DrainTimeout time.Duration
 }
 
 // Gateway forwards between a TUN device and a NIC: super-packets read from
@@ -56,9 +60,9 @@ type Gateway struct {
 type GatewayStats struct {
 	Forward    Stats // summed over the forwarders
 	Return     ReturnStats
-	Unresolved uint64 // segments dropped for want of a next hop
-	Budget     txqueue.BudgetStats
-	Queue      txqueue.Stats
+	Unresolved uint64              // segments dropped for want of a next hop
+	Budget     txqueue.BudgetStats // summed over the TUN queues' budgets
+	Queue      txqueue.Stats       // summed over their queues
 	XSK        []XSKStats
 }
 
@@ -141,7 +145,7 @@ func (g *Gateway) addForwarder(cfg GatewayConfig, src *TUNQueue, x *XSK) error {
 	g.budgets, g.queues = append(g.budgets, budget), append(g.queues, queue)
 	f, err := NewForwarder(ForwarderConfig{
 		Source: src, HeaderSize: g.tun.HeaderSize(), Sink: sink, FrameSize: x.FrameSize(),
-		Budget: budget, Queue: queue, Hook: cfg.Hook, TxRate: cfg.TxRate,
+		Budget: budget, Queue: queue, Hook: cfg.Hook, TxRate: cfg.TxRate, DrainTime: cfg.DrainTimeout,
 	})
 	if err != nil {
 		return err
@@ -168,8 +172,11 @@ func NewAccounting(cfg GatewayConfig, x *XSK) (*txqueue.Budget, *txqueue.Queue[F
 	frames := x.TXFree()
 	size := txqueue.Truesize(x.FrameSize())
 	qlen := frames
+	if cfg.QueueLen > frames {
+		return nil, nil, fmt.Errorf("dataplane: %w: QueueLen %d is more than the %d TX frames", ErrInvalidConfig, cfg.QueueLen, frames)
+	}
 	if cfg.QueueLen > 0 {
-		qlen = min(cfg.QueueLen, frames)
+		qlen = cfg.QueueLen
 	}
 	if !cfg.Backpressure {
 		q, err := txqueue.NewQueue[Frame](txqueue.QueueConfig{Policy: txqueue.DropTail, Packets: qlen, Bytes: qlen * size})
@@ -182,7 +189,7 @@ func NewAccounting(cfg GatewayConfig, x *XSK) (*txqueue.Budget, *txqueue.Queue[F
 	}
 	b, err := txqueue.NewBudget(txqueue.BudgetConfig{Burst: burst, Limit: limit, Fixed: cfg.Budget > 0})
 	if err != nil {
-		return nil, nil, fmt.Errorf("dataplane: budget: %w", err)
+		return nil, nil, fmt.Errorf("dataplane: %w: budget: %w", ErrInvalidConfig, err)
 	}
 	q, err := txqueue.NewQueue[Frame](txqueue.QueueConfig{Policy: txqueue.Block, Packets: qlen, Bytes: limit + burst})
 	return b, q, err
@@ -260,11 +267,11 @@ func (g *Gateway) Stats() GatewayStats {
 	for _, k := range g.sinks {
 		s.Unresolved += k.Unresolved()
 	}
-	if len(g.budgets) > 0 && g.budgets[0] != nil {
-		s.Budget = g.budgets[0].Stats()
-	}
-	if len(g.queues) > 0 {
-		s.Queue = g.queues[0].Stats()
+	for i, q := range g.queues {
+		s.Queue = addQueueStats(s.Queue, q.Stats())
+		if b := g.budgets[i]; b != nil {
+			s.Budget = addBudgetStats(s.Budget, b.Stats())
+		}
 	}
 	if g.xdp != nil {
 		for _, x := range g.xdp.Sockets() {
@@ -272,4 +279,38 @@ func (g *Gateway) Stats() GatewayStats {
 		}
 	}
 	return s
+}
+
+// addBudgetStats sums two budgets' counters; the peak is the sum of the
+// peaks, an upper bound of the joint one.
+func addBudgetStats(a, b txqueue.BudgetStats) txqueue.BudgetStats {
+	a.Limit += b.Limit
+	a.InFlight += b.InFlight
+	a.Peak += b.Peak
+	a.Refused += b.Refused
+	a.Stalls += b.Stalls
+	a.StallTime += b.StallTime
+	a.Grown += b.Grown
+	a.Shrunk += b.Shrunk
+	return a
+}
+
+// addQueueStats sums two queues' counters; peaks as in addBudgetStats.
+func addQueueStats(a, b txqueue.Stats) txqueue.Stats {
+	a.Enqueued += b.Enqueued
+	a.Dequeued += b.Dequeued
+	a.Completed += b.Completed
+	a.Discarded += b.Discarded
+	for i := range a.Dropped {
+		a.Dropped[i] += b.Dropped[i]
+	}
+	a.Pending += b.Pending
+	a.PendingBytes += b.PendingBytes
+	a.InFlight += b.InFlight
+	a.InFlightBytes += b.InFlightBytes
+	a.PeakHeld += b.PeakHeld
+	a.PeakHeldBytes += b.PeakHeldBytes
+	a.Stalls += b.Stalls
+	a.StallTime += b.StallTime
+	return a
 }

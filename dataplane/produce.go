@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/gsoplane/gsoplane/segment"
 	"github.com/gsoplane/gsoplane/txqueue"
@@ -124,12 +125,14 @@ func (p *producer) alloc(ctx context.Context, frames []Frame) error {
 			return errNoFrames
 		}
 		p.f.stats.frameStalls.Add(1)
+		start := time.Now()
 		select {
 		case <-p.f.freed:
 		case <-ctx.Done():
 			p.f.cfg.Sink.Free(frames[:got])
 			return ctx.Err()
 		}
+		p.f.stats.frameStallNanos.Add(uint64(time.Since(start)))
 		got += p.f.cfg.Sink.Alloc(frames[got:])
 	}
 	return nil

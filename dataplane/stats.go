@@ -39,14 +39,15 @@ var LatencyBounds = [...]time.Duration{
 
 // Stats is a snapshot of a forwarder's counters.
 type Stats struct {
-	SuperPackets uint64 // packets read from the source
-	Segments     uint64 // segments queued
-	Bytes        uint64 // IP bytes of the segments queued
-	Transmitted  uint64 // segments the sink took
-	Completed    uint64 // segments the sink reported gone
-	TxErrors     uint64 // Transmit calls that returned an error
-	FrameStalls  uint64 // times the producer waited for free frames
-	Drops        [numDropReasons]uint64
+	SuperPackets   uint64        // packets read from the source
+	Segments       uint64        // segments queued
+	Bytes          uint64        // IP bytes of the segments queued
+	Transmitted    uint64        // segments the sink took
+	Completed      uint64        // segments the sink reported gone
+	TxErrors       uint64        // Transmit calls that returned an error
+	FrameStalls    uint64        // times the producer waited for free frames
+	FrameStallTime time.Duration // total time it waited
+	Drops          [numDropReasons]uint64
 
 	// SegmentsPerRead counts super-packets by how many segments they were
 	// cut into (buckets bounded by SegmentBounds).
@@ -69,7 +70,7 @@ func (s Stats) Dropped() uint64 {
 type counters struct {
 	superPackets, segments, bytes    atomic.Uint64
 	transmitted, completed, txErrors atomic.Uint64
-	frameStalls                      atomic.Uint64
+	frameStalls, frameStallNanos     atomic.Uint64
 	drops                            [numDropReasons]atomic.Uint64
 	segHist                          [len(SegmentBounds) + 1]atomic.Uint64
 	latHist                          [len(LatencyBounds) + 1]atomic.Uint64
@@ -100,6 +101,7 @@ func (c *counters) snapshot() Stats {
 		TxErrors:     c.txErrors.Load(),
 		FrameStalls:  c.frameStalls.Load(),
 	}
+	s.FrameStallTime = time.Duration(c.frameStallNanos.Load())
 	for i := range s.Drops {
 		s.Drops[i] = c.drops[i].Load()
 	}
@@ -122,6 +124,7 @@ func (s Stats) add(o Stats) Stats {
 	s.Completed += o.Completed
 	s.TxErrors += o.TxErrors
 	s.FrameStalls += o.FrameStalls
+	s.FrameStallTime += o.FrameStallTime
 	for i := range s.Drops {
 		s.Drops[i] += o.Drops[i]
 	}

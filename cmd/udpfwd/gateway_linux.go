@@ -51,6 +51,7 @@ func gatewayConfig(cfg *config) dataplane.GatewayConfig {
 		Backpressure: cfg.Backpressure,
 		Budget:       int(cfg.Budget.bytes),
 		QueueLen:     cfg.TxQueueLen,
+		DrainTimeout: cfg.DrainTimeout,
 	}
 }
 

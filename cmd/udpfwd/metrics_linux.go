@@ -36,7 +36,7 @@ var (
 	descQueuePeak    = desc("queue_high_water_segments", "Most segments the transmit queue held at once (first TUN queue).")
 	descQueuePeakB   = desc("queue_high_water_bytes", "Most truesize bytes the transmit queue held at once (first TUN queue).")
 	descStalls       = desc("producer_stalls_total", "Times a TUN reader waited: for budget, for queue room or for free TX frames.", "cause")
-	descStallTime    = desc("producer_stall_seconds_total", "Time TUN readers spent waiting for budget or for queue room.", "cause")
+	descStallTime    = desc("producer_stall_seconds_total", "Time TUN readers spent waiting for budget, queue room or free frames.", "cause")
 	descSegsPerSP    = desc("segments_per_super_packet", "Segments each super-packet from the TUN was cut into.")
 	descTxLatency    = desc("tx_completion_latency_seconds", "Time from handing a segment to the NIC until its TX completion.")
 )
@@ -142,6 +142,7 @@ func (e emitter) queue(s dataplane.GatewayStats) {
 	e.counter(descStalls, q.Stalls, "queue")
 	e.counter(descStalls, s.Forward.FrameStalls, "frames")
 	e.ch <- prometheus.MustNewConstMetric(descStallTime, prometheus.CounterValue, q.StallTime.Seconds(), "queue")
+	e.ch <- prometheus.MustNewConstMetric(descStallTime, prometheus.CounterValue, s.Forward.FrameStallTime.Seconds(), "frames")
 }
 
 // histograms exports the dataplane's bucket counts as Prometheus
