@@ -3,7 +3,7 @@
 GO ?= go
 PURE := ./segment/... ./txqueue/...
 
-.PHONY: test check bench
+.PHONY: test check bench udpfwd
 test: check
 	$(GO) test -race -count=1 $(PURE)
 	$(GO) test -count=1 ./...
@@ -14,3 +14,7 @@ check:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./segment ./txqueue
+
+# udpfwd drops capabilities on every thread, which needs a cgo-free build.
+udpfwd:
+	CGO_ENABLED=0 $(GO) build -o udpfwd ./cmd/udpfwd
