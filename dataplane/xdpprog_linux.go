@@ -10,9 +10,11 @@ package dataplane
 //     vanish into the sockets. We load our own (below) that redirects only
 //     IPv4/IPv6 packets whose destination is in the redirect prefixes.
 //   - xdp.Program.Attach first removes whatever XDP program is on the
-//     interface, even someone else's. We attach with
-//     XDP_FLAGS_UPDATE_IF_NOEXIST, so an existing program is a clear error
-//     and stays where it is, and we detach only a program whose ID is ours.
+//     interface, even someone else's. We attach through a BPF link, which
+//     the kernel refuses when a program is already there (a clear error;
+//     that program stays), which detaches exactly our program when closed,
+//     and which the kernel closes itself if the process dies, so a killed
+//     gateway leaves no program behind.
 //   - xdp.Program.Unregister deletes from the queue map, an array map, and
 //     array elements cannot be deleted (EINVAL), so it always fails before
 //     it reaches the XSKMAP. We clear the entry instead.
@@ -22,11 +24,11 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 
 	"github.com/asavie/xdp"
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	xdplink "github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -60,6 +62,7 @@ type xdpProgram struct {
 	v4, v6 *ebpf.Map    // LPM tries of the redirect prefixes
 	id     ebpf.ProgramID
 	keys   map[string]*ebpf.Map // installed LPM keys → their map
+	lnk    xdplink.Link         // the attachment, once attached
 }
 
 // newXDPProgram creates the maps and loads the program for queues 0..maxQueue.
@@ -313,10 +316,10 @@ func (p *xdpProgram) close() error {
 	return err
 }
 
-// xdpModeFlags are the netlink attach flags of each mode.
-var xdpModeFlags = map[XDPMode]int{
-	XDPModeNative:  unix.XDP_FLAGS_DRV_MODE,
-	XDPModeGeneric: unix.XDP_FLAGS_SKB_MODE,
+// xdpModeFlags are the bpf_link attach flags of each mode.
+var xdpModeFlags = map[XDPMode]xdplink.XDPAttachFlags{
+	XDPModeNative:  xdplink.XDPDriverMode,
+	XDPModeGeneric: xdplink.XDPGenericMode,
 }
 
 // attachedXDP describes the XDP program attached to the link, if any.
@@ -345,41 +348,36 @@ func (p *xdpProgram) attach(link netlink.Link, mode XDPMode) (XDPMode, error) {
 	return XDPModeGeneric, nil
 }
 
-// attachMode attaches the program in one mode with XDP_FLAGS_UPDATE_IF_NOEXIST.
+// attachMode attaches the program in one mode through a BPF link. The
+// kernel refuses a link on an interface that already has a program, and
+// detaches ours when the link's last file descriptor is closed, even when
+// the process dies without cleaning up.
 func (p *xdpProgram) attachMode(link netlink.Link, mode XDPMode) error {
-	flags := xdpModeFlags[mode] | unix.XDP_FLAGS_UPDATE_IF_NOEXIST
-	err := netlink.LinkSetXdpFdWithFlags(link, p.asv.Program.FD(), flags)
+	l, err := xdplink.AttachXDP(xdplink.XDPOptions{Program: p.asv.Program, Interface: link.Attrs().Index, Flags: xdpModeFlags[mode]})
 	switch {
 	case err == nil:
+		p.lnk = l
 		return nil
 	case errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EEXIST):
 		return fmt.Errorf("attach XDP program to %s (%s): %w: %w", link.Attrs().Name, mode, ErrXDPAttached, err)
 	case errors.Is(err, unix.EPERM):
 		return fmt.Errorf("attach XDP program to %s: needs CAP_NET_ADMIN and CAP_BPF: %w", link.Attrs().Name, err)
+	case errors.Is(err, ebpf.ErrNotSupported):
+		return fmt.Errorf("attach XDP program to %s: %w: %w", link.Attrs().Name, ErrXDPUnsupported, err)
 	}
-	return fmt.Errorf("attach XDP program to %s (%s): %w", link.Attrs().Name, mode, os.NewSyscallError("netlink RTM_SETLINK", err))
+	return fmt.Errorf("attach XDP program to %s (%s): %w", link.Attrs().Name, mode, err)
 }
 
-// detach removes the program from the interface with index ifindex if it
-// is still ours: a program someone else attached after us stays. There is
-// a window between the check and the removal (netlink offers no
-// compare-and-detach through this library), which only a concurrent
-// replacement by another program could hit.
-func (p *xdpProgram) detach(ifindex int, mode XDPMode) error {
-	link, err := netlink.LinkByIndex(ifindex)
-	if err != nil {
-		var nf netlink.LinkNotFoundError
-		if errors.As(err, &nf) {
-			return nil // the interface is gone, and the program with it
-		}
-		return fmt.Errorf("detach XDP program: %w", err)
-	}
-	attached, id := attachedXDP(link)
-	if !attached || id != uint32(p.id) {
+// detach removes our program from the interface by closing its link: only
+// our attachment can go, whatever else happened to the interface.
+func (p *xdpProgram) detach() error {
+	if p.lnk == nil {
 		return nil
 	}
-	if err := netlink.LinkSetXdpFdWithFlags(link, -1, xdpModeFlags[mode]); err != nil {
-		return fmt.Errorf("detach XDP program from %s: %w", link.Attrs().Name, os.NewSyscallError("netlink RTM_SETLINK", err))
+	err := p.lnk.Close()
+	p.lnk = nil
+	if err != nil {
+		return fmt.Errorf("detach XDP program: %w", err)
 	}
 	return nil
 }

@@ -17,14 +17,12 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -185,7 +183,6 @@ type XDPPort struct {
 	ifname  string
 	ifindex int
 	mode    XDPMode
-	ns      netns.NsHandle // where the interface lives, for Close
 	prog    *xdpProgram
 	socks   []*XSK
 	closed  bool
@@ -217,7 +214,7 @@ func OpenXDP(cfg XDPConfig) (*XDPPort, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &XDPPort{ifname: cfg.Ifname, ifindex: link.Attrs().Index, ns: -1}
+	p := &XDPPort{ifname: cfg.Ifname, ifindex: link.Attrs().Index}
 	if err := p.open(link, cfg, queues); err != nil {
 		return nil, errors.Join(err, p.Close())
 	}
@@ -226,11 +223,7 @@ func OpenXDP(cfg XDPConfig) (*XDPPort, error) {
 
 // open does OpenXDP's work; the caller closes p on error.
 func (p *XDPPort) open(link netlink.Link, cfg XDPConfig, queues []int) error {
-	ns, err := netns.Get()
-	if err != nil {
-		return fmt.Errorf("AF_XDP port: current network namespace: %w", err)
-	}
-	p.ns = ns
+	var err error
 	if p.prog, err = newXDPProgram(slices.Max(queues)); err != nil {
 		return fmt.Errorf("AF_XDP port on %s: %w", p.ifname, err)
 	}
@@ -345,9 +338,7 @@ func (p *XDPPort) Close() error {
 		for _, x := range p.socks {
 			err = errors.Join(err, p.prog.unregister(x.queueID))
 		}
-		if p.ns >= 0 {
-			err = errors.Join(err, xdpInNetns(p.ns, func() error { return p.prog.detach(p.ifindex, p.mode) }))
-		}
+		err = errors.Join(err, p.prog.detach())
 	}
 	for _, x := range p.socks {
 		err = errors.Join(err, x.close())
@@ -355,37 +346,10 @@ func (p *XDPPort) Close() error {
 	if p.prog != nil {
 		err = errors.Join(err, p.prog.close())
 	}
-	if p.ns >= 0 {
-		p.ns.Close()
-	}
 	if err != nil {
 		return fmt.Errorf("close AF_XDP port on %s: %w", p.ifname, err)
 	}
 	return nil
-}
-
-// xdpInNetns runs fn in the network namespace ns: on the calling thread if
-// it is already there, else on a fresh thread that is thrown away after.
-func xdpInNetns(ns netns.NsHandle, fn func() error) error {
-	if cur, err := netns.Get(); err == nil {
-		same := cur.Equal(ns)
-		cur.Close()
-		if same {
-			return fn()
-		}
-	}
-	done := make(chan error, 1)
-	go func() {
-		// Never unlocked: the thread exits with the goroutine instead of
-		// running other goroutines in ns.
-		runtime.LockOSThread()
-		if err := unix.Setns(int(ns), unix.CLONE_NEWNET); err != nil {
-			done <- os.NewSyscallError("setns", err)
-			return
-		}
-		done <- fn()
-	}()
-	return <-done
 }
 
 // Frame owners, per UMEM frame.

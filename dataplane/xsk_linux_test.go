@@ -1,11 +1,15 @@
 package dataplane
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -665,8 +669,7 @@ func TestXDPAlreadyAttached(t *testing.T) {
 		if !errors.Is(err, ErrXDPAttached) {
 			t.Errorf("attach (%v) over another program: %v", mode, err)
 		}
-		inNetns(t, n.gw, func() { err = prog.detach(mustLink(t, n.gwNL, xdpIfA).Attrs().Index, mode) })
-		if err != nil {
+		if err := prog.detach(); err != nil {
 			t.Errorf("detach (%v) with another program attached: %v", mode, err)
 		}
 	}
@@ -794,4 +797,60 @@ func TestXDPZeroCopyRefused(t *testing.T) {
 	if attached, id := n.xdpAttached(t); attached {
 		t.Fatalf("XDP program %d left attached", id)
 	}
+}
+
+// TestXDPDetachOnKill: a gateway killed with SIGKILL leaves no XDP
+// program behind, because the program hangs on a BPF link that the
+// kernel closes with the process.
+func TestXDPDetachOnKill(t *testing.T) {
+	if os.Getenv(xdpHoldEnv) == "1" {
+		xdpHold() // the child: never returns
+	}
+	n := newXDPNet(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestXDPDetachOnKill$")
+	cmd.Env = append(os.Environ(), xdpHoldEnv+"=1")
+	cmd.ExtraFiles = []*os.File{os.NewFile(uintptr(n.gw), "gw netns")} // fd 3 in the child
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "attached\n" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("child: %q, %v", line, err)
+	}
+	if attached, _ := n.xdpAttached(t); !attached {
+		t.Fatal("the child's program is not attached")
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if attached, id := n.xdpAttached(t); !attached {
+			return
+		} else if time.Now().After(deadline) {
+			t.Fatalf("program %d still attached after the process was killed", id)
+		}
+	}
+}
+
+const xdpHoldEnv = "GSOPLANE_TEST_XDP_HOLD"
+
+// xdpHold opens the AF_XDP port in the namespace passed as fd 3, says so
+// and waits to be killed.
+func xdpHold() {
+	runtime.LockOSThread()
+	if err := unix.Setns(3, unix.CLONE_NEWNET); err != nil {
+		fmt.Println("setns:", err)
+		os.Exit(1)
+	}
+	if _, err := OpenXDP(xdpTestConfig()); err != nil {
+		fmt.Println("OpenXDP:", err)
+		os.Exit(1)
+	}
+	fmt.Println("attached")
+	select {}
 }

@@ -5,7 +5,7 @@
 //
 // It needs Linux, CAP_NET_ADMIN, CAP_NET_RAW and CAP_BPF, and runs in the
 // network namespace it is started in. After set-up it keeps only
-// CAP_NET_ADMIN (next-hop resolution and detaching the XDP program at
-// exit) and can switch to an unprivileged user. See docs/udpfwd.md or
+// CAP_NET_ADMIN (next-hop resolution, and removing its addresses and routes
+// at exit) and can switch to an unprivileged user. See docs/udpfwd.md or
 // run udpfwd -h.
 package main

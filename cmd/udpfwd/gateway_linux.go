@@ -15,10 +15,9 @@ import (
 // it: the TUN device's addresses and routes, removed again at exit.
 type gateway struct {
 	*dataplane.Gateway
-	undo    []func() error // in reverse order of set-up
-	nic     int            // the NIC's ifindex
-	xdpProg uint32         // the ID of our XDP program, for detachNow
-	mtu     int            // the TUN device's MTU
+	undo []func() error // in reverse order of set-up
+	nic  int            // the NIC's ifindex
+	mtu  int            // the TUN device's MTU
 }
 
 // openGateway opens the dataplane and configures the TUN device: up, with
@@ -29,9 +28,6 @@ func openGateway(cfg *config) (*gateway, error) {
 		return nil, err
 	}
 	g := &gateway{Gateway: dg, nic: dg.XDP().Ifindex()}
-	if link, err := netlink.LinkByIndex(g.nic); err == nil && link.Attrs().Xdp != nil {
-		g.xdpProg = link.Attrs().Xdp.ProgId
-	}
 	if err := g.configureTUN(cfg); err != nil {
 		return nil, errors.Join(err, g.close())
 	}
@@ -129,24 +125,4 @@ func (g *gateway) close() error {
 // dataplane stops).
 func gone(err error) bool {
 	return errors.Is(err, unix.ENODEV) || errors.Is(err, unix.ESRCH) || errors.Is(err, unix.EADDRNOTAVAIL)
-}
-
-// detachNow detaches our XDP program from the NIC without waiting for
-// the dataplane, for an exit at once (the second signal); the kernel
-// removes a TUN device we created with our file descriptors. It is
-// safe while the dataplane runs: only the program leaves the NIC.
-func (g *gateway) detachNow() error {
-	link, err := netlink.LinkByIndex(g.nic)
-	if err != nil {
-		return err
-	}
-	x := link.Attrs().Xdp
-	if x == nil || !x.Attached || x.ProgId != g.xdpProg {
-		return nil // not ours
-	}
-	flags := unix.XDP_FLAGS_DRV_MODE
-	if g.XDP().Mode() == dataplane.XDPModeGeneric {
-		flags = unix.XDP_FLAGS_SKB_MODE
-	}
-	return netlink.LinkSetXdpFdWithFlags(link, -1, flags)
 }

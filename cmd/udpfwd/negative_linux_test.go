@@ -68,7 +68,7 @@ func TestStartFailures(t *testing.T) {
 }
 
 // TestSecondSignal checks that a second signal during the stop exits at
-// once with 128+N, still detaching the XDP program (and, on the way, that
+// once with 128+N and leaves no XDP program behind (and, on the way, that
 // /debug/pprof/ is off without -pprof).
 func TestSecondSignal(t *testing.T) {
 	requireRoot(t)

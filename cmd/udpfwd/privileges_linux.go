@@ -29,8 +29,8 @@ var (
 
 // keptCaps is what the running gateway keeps after set-up: CAP_NET_ADMIN,
 // because the dataplane asks the kernel to resolve next hops
-// (RTM_NEWNEIGH) while it runs, and udpfwd detaches the XDP program and
-// removes its addresses and routes at exit. The sockets need nothing.
+// (RTM_NEWNEIGH) while it runs, and udpfwd removes its addresses and
+// routes at exit. The sockets and the XDP program's BPF link need nothing.
 const keptCaps = 1 << unix.CAP_NET_ADMIN
 
 // errNoAllThreads: capabilities are per thread, and a binary built with

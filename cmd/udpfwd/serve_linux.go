@@ -44,8 +44,8 @@ func (d *daemon) serve(ctx context.Context, sigs <-chan os.Signal) int {
 }
 
 // drain waits up to -drain-timeout for the dataplane to stop reading and
-// send what is queued, then cleans up. Past the deadline it detaches the
-// XDP program and gives up (exit 1).
+// send what is queued, then cleans up. Past the deadline it gives up (exit
+// 1); the XDP program goes with the process.
 func (d *daemon) drain(runDone <-chan error, failure error) int {
 	t := time.NewTimer(d.cfg.DrainTimeout)
 	defer t.Stop()
@@ -54,20 +54,15 @@ func (d *daemon) drain(runDone <-chan error, failure error) int {
 		return d.finish(errors.Join(failure, err))
 	case <-t.C:
 		d.log.Error("drain deadline passed: exiting without waiting for the dataplane", "drain_timeout", d.cfg.DrainTimeout.String())
-		if err := d.gw.detachNow(); err != nil {
-			d.log.Error("detach XDP program", "err", err)
-		}
 		return exitFailure
 	}
 }
 
-// exitNow exits at once on a second signal, detaching the XDP program
-// first; the kernel removes the TUN device with the process.
+// exitNow exits at once on a second signal. The kernel detaches the XDP
+// program (it hangs on a BPF link the process holds) and removes a TUN
+// device udpfwd created with the process.
 func (d *daemon) exitNow(s os.Signal) {
 	d.log.Warn("second signal: exiting now", "signal", s.String())
-	if err := d.gw.detachNow(); err != nil {
-		d.log.Error("detach XDP program", "err", err)
-	}
 	os.Exit(signalExitCode(s))
 }
 
