@@ -64,26 +64,6 @@ func (w wgWriter) Write(bufs [][]byte, _ int) (int, error) {
 // virtio-net header.
 const wgVnetHdrLen = 10
 
-// ipLen returns the length of the IP packet after eth bytes of Ethernet
-// header, or 0 if it is not an IP packet.
-func ipLen(f []byte, eth int) int {
-	if len(f) < eth+20 {
-		return 0
-	}
-	pkt := f[eth:]
-	switch binary.BigEndian.Uint16(f[12:14]) {
-	case 0x0800:
-		if l := int(binary.BigEndian.Uint16(pkt[2:4])); l >= 20 && l <= len(pkt) {
-			return l
-		}
-	case 0x86dd:
-		if l := 40 + int(binary.BigEndian.Uint16(pkt[4:6])); len(pkt) >= 40 && l <= len(pkt) {
-			return l
-		}
-	}
-	return 0
-}
-
 // tsSource reads super-packets from our TUN queue and splits them with
 // Tailscale's tun.GSOSplit (github.com/tailscale/wireguard-go), into the
 // forwarder's buffers.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/gsoplane/gsoplane/segment"
@@ -170,15 +169,5 @@ func (f *Forwarder) signalFreed() {
 	select {
 	case f.freed <- struct{}{}:
 	default:
-	}
-}
-
-// atomicMax raises m to v if v is larger.
-func atomicMax(m *atomic.Int64, v int64) {
-	for {
-		cur := m.Load()
-		if v <= cur || m.CompareAndSwap(cur, v) {
-			return
-		}
 	}
 }
