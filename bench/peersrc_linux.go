@@ -6,7 +6,6 @@ package main
 // only copies each into a frame.
 
 import (
-	"encoding/binary"
 	"errors"
 	"os"
 	"sync/atomic"
