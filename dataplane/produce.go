@@ -99,7 +99,7 @@ func (p *producer) forward(ctx context.Context, raw []byte) error {
 	}
 	frames := p.frames[:l.Segments]
 	if err := p.alloc(ctx, frames); err == errNoFrames {
-		st.drop(DropNoFrames, l.Segments)
+		st.drop(DropNoFrames, 1)
 		return nil
 	} else if err != nil {
 		return err

@@ -6,16 +6,18 @@ import (
 	"time"
 )
 
-// DropReason says why the forwarder dropped a packet or a segment.
+// DropReason says why the forwarder dropped something. A super-packet
+// dropped before it is cut counts once; after it is cut, each segment
+// counts.
 type DropReason int
 
 // Drop reasons, the index into Stats.Drops.
 const (
-	DropInvalid   DropReason = iota // the super-packet failed validation
-	DropOversize                    // a segment did not fit in a frame
+	DropInvalid   DropReason = iota // a super-packet failed validation
+	DropOversize                    // a super-packet's segments do not fit in a frame
 	DropHook                        // the hook refused a segment
-	DropQueueFull                   // a DropTail queue was full (backpressure off)
-	DropNoFrames                    // every frame was in flight (backpressure off)
+	DropQueueFull                   // a segment met a full DropTail queue (backpressure off)
+	DropNoFrames                    // a super-packet met no free frames (backpressure off)
 	numDropReasons
 )
 
