@@ -26,7 +26,7 @@ var (
 	descBytes        = desc("bytes_total", "IP bytes of the segments queued for the NIC (tun_to_nic) or written to the TUN (nic_to_tun).", "direction", "port")
 	descCompleted    = desc("tx_completed_total", "Segments the NIC reported sent (TX completions).", "port")
 	descTxErrors     = desc("tx_errors_total", "Transmit calls that failed.", "port")
-	descDrops        = desc("drops_total", "Packets dropped, by direction and reason (invalid, oversize: super-packets; others: segments or packets).", "direction", "reason")
+	descDrops        = desc("drops_total", "Packets dropped, by direction and reason (invalid, oversize, no_frames: super-packets; others: segments or packets).", "direction", "reason")
 	descXSKEvents    = desc("xsk_events_total", "AF_XDP socket events from the kernel (XDP_STATISTICS) and kick failures, by RX queue.", "queue", "event")
 	descBudgetUsed   = desc("budget_in_use_bytes", "Truesize bytes charged to the send budget and not yet completed (first TUN queue).")
 	descBudgetLimit  = desc("budget_limit_bytes", "Current send budget limit (first TUN queue).")
