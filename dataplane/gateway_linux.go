@@ -268,9 +268,9 @@ func (g *Gateway) Stats() GatewayStats {
 		s.Unresolved += k.Unresolved()
 	}
 	for i, q := range g.queues {
-		s.Queue = addQueueStats(s.Queue, q.Stats())
+		s.Queue = s.Queue.Add(q.Stats())
 		if b := g.budgets[i]; b != nil {
-			s.Budget = addBudgetStats(s.Budget, b.Stats())
+			s.Budget = s.Budget.Add(b.Stats())
 		}
 	}
 	if g.xdp != nil {
@@ -279,38 +279,4 @@ func (g *Gateway) Stats() GatewayStats {
 		}
 	}
 	return s
-}
-
-// addBudgetStats sums two budgets' counters; the peak is the sum of the
-// peaks, an upper bound of the joint one.
-func addBudgetStats(a, b txqueue.BudgetStats) txqueue.BudgetStats {
-	a.Limit += b.Limit
-	a.InFlight += b.InFlight
-	a.Peak += b.Peak
-	a.Refused += b.Refused
-	a.Stalls += b.Stalls
-	a.StallTime += b.StallTime
-	a.Grown += b.Grown
-	a.Shrunk += b.Shrunk
-	return a
-}
-
-// addQueueStats sums two queues' counters; peaks as in addBudgetStats.
-func addQueueStats(a, b txqueue.Stats) txqueue.Stats {
-	a.Enqueued += b.Enqueued
-	a.Dequeued += b.Dequeued
-	a.Completed += b.Completed
-	a.Discarded += b.Discarded
-	for i := range a.Dropped {
-		a.Dropped[i] += b.Dropped[i]
-	}
-	a.Pending += b.Pending
-	a.PendingBytes += b.PendingBytes
-	a.InFlight += b.InFlight
-	a.InFlightBytes += b.InFlightBytes
-	a.PeakHeld += b.PeakHeld
-	a.PeakHeldBytes += b.PeakHeldBytes
-	a.Stalls += b.Stalls
-	a.StallTime += b.StallTime
-	return a
 }

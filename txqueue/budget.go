@@ -133,6 +133,21 @@ type BudgetStats struct {
 	Shrunk    uint64        // self-sizing limit decreases
 }
 
+// Add returns the sum of two budgets' counters, as for the budgets of
+// several sources feeding one sink. The peak is the sum of the peaks, an
+// upper bound of the joint one.
+func (s BudgetStats) Add(o BudgetStats) BudgetStats {
+	s.Limit += o.Limit
+	s.InFlight += o.InFlight
+	s.Peak += o.Peak
+	s.Refused += o.Refused
+	s.Stalls += o.Stalls
+	s.StallTime += o.StallTime
+	s.Grown += o.Grown
+	s.Shrunk += o.Shrunk
+	return s
+}
+
 // NewBudget returns a Budget with nothing in flight.
 func NewBudget(cfg BudgetConfig) (*Budget, error) {
 	if err := cfg.withDefaults(); err != nil {

@@ -98,6 +98,27 @@ type Stats struct {
 	StallTime time.Duration // total time spent blocked in Enqueue
 }
 
+// Add returns the sum of two queues' counters; peaks add up as in
+// BudgetStats.Add.
+func (s Stats) Add(o Stats) Stats {
+	s.Enqueued += o.Enqueued
+	s.Dequeued += o.Dequeued
+	s.Completed += o.Completed
+	s.Discarded += o.Discarded
+	for i := range s.Dropped {
+		s.Dropped[i] += o.Dropped[i]
+	}
+	s.Pending += o.Pending
+	s.PendingBytes += o.PendingBytes
+	s.InFlight += o.InFlight
+	s.InFlightBytes += o.InFlightBytes
+	s.PeakHeld += o.PeakHeld
+	s.PeakHeldBytes += o.PeakHeldBytes
+	s.Stalls += o.Stalls
+	s.StallTime += o.StallTime
+	return s
+}
+
 // A Queue is the bounded transmit queue between segmentation and the sink:
 // many producers Enqueue, one sink Dequeues, transmits, and reports
 // completions in order with Complete, like an AF_XDP completion ring. A

@@ -250,3 +250,19 @@ func TestEnqueueBlocks(t *testing.T) {
 	wantErr(t, "Close", q.Close(), nil)
 	wantErr(t, "Enqueue", <-done, ErrClosed)
 }
+
+// Stats add up field by field, dropped counts by reason.
+func TestStatsAdd(t *testing.T) {
+	a := Stats{Enqueued: 1, Pending: 2, PeakHeldBytes: 3, StallTime: 4}
+	a.Dropped[DropBytes] = 5
+	got := a.Add(a)
+	want := Stats{Enqueued: 2, Pending: 4, PeakHeldBytes: 6, StallTime: 8}
+	want.Dropped[DropBytes] = 10
+	if got != want {
+		t.Fatalf("Add = %+v, want %+v", got, want)
+	}
+	b := BudgetStats{Limit: 1, InFlight: 2, Stalls: 3}
+	if got := b.Add(b); got != (BudgetStats{Limit: 2, InFlight: 4, Stalls: 6}) {
+		t.Fatalf("BudgetStats.Add = %+v", got)
+	}
+}
