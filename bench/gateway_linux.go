@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"github.com/gsoplane/gsoplane/internal/netnsutil"
 
 	"github.com/gsoplane/gsoplane/dataplane"
 	"github.com/gsoplane/gsoplane/txqueue"
@@ -22,7 +23,7 @@ type gateway struct {
 func startGateway(l *lab, cfg dataplane.GatewayConfig) (*gateway, error) {
 	cfg.TUN.Name, cfg.NIC, cfg.Routes = tunName, nicA, aRoutes
 	gw := &gateway{done: make(chan error, 1)}
-	err := inNetns(l.a, func() error {
+	err := netnsutil.Run(l.a, func() error {
 		var err error
 		gw.g, err = dataplane.OpenGateway(cfg)
 		return err

@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/gsoplane/gsoplane/internal/netnsutil"
 	"math"
 	"net/netip"
 	"os"
@@ -103,7 +104,7 @@ func (r *iperf3Run) kill() {
 // listeningB reports whether a TCP socket listens on port in B.
 func (l *lab) listeningB(port int) bool {
 	found := false
-	inNetns(l.b, func() error {
+	netnsutil.Run(l.b, func() error {
 		b, err := os.ReadFile("/proc/thread-self/net/tcp")
 		if err != nil {
 			return err

@@ -6,12 +6,10 @@ package main
 import (
 	"fmt"
 	"net"
-	"runtime"
 	"strconv"
 	"strings"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -36,48 +34,6 @@ func snmpField(snmp, proto, field string) uint64 {
 		}
 	}
 	return 0
-}
-
-// newNamedNetns creates a named network namespace (visible to `ip netns`).
-func newNamedNetns(name string) (netns.NsHandle, error) {
-	var ns netns.NsHandle
-	var err error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		// NewNamed moves the calling thread into the new namespace: the
-		// thread stays locked and exits with this goroutine.
-		runtime.LockOSThread()
-		ns, err = netns.NewNamed(name)
-	}()
-	<-done
-	if err != nil {
-		return -1, fmt.Errorf("create netns %s: %w", name, err)
-	}
-	return ns, nil
-}
-
-// inNetns runs fn on the calling goroutine, locked to its thread, inside
-// ns. Sockets and devices opened in fn stay in ns.
-func inNetns(ns netns.NsHandle, fn func() error) error {
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("current netns: %w", err)
-	}
-	defer func() {
-		// A thread that cannot go back stays locked and dies with its
-		// goroutine instead of running other code in the wrong namespace.
-		if unix.Setns(int(orig), unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread()
-		}
-		orig.Close()
-	}()
-	if err := unix.Setns(int(ns), unix.CLONE_NEWNET); err != nil {
-		return fmt.Errorf("enter netns: %w", err)
-	}
-	return fn()
 }
 
 func linkUp(h *netlink.Handle, name string) error {

@@ -21,6 +21,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gsoplane/gsoplane/internal/netnsutil"
 
 	"github.com/gsoplane/gsoplane/dataplane"
 	"github.com/gsoplane/gsoplane/segment"
@@ -70,7 +71,7 @@ func peersRows() []rowSpec {
 		}),
 		row("wireguard-go", func(l *lab) (pipelineConfig, func() map[string]float64, error) {
 			var dev wgtun.Device
-			err := inNetns(l.a, func() error {
+			err := netnsutil.Run(l.a, func() error {
 				var err error
 				dev, err = wgtun.CreateTUN(wgTUNName, 1500)
 				return err
@@ -117,7 +118,7 @@ func peersRows() []rowSpec {
 // OpenGateway's.
 func openOurTUN(l *lab) (*dataplane.TUN, *dataplane.TUNQueue, error) {
 	var tun *dataplane.TUN
-	err := inNetns(l.a, func() error {
+	err := netnsutil.Run(l.a, func() error {
 		var err error
 		tun, err = dataplane.OpenTUN(dataplane.TUNConfig{Name: tunName, Offload: true})
 		return err

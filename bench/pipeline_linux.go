@@ -10,6 +10,7 @@ package main
 import (
 	"context"
 	"errors"
+	"github.com/gsoplane/gsoplane/internal/netnsutil"
 	"net/netip"
 	"sync"
 
@@ -47,7 +48,7 @@ type pipeline struct {
 // from cfg.source to it, and the return loops.
 func startPipeline(l *lab, cfg pipelineConfig) (*pipeline, error) {
 	p := &pipeline{cfg: cfg}
-	err := inNetns(l.a, func() error {
+	err := netnsutil.Run(l.a, func() error {
 		var err error
 		if p.xdp, err = dataplane.OpenXDP(dataplane.XDPConfig{Ifname: nicA, Redirect: aRoutes}); err != nil {
 			return err

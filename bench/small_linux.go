@@ -10,6 +10,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"github.com/gsoplane/gsoplane/internal/netnsutil"
 	"net"
 	"net/netip"
 	"sync"
@@ -38,7 +39,7 @@ type smallFlood struct {
 // sending payload-byte datagrams to dst.
 func startSmallFlood(l *lab, dst netip.AddrPort, flows, senders, payload int) (*smallFlood, error) {
 	f := &smallFlood{}
-	err := inNetns(l.a, func() error {
+	err := netnsutil.Run(l.a, func() error {
 		for range flows {
 			c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(dst))
 			if err != nil {

@@ -17,6 +17,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"github.com/gsoplane/gsoplane/internal/netnsutil"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -79,11 +80,11 @@ func newLab() (l *lab, err error) {
 		}
 	}()
 	base := fmt.Sprintf("%s%d-%d", netnsPrefix, os.Getpid(), n)
-	if l.a, err = newNamedNetns(base + "-a"); err != nil {
+	if l.a, err = netnsutil.NewNamed(base + "-a"); err != nil {
 		return l, err
 	}
 	l.aName = base + "-a"
-	if l.b, err = newNamedNetns(base + "-b"); err != nil {
+	if l.b, err = netnsutil.NewNamed(base + "-b"); err != nil {
 		return l, err
 	}
 	l.bName = base + "-b"
@@ -199,7 +200,7 @@ func (l *lab) noqueue(name string, qlen int) error {
 	if err != nil {
 		return fmt.Errorf("link %s: %w", name, err)
 	}
-	return inNetns(l.a, func() error { return dataplane.SetTUNQueue(link.Attrs().Index, qlen) })
+	return netnsutil.Run(l.a, func() error { return dataplane.SetTUNQueue(link.Attrs().Index, qlen) })
 }
 
 // routeKernel routes the server's prefixes from A straight out of gw-a:
@@ -240,7 +241,7 @@ func (l *lab) rxPacketsB() uint64 {
 // (datagrams for a port nobody listens on).
 func (l *lab) udpCounterB(field string) uint64 {
 	var v uint64
-	inNetns(l.b, func() error {
+	netnsutil.Run(l.b, func() error {
 		// /proc/thread-self/net is the namespace of this (locked) thread.
 		b, err := os.ReadFile("/proc/thread-self/net/snmp")
 		if err != nil {

@@ -15,10 +15,10 @@ package dataplane
 
 import (
 	"fmt"
+	"github.com/gsoplane/gsoplane/internal/netnsutil"
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -52,19 +52,9 @@ func newNamedNetns(t testing.TB) (netns.NsHandle, string) {
 	t.Helper()
 	requireRoot(t)
 	name := fmt.Sprintf("gsoplane-%d-%d", os.Getpid(), netnsSeq.Add(1))
-	var ns netns.NsHandle
-	var err error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		// NewNamed moves the calling thread into the new namespace: keep
-		// the thread locked so that it exits with this goroutine.
-		runtime.LockOSThread()
-		ns, err = netns.NewNamed(name)
-	}()
-	<-done
+	ns, err := netnsutil.NewNamed(name)
 	if err != nil {
-		t.Fatalf("create netns %s: %v", name, err)
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		ns.Close()
@@ -89,26 +79,9 @@ func newNamedNetns(t testing.TB) (netns.NsHandle, string) {
 // not run in ns.
 func inNetns(t testing.TB, ns netns.NsHandle, fn func()) {
 	t.Helper()
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		t.Fatalf("get current netns: %v", err)
+	if err := netnsutil.Run(ns, func() error { fn(); return nil }); err != nil {
+		t.Fatal(err)
 	}
-	defer func() {
-		// If the thread cannot go back, it stays locked and exits with the
-		// goroutine instead of running other code in the wrong namespace.
-		if err := unix.Setns(int(orig), unix.CLONE_NEWNET); err != nil {
-			t.Errorf("restore netns: %v", err)
-		} else {
-			runtime.UnlockOSThread()
-		}
-		orig.Close()
-	}()
-	if err := unix.Setns(int(ns), unix.CLONE_NEWNET); err != nil {
-		t.Fatalf("enter netns: %v", err)
-	}
-	fn()
 }
 
 // netlinkIn returns a netlink handle that works inside ns from any thread,

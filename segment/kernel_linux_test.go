@@ -8,11 +8,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/gsoplane/gsoplane/internal/netnsutil"
 	"math/rand/v2"
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -88,28 +88,6 @@ func runCmd(t testing.TB, name string, args ...string) string {
 	return string(out)
 }
 
-// inNetns runs fn on a dedicated OS thread that has entered the named
-// network namespace. The thread is never unlocked, so it dies with its
-// goroutine and no other goroutine ever runs in the namespace.
-func inNetns(name string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		f, err := os.Open("/run/netns/" + name)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- os.NewSyscallError("setns", err)
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
-}
-
 // writeSysctls writes /proc/sys values in the namespace the caller is in.
 func writeSysctls(kv ...string) error {
 	for i := 0; i+1 < len(kv); i += 2 {
@@ -174,7 +152,7 @@ func newKernelLab(t *testing.T) *kernelLab {
 	// Sysctls first, so that the interfaces created next inherit the
 	// defaults (no DAD, no reverse-path filter; no IPv6 at all on the sink,
 	// which keeps ND/MLD chatter off the capture).
-	if err := inNetns(lab.gwNS, func() error {
+	if err := netnsutil.RunNamed(lab.gwNS, func() error {
 		return writeSysctls(
 			"net/ipv4/ip_forward", "1",
 			"net/ipv4/conf/all/rp_filter", "0",
@@ -186,7 +164,7 @@ func newKernelLab(t *testing.T) *kernelLab {
 	}); err != nil {
 		t.Fatalf("sysctls in %s: %v", lab.gwNS, err)
 	}
-	if err := inNetns(lab.sinkNS, func() error {
+	if err := netnsutil.RunNamed(lab.sinkNS, func() error {
 		return writeSysctls(
 			"net/ipv6/conf/all/disable_ipv6", "1",
 			"net/ipv6/conf/default/disable_ipv6", "1",
@@ -196,7 +174,7 @@ func newKernelLab(t *testing.T) *kernelLab {
 	}
 
 	// The TUN device, created by a thread inside gw.
-	if err := inNetns(lab.gwNS, func() error {
+	if err := netnsutil.RunNamed(lab.gwNS, func() error {
 		fd, err := openTUN(lab.tunName)
 		lab.tun = fd
 		return err
@@ -251,7 +229,7 @@ func newKernelLab(t *testing.T) *kernelLab {
 			"generic-receive-offload", "rx-gro-list", "rx-udp-gro-forwarding", "large-receive-offload")
 	}
 
-	if err := inNetns(lab.sinkNS, func() error {
+	if err := netnsutil.RunNamed(lab.sinkNS, func() error {
 		fd, err := openCapture()
 		lab.capture = fd
 		return err

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
+	"github.com/gsoplane/gsoplane/internal/netnsutil"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -100,7 +101,7 @@ func checkPrivileges(t *testing.T, pid int) {
 func tcpStream(t *testing.T, a, b, addr string, n int64) {
 	t.Helper()
 	var ln net.Listener
-	if err := inNetns(b, func() (err error) { ln, err = net.Listen("tcp", addr); return err }); err != nil {
+	if err := netnsutil.RunNamed(b, func() (err error) { ln, err = net.Listen("tcp", addr); return err }); err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
@@ -148,7 +149,7 @@ func udpStream(t *testing.T, a, b string, sends, segs, size int) int {
 	t.Helper()
 	addr := net.JoinHostPort(srv4, "9000")
 	var pc net.PacketConn
-	if err := inNetns(b, func() (err error) { pc, err = net.ListenPacket("udp", addr); return err }); err != nil {
+	if err := netnsutil.RunNamed(b, func() (err error) { pc, err = net.ListenPacket("udp", addr); return err }); err != nil {
 		t.Fatal(err)
 	}
 	defer pc.Close()

@@ -11,19 +11,17 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/gsoplane/gsoplane/internal/netnsutil"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 const (
@@ -90,31 +88,10 @@ func newLab(t *testing.T) (a, b string) {
 	return a, b
 }
 
-// inNetns runs fn on a thread in namespace ns; the thread is discarded
-// afterwards. Sockets fn opens stay in ns.
-func inNetns(ns string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
-		f, err := os.Open("/run/netns/" + ns)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- os.NewSyscallError("setns", err)
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
-}
-
 // dial connects from namespace ns.
 func dial(ns, network, addr string) (net.Conn, error) {
 	var c net.Conn
-	err := inNetns(ns, func() (err error) {
+	err := netnsutil.RunNamed(ns, func() (err error) {
 		c, err = net.DialTimeout(network, addr, 5*time.Second)
 		return err
 	})

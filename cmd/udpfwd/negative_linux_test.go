@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/gsoplane/gsoplane/internal/netnsutil"
 	"net"
 	"os/exec"
 	"strings"
@@ -17,7 +18,7 @@ func TestStartFailures(t *testing.T) {
 	a, _ := newLab(t)
 	nsExec := []string{"ip", "netns", "exec", a}
 	var ln net.Listener
-	if err := inNetns(a, func() (err error) { ln, err = net.Listen("tcp", "127.0.0.1:9464"); return err }); err != nil {
+	if err := netnsutil.RunNamed(a, func() (err error) { ln, err = net.Listen("tcp", "127.0.0.1:9464"); return err }); err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
