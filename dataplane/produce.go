@@ -153,6 +153,7 @@ func (p *producer) split(ctx context.Context, pkt []byte, h segment.Header, fram
 	}
 	p.f.stats.segmented(n)
 	p.items = p.items[:0]
+	bytes := 0
 	for i := range n {
 		frames[i].Len = p.lens[i]
 		if cfg.Hook != nil && !cfg.Hook(frames[i].Buf[headroom:headroom+p.lens[i]]) {
@@ -160,10 +161,11 @@ func (p *producer) split(ctx context.Context, pkt []byte, h segment.Header, fram
 			st.drop(DropHook, 1)
 			continue
 		}
-		st.segments.Add(1)
-		st.bytes.Add(uint64(p.lens[i]))
+		bytes += p.lens[i]
 		p.items = append(p.items, txqueue.Item[Frame]{Owner: cfg.Budget, Flow: flow, Size: p.size, Value: frames[i]})
 	}
+	st.segments.Add(uint64(len(p.items))) // once per super-packet: the counters are shared
+	st.bytes.Add(uint64(bytes))
 	return p.enqueue(ctx)
 }
 

@@ -119,9 +119,11 @@ func (r *ReturnPath) write(pkts [][]byte) {
 	for len(pkts) > 0 {
 		n, err := r.tun.Write(pkts, 0)
 		n = min(max(n, 0), len(pkts)) // a writer's count is not trusted
+		bytes := 0
 		for _, p := range pkts[:n] {
-			r.bytes.Add(uint64(len(p) - r.hdrSize))
+			bytes += len(p) - r.hdrSize
 		}
+		r.bytes.Add(uint64(bytes))
 		r.packets.Add(uint64(n))
 		if err == nil || n == len(pkts) {
 			return
