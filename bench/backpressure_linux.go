@@ -18,6 +18,7 @@ import (
 	"math"
 
 	"github.com/gsoplane/gsoplane/dataplane"
+	"github.com/gsoplane/gsoplane/dataplane/tun"
 )
 
 const (
@@ -39,10 +40,9 @@ func backpressureRows(lineRate int64) []rowSpec {
 			start: func(ctx context.Context) (trial, error) {
 				return withLab(func(l *lab) (*labTrial, error) {
 					gw, err := startGateway(l, dataplane.GatewayConfig{
-						TUN:          dataplane.TUNConfig{Offload: true},
+						TUN:          tun.Config{Offload: true, TxQueueLen: bpTUNRing},
 						Backpressure: on,
 						TxRate:       lineRate,
-						TUNQueueLen:  bpTUNRing,
 					})
 					if err != nil {
 						return nil, err

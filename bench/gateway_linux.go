@@ -3,9 +3,9 @@ package main
 import (
 	"context"
 	"errors"
-	"github.com/gsoplane/gsoplane/internal/netnsutil"
 
 	"github.com/gsoplane/gsoplane/dataplane"
+	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/txqueue"
 )
 
@@ -18,12 +18,12 @@ type gateway struct {
 }
 
 // startGateway opens a gateway in A configured by cfg (names and routes
-// are filled in), brings its TUN device up with A's addresses and routes,
-// and runs it.
+// are filled in), brings its TUN device up with A's addresses and routes
+// (a Host's device is the caller's to set up), and runs it.
 func startGateway(l *lab, cfg dataplane.GatewayConfig) (*gateway, error) {
 	cfg.TUN.Name, cfg.NIC, cfg.Routes = tunName, nicA, aRoutes
 	gw := &gateway{done: make(chan error, 1)}
-	err := netnsutil.Run(l.a, func() error {
+	err := l.A.Run(func() error {
 		var err error
 		gw.g, err = dataplane.OpenGateway(cfg)
 		return err
@@ -31,8 +31,10 @@ func startGateway(l *lab, cfg dataplane.GatewayConfig) (*gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := l.tunUp(tunName); err != nil {
-		return nil, errors.Join(err, gw.g.Close())
+	if cfg.Host == nil {
+		if err := l.TUNUp(tunName); err != nil {
+			return nil, errors.Join(err, gw.g.Close())
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	gw.cancel = cancel
@@ -51,7 +53,7 @@ func (gw *gateway) counters(c *counters) {
 	st := gw.g.Stats()
 	c.Segments = st.Forward.Transmitted
 	c.Reads = st.Forward.SuperPackets
-	c.Drops = st.Forward.Dropped() + st.Unresolved
+	c.Drops = st.Forward.Drops.Total()
 	c.BudgetInFlight, c.BudgetLimit = st.Budget.InFlight, st.Budget.Limit
 }
 
@@ -62,7 +64,7 @@ func (gw *gateway) extra() map[string]float64 {
 }
 
 // waits summarises a forwarder's waits for the JSON "extra" object.
-func waits(f dataplane.Stats, b txqueue.BudgetStats, q txqueue.Stats) map[string]float64 {
+func waits(f pipeline.Stats, b txqueue.BudgetStats, q txqueue.Stats) map[string]float64 {
 	m := map[string]float64{
 		"frame_stalls":       float64(f.FrameStalls),
 		"budget_stalls":      float64(b.Stalls),

@@ -19,6 +19,7 @@ import (
 	"os/exec"
 
 	"github.com/gsoplane/gsoplane/dataplane"
+	"github.com/gsoplane/gsoplane/dataplane/tun"
 )
 
 const tcpPort = 5201
@@ -28,7 +29,7 @@ func gsoRows(opts measureOpts) []rowSpec {
 	gw := func(name string, offload bool) rowSpec {
 		return rowSpec{name: name, units: tcpUnits, retrans: true, start: func(ctx context.Context) (trial, error) {
 			return withLab(func(l *lab) (*labTrial, error) {
-				g, err := startGateway(l, dataplane.GatewayConfig{TUN: dataplane.TUNConfig{Offload: offload}, Backpressure: true})
+				g, err := startGateway(l, dataplane.GatewayConfig{TUN: tun.Config{Offload: offload}, Backpressure: true})
 				if err != nil {
 					return nil, err
 				}
@@ -45,7 +46,7 @@ func gsoRows(opts measureOpts) []rowSpec {
 		gw("no-offload", false),
 		{name: "kernel", units: tcpUnits, retrans: true, ppsAtB: true, start: func(ctx context.Context) (trial, error) {
 			return withLab(func(l *lab) (*labTrial, error) {
-				if err := l.routeKernel(); err != nil {
+				if err := l.RouteKernel(); err != nil {
 					return nil, err
 				}
 				s, err := startTCPStream(l, srv4, tcpPort)
@@ -59,7 +60,7 @@ func gsoRows(opts measureOpts) []rowSpec {
 	if _, err := exec.LookPath("iperf3"); err == nil {
 		rows = append(rows, rowSpec{name: "gsoplane-iperf3", units: tcpUnits, retrans: true, start: func(ctx context.Context) (trial, error) {
 			return withLab(func(l *lab) (*labTrial, error) {
-				g, err := startGateway(l, dataplane.GatewayConfig{TUN: dataplane.TUNConfig{Offload: true}, Backpressure: true})
+				g, err := startGateway(l, dataplane.GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true})
 				if err != nil {
 					return nil, err
 				}

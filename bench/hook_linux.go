@@ -16,8 +16,11 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/gsoplane/gsoplane/dataplane"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/gsoplane/gsoplane/dataplane"
+	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/tun"
 )
 
 const (
@@ -84,19 +87,20 @@ func inspectHook(pkt []byte) bool {
 }
 
 func hookRows() []rowSpec {
-	row := func(name string, hook dataplane.Hook) rowSpec {
+	row := func(name string, hook pipeline.Hook) rowSpec {
 		return rowSpec{
 			name: name, ppsMain: true,
 			units: units{sent: "datagrams", received: "packets at gw-b"},
 			start: func(ctx context.Context) (trial, error) {
 				return withLab(func(l *lab) (*labTrial, error) {
-					// Without tc's cls_bpf, B's stack drops them instead
-					// (no socket on the port): costlier for B, still correct.
+					// Without the drop program, B's stack drops them
+					// instead (no socket on the port): costlier for B,
+					// still correct.
 					tcDrop := 1.0
 					if l.dropUDPAtB(hookPort) != nil {
 						tcDrop = 0
 					}
-					g, err := startGateway(l, dataplane.GatewayConfig{TUN: dataplane.TUNConfig{Offload: true}, Backpressure: true, Hook: hook})
+					g, err := startGateway(l, dataplane.GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true, Hook: hook})
 					if err != nil {
 						return nil, err
 					}
@@ -143,12 +147,12 @@ func hookRatios(rows []*rowResult) []ratio {
 	}
 	for _, h := range []struct {
 		name string
-		fn   dataplane.Hook
+		fn   pipeline.Hook
 	}{{"noop", noopHook}, {"inspect", inspectHook}} {
 		ns := hookCost(h.fn)
 		out = append(out, ratio{
 			Key: h.name + " ns/segment", Value: ns,
-			Text: "the hook's cost per call measured in isolation (10M calls through a dataplane.Hook value, best of 5)",
+			Text: "the hook's cost per call measured in isolation (10M calls through a pipeline.Hook value, best of 5)",
 			Show: fmt.Sprintf("%.2f ns", ns),
 		})
 		if pps > 0 {

@@ -1,7 +1,7 @@
 package main
 
 // The cost of a hook measured in isolation: the forwarder's call (through
-// a dataplane.Hook function value, on a 92-byte IPv4/UDP segment) timed
+// a pipeline.Hook function value, on a 92-byte IPv4/UDP segment) timed
 // over millions of calls. On a 2-core machine shared with the sender, the
 // end-to-end pps of the hook rows varies by several percent from run to
 // run, far more than a few nanoseconds per segment can move it; this
@@ -13,18 +13,19 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/gsoplane/gsoplane/dataplane"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 )
 
 // hookUnderTest holds the hook being timed: called through a package
 // variable, it cannot be inlined or dropped.
-var hookUnderTest dataplane.Hook
+var hookUnderTest pipeline.Hook
 
 // hookCost returns the minimum, over several rounds, of the mean time per
 // call of h in nanoseconds (nil: the forwarder's nil check only).
-func hookCost(h dataplane.Hook) float64 {
+func hookCost(h pipeline.Hook) float64 {
 	pkt := smallPacket(hookPayload)
 	hookUnderTest = h
 	const calls, rounds = 10_000_000, 5

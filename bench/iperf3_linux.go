@@ -9,7 +9,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/gsoplane/gsoplane/internal/netnsutil"
 	"math"
 	"net/netip"
 	"os"
@@ -32,11 +31,11 @@ type iperf3Run struct {
 func startIperf3(ctx context.Context, l *lab, srv netip.Addr, warmup, duration time.Duration) (*iperf3Run, error) {
 	secs := func(d time.Duration) string { return strconv.Itoa(int(math.Ceil(d.Seconds()))) }
 	r := &iperf3Run{done: make(chan error, 1)}
-	r.server = exec.CommandContext(ctx, "ip", "netns", "exec", l.bName, "iperf3", "-s", "-1", "-B", srv.String(), "-p", strconv.Itoa(iperf3Port))
-	if err := r.server.Start(); err != nil {
+	r.server = exec.CommandContext(ctx, "iperf3", "-s", "-1", "-B", srv.String(), "-p", strconv.Itoa(iperf3Port))
+	if err := l.B.Start(r.server); err != nil {
 		return nil, fmt.Errorf("iperf3 server: %w", err)
 	}
-	args := []string{"netns", "exec", l.aName, "iperf3", "-c", srv.String(), "-p", strconv.Itoa(iperf3Port), "-J", "-t", secs(warmup + duration)}
+	args := []string{"-c", srv.String(), "-p", strconv.Itoa(iperf3Port), "-J", "-t", secs(warmup + duration)}
 	if warmup > 0 {
 		args = append(args, "-O", secs(warmup))
 	}
@@ -50,9 +49,9 @@ func startIperf3(ctx context.Context, l *lab, srv netip.Addr, warmup, duration t
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	r.client = exec.CommandContext(ctx, "ip", args...) // killed on an interrupt
+	r.client = exec.CommandContext(ctx, "iperf3", args...) // killed on an interrupt
 	r.client.Stdout = &r.out
-	if err := r.client.Start(); err != nil {
+	if err := l.A.Start(r.client); err != nil {
 		r.kill()
 		return nil, fmt.Errorf("iperf3 client: %w", err)
 	}
@@ -104,7 +103,7 @@ func (r *iperf3Run) kill() {
 // listeningB reports whether a TCP socket listens on port in B.
 func (l *lab) listeningB(port int) bool {
 	found := false
-	netnsutil.Run(l.b, func() error {
+	l.B.Run(func() error {
 		b, err := os.ReadFile("/proc/thread-self/net/tcp")
 		if err != nil {
 			return err

@@ -1,54 +1,26 @@
 package main
 
-// Namespaces left behind by a run that could not clean up (killed, or
-// crashed in a goroutine) make the next run refuse to start.
+// Namespaces left behind by a bench run that could not clean up (killed,
+// or crashed in a goroutine) are swept when the next run starts; a bench
+// still running in another process stops this one, since the two would
+// share the cores and spoil each other's figures.
 
 import (
-	"errors"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
+	"fmt"
+	"io"
 
-	"golang.org/x/sys/unix"
+	"github.com/gsoplane/gsoplane/internal/netlab"
 )
 
-// netnsPrefix names every namespace the bench creates, so that leftovers
-// of a crashed run are recognisable.
-const netnsPrefix = "gsobench-"
-
-// netnsDir is where `ip netns` keeps named namespaces.
-const netnsDir = "/run/netns"
-
-// leftovers lists the bench's namespaces that exist now, and which of them
-// belong to a bench process that is still running.
-func leftovers() (dead []string, live map[int]bool) {
-	live = make(map[int]bool)
-	entries, err := os.ReadDir(netnsDir)
-	if err != nil {
-		return nil, live
+// checkLeftovers removes stale namespaces, saying so, and reports whether
+// another bench is running.
+func checkLeftovers(stderr io.Writer) (busy bool) {
+	for _, name := range netlab.SweepStale() {
+		fmt.Fprintf(stderr, "bench: removed namespace %s, left behind by a run that did not clean up\n", name)
 	}
-	for _, e := range entries {
-		name := e.Name()
-		if !strings.HasPrefix(name, netnsPrefix) {
-			continue
-		}
-		pid, _ := strconv.Atoi(strings.SplitN(strings.TrimPrefix(name, netnsPrefix), "-", 2)[0])
-		if pid > 0 && pid != os.Getpid() && processAlive(pid) {
-			live[pid] = true
-			continue
-		}
-		dead = append(dead, filepath.Join(netnsDir, name))
+	for _, pid := range netlab.Owners(labTag) {
+		fmt.Fprintf(stderr, "bench: another bench run (pid %d) is running: wait for it to finish.\n", pid)
+		busy = true
 	}
-	return dead, live
+	return busy
 }
-
-// processAlive reports whether a process with this pid exists.
-func processAlive(pid int) bool {
-	err := unix.Kill(pid, 0)
-	return err == nil || errors.Is(err, unix.EPERM)
-}
-
-// cleanupCommand removes every namespace the bench may have left behind
-// (run it as root).
-const cleanupCommand = `ip netns list | awk '/^` + netnsPrefix + `/{print $1}' | xargs -r -n1 ip netns del`

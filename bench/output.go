@@ -13,8 +13,6 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // ratio compares two rows (or states one fact about a scenario).
@@ -120,13 +118,8 @@ func (r *report) failed() bool {
 
 // machine describes where the numbers come from.
 func machine() string {
-	var u unix.Utsname
-	kernel := "?"
-	if unix.Uname(&u) == nil {
-		kernel = unix.ByteSliceToString(u.Release[:])
-	}
 	host, _ := os.Hostname()
-	return fmt.Sprintf("%s, %d cores, Linux %s, %s", host, runtime.NumCPU(), kernel, runtime.Version())
+	return fmt.Sprintf("%s, %d cores, %s, %s", host, runtime.NumCPU(), kernelRelease(), runtime.Version())
 }
 
 // writeText prints one table per scenario, then its ratios and notes.

@@ -2,7 +2,8 @@ package main
 
 // Scenario "peers": the TCP stream of "gso", with the TUN reader and
 // segmenter swapped for the state of the art in Go, feeding the same TX
-// path (pipeline_linux.go: AF_XDP on gw-a, XSKSink, budget, queue):
+// path (the gateway's: AF_XDP on gw-a, xsk.Sink, budget, queue), given
+// to the gateway as a dataplane.Host:
 //
 //	gsoplane          our TUN queue; the forwarder segments super-packets
 //	                  straight into AF_XDP frames
@@ -15,40 +16,49 @@ package main
 //	                  into frames
 //
 // All three TUN devices get the noqueue qdisc and the kernel's ring length,
-// as OpenGateway sets them up.
+// as the gateway sets up its own.
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gsoplane/gsoplane/internal/netnsutil"
+
+	wgtun "golang.zx2c4.com/wireguard/tun"
 
 	"github.com/gsoplane/gsoplane/dataplane"
+	"github.com/gsoplane/gsoplane/dataplane/tun"
 	"github.com/gsoplane/gsoplane/segment"
-	wgtun "golang.zx2c4.com/wireguard/tun"
 )
 
 const wgTUNName = "wgtun0"
 
+// peerSource is what a row puts inside the gateway, and the counters it
+// adds to the row's JSON.
+type peerSource func(l *lab) (*dataplane.Host, func() map[string]float64, error)
+
 func peersRows() []rowSpec {
 	tcpUnits := units{sent: "bytes", received: "packets at gw-b"}
-	// row runs a TCP stream through a pipeline fed by open's source.
-	row := func(name string, open func(l *lab) (pipelineConfig, func() map[string]float64, error)) rowSpec {
+	// row runs a TCP stream through a gateway fed by open's host (nil:
+	// the gateway's own TUN device).
+	row := func(name string, open peerSource) rowSpec {
 		return rowSpec{name: name, units: tcpUnits, retrans: true, start: func(ctx context.Context) (trial, error) {
 			return withLab(func(l *lab) (*labTrial, error) {
-				cfg, extra, err := open(l)
+				host, extra, err := open(l)
 				if err != nil {
 					return nil, err
 				}
-				p, err := startPipeline(l, cfg)
+				g, err := startGateway(l, dataplane.GatewayConfig{TUN: tun.Config{Offload: true}, Host: host, Backpressure: true})
 				if err != nil {
-					return nil, errors.Join(err, cfg.closeSrc())
+					if host != nil {
+						err = errors.Join(err, host.Close())
+					}
+					return nil, err
 				}
 				s, err := startTCPStream(l, srv4, tcpPort)
 				if err != nil {
-					return nil, errors.Join(err, p.stop())
+					return nil, errors.Join(err, g.stop())
 				}
-				return &labTrial{dp: p, tr: tcpTraffic{s}, rxAtB: true, onStop: func(f *final) {
+				return &labTrial{dp: gwDataplane{gateway: g}, tr: tcpTraffic{s}, rxAtB: true, onStop: func(f *final) {
 					for k, v := range extra() {
 						f.Extra[k] = v
 					}
@@ -56,80 +66,55 @@ func peersRows() []rowSpec {
 			})
 		}}
 	}
+	none := func() map[string]float64 { return nil }
 	return []rowSpec{
-		row("gsoplane", func(l *lab) (pipelineConfig, func() map[string]float64, error) {
-			tun, q, err := openOurTUN(l)
-			if err != nil {
-				return pipelineConfig{}, nil, err
-			}
-			return pipelineConfig{
-				source: q, headerSize: tun.HeaderSize(), closeSrc: tun.Close,
-				ret: func(x *dataplane.XSK) func(context.Context) error {
-					return dataplane.NewReturnPath(x, q, tun.HeaderSize()).Run
-				},
-			}, func() map[string]float64 { return nil }, nil
-		}),
-		row("wireguard-go", func(l *lab) (pipelineConfig, func() map[string]float64, error) {
-			var dev wgtun.Device
-			err := netnsutil.Run(l.a, func() error {
-				var err error
-				dev, err = wgtun.CreateTUN(wgTUNName, 1500)
-				return err
-			})
-			if err != nil {
-				return pipelineConfig{}, nil, fmt.Errorf("wireguard-go CreateTUN: %w", err)
-			}
-			go func() {
-				for range dev.Events() { // nobody else listens
-				}
-			}()
-			if err := errors.Join(l.noqueue(wgTUNName, 0), l.tunUp(wgTUNName)); err != nil {
-				return pipelineConfig{}, nil, errors.Join(err, dev.Close())
-			}
-			src := &wgSource{dev: dev}
-			return pipelineConfig{
-					source: src, headerSize: segment.HeaderSize, batch: peerBatch, closeSrc: dev.Close,
-					ret: func(x *dataplane.XSK) func(context.Context) error {
-						return dataplane.NewReturnPath(x, wgWriter{dev}, wgVnetHdrLen).Run
-					},
-				}, func() map[string]float64 {
-					return map[string]float64{"source_errors": float64(src.errors.Load())}
-				}, nil
-		}),
-		row("tailscale-split", func(l *lab) (pipelineConfig, func() map[string]float64, error) {
-			tun, q, err := openOurTUN(l)
-			if err != nil {
-				return pipelineConfig{}, nil, err
-			}
-			src := newTSSource(q, tun.HeaderSize())
-			return pipelineConfig{
-					source: src, headerSize: segment.HeaderSize, batch: peerBatch, closeSrc: tun.Close,
-					ret: func(x *dataplane.XSK) func(context.Context) error {
-						return dataplane.NewReturnPath(x, q, tun.HeaderSize()).Run
-					},
-				}, func() map[string]float64 {
-					return map[string]float64{"source_errors": float64(src.errors.Load())}
-				}, nil
-		}),
+		row("gsoplane", func(l *lab) (*dataplane.Host, func() map[string]float64, error) { return nil, none, nil }),
+		row("wireguard-go", wireguardHost),
+		row("tailscale-split", tailscaleHost),
 	}
 }
 
-// openOurTUN opens gsoplane's TUN device with offloads in A, set up like
-// OpenGateway's.
-func openOurTUN(l *lab) (*dataplane.TUN, *dataplane.TUNQueue, error) {
-	var tun *dataplane.TUN
-	err := netnsutil.Run(l.a, func() error {
-		var err error
-		tun, err = dataplane.OpenTUN(dataplane.TUNConfig{Name: tunName, Offload: true})
+// wireguardHost is wireguard-go's TUN device with offloads: Device.Read
+// hands over each super-packet already split, Device.Write coalesces.
+func wireguardHost(l *lab) (*dataplane.Host, func() map[string]float64, error) {
+	var dev wgtun.Device
+	err := l.A.Run(func() (err error) {
+		dev, err = wgtun.CreateTUN(wgTUNName, 1500)
+		return err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("wireguard-go CreateTUN: %w", err)
+	}
+	go func() {
+		for range dev.Events() { // nobody else listens
+		}
+	}()
+	if err := errors.Join(l.setNoQueue(wgTUNName), l.TUNUp(wgTUNName)); err != nil {
+		return nil, nil, errors.Join(err, dev.Close())
+	}
+	src := &wgSource{dev: dev}
+	host := &dataplane.Host{Source: src, Writer: wgWriter{dev}, HeaderSize: segment.HeaderSize, Batch: peerBatch, Close: dev.Close}
+	return host, func() map[string]float64 { return map[string]float64{"source_errors": float64(src.errors.Load())} }, nil
+}
+
+// tailscaleHost is our TUN device read as is, each super-packet split
+// with Tailscale's tun.GSOSplit.
+func tailscaleHost(l *lab) (*dataplane.Host, func() map[string]float64, error) {
+	var dev *tun.Device
+	err := l.A.Run(func() (err error) {
+		dev, err = tun.Open(tun.Config{Name: tunName, Offload: true, NoQueue: true})
 		return err
 	})
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := errors.Join(l.noqueue(tunName, 0), l.tunUp(tunName)); err != nil {
-		return nil, nil, errors.Join(err, tun.Close())
+	if err := l.TUNUp(tunName); err != nil {
+		return nil, nil, errors.Join(err, dev.Close())
 	}
-	return tun, tun.Queues()[0], nil
+	q := dev.Queues()[0]
+	src := newTSSource(q, dev.HeaderSize())
+	host := &dataplane.Host{Source: src, Writer: q, HeaderSize: dev.HeaderSize(), Batch: peerBatch, Close: dev.Close}
+	return host, func() map[string]float64 { return map[string]float64{"source_errors": float64(src.errors.Load())} }, nil
 }
 
 func peersRatios(rows []*rowResult) []ratio {

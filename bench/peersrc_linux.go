@@ -1,6 +1,6 @@
 package main
 
-// The peers' TUN readers and segmenters, wrapped as dataplane.Sources: each
+// The peers' TUN readers and segmenters, wrapped as pipeline.Sources: each
 // hands the forwarder packets that are already split, behind a zeroed
 // virtio-net header (no GSO, no checksum to complete), so the forwarder
 // only copies each into a frame.
@@ -10,10 +10,12 @@ import (
 	"os"
 	"sync/atomic"
 
-	"github.com/gsoplane/gsoplane/dataplane"
-	"github.com/gsoplane/gsoplane/segment"
 	tstun "github.com/tailscale/wireguard-go/tun"
 	wgtun "golang.zx2c4.com/wireguard/tun"
+
+	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/tun"
+	"github.com/gsoplane/gsoplane/segment"
 )
 
 // peerBatch is how many packets a peer source may return per Read: one
@@ -67,7 +69,7 @@ const wgVnetHdrLen = 10
 // Tailscale's tun.GSOSplit (github.com/tailscale/wireguard-go), into the
 // forwarder's buffers.
 type tsSource struct {
-	q       *dataplane.TUNQueue
+	q       *tun.Queue
 	hdrSize int
 	raw     [][]byte // super-packets read, not yet split
 	rawLen  []int
@@ -75,7 +77,7 @@ type tsSource struct {
 	errors  atomic.Uint64
 }
 
-func newTSSource(q *dataplane.TUNQueue, hdrSize int) *tsSource {
+func newTSSource(q *tun.Queue, hdrSize int) *tsSource {
 	s := &tsSource{q: q, hdrSize: hdrSize, raw: make([][]byte, 8), rawLen: make([]int, 8)}
 	for i := range s.raw {
 		s.raw[i] = make([]byte, hdrSize+65535)
@@ -89,7 +91,7 @@ func (s *tsSource) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 			n, err := s.q.Read(s.raw, s.rawLen, 0)
 			s.next, s.n = 0, n
 			if err != nil && n == 0 {
-				if errors.Is(err, dataplane.ErrPacketTruncated) {
+				if errors.Is(err, pipeline.ErrPacketTruncated) {
 					s.errors.Add(1)
 					continue
 				}

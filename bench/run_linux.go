@@ -6,7 +6,8 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
-	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // scenarioDef is one scenario: its rows, how to compare them, and what to
@@ -55,7 +56,7 @@ var scenarios = map[string]scenarioDef{
 	"hook": {
 		name: "hook",
 		title: func(o options) string {
-			return fmt.Sprintf("hook: %d-byte UDP payloads, %d flows, sendmmsg ×%d, through the gateway's fast path; B drops them at tc ingress",
+			return fmt.Sprintf("hook: %d-byte UDP payloads, %d flows, sendmmsg ×%d, through the gateway's fast path; B drops them at ingress (tcx eBPF)",
 				hookPayload, hookFlows, smallBatch)
 		},
 		rows:   func(o options) []rowSpec { return hookRows() },
@@ -91,14 +92,7 @@ func execute(ctx context.Context, o options, stdout, stderr io.Writer) (code int
 		fmt.Fprintln(stderr, "Run it as: sudo go run ./bench")
 		return exitUsage
 	}
-	if dead, live := leftovers(); len(live) > 0 || len(dead) > 0 {
-		for pid := range live {
-			fmt.Fprintf(stderr, "bench: another bench run (pid %d) is using %s%d-* namespaces: wait for it to finish.\n", pid, netnsPrefix, pid)
-		}
-		if len(dead) > 0 {
-			fmt.Fprintf(stderr, "bench: namespaces left behind by a bench run that did not clean up:\n  %s\nRemove them (as root) with:\n  %s\n",
-				strings.Join(dead, "\n  "), cleanupCommand)
-		}
+	if checkLeftovers(stderr) {
 		return exitUsage
 	}
 	defer func() {
@@ -152,4 +146,13 @@ func execute(ctx context.Context, o options, stdout, stderr io.Writer) (code int
 		code = exitFailed
 	}
 	return code
+}
+
+// kernelRelease names the running kernel, such as "Linux 6.18.44".
+func kernelRelease() string {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return "Linux ?"
+	}
+	return "Linux " + unix.ByteSliceToString(u.Release[:])
 }

@@ -10,7 +10,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"github.com/gsoplane/gsoplane/internal/netnsutil"
 	"net"
 	"net/netip"
 	"sync"
@@ -39,7 +38,7 @@ type smallFlood struct {
 // sending payload-byte datagrams to dst.
 func startSmallFlood(l *lab, dst netip.AddrPort, flows, senders, payload int) (*smallFlood, error) {
 	f := &smallFlood{}
-	err := netnsutil.Run(l.a, func() error {
+	err := l.A.Run(func() error {
 		for range flows {
 			c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(dst))
 			if err != nil {

@@ -7,7 +7,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"github.com/gsoplane/gsoplane/internal/netnsutil"
 	"net"
 	"net/netip"
 	"sync"
@@ -34,7 +33,7 @@ type tcpStream struct {
 func startTCPStream(l *lab, srv netip.Addr, port int) (*tcpStream, error) {
 	s := &tcpStream{}
 	addr := net.TCPAddrFromAddrPort(netip.AddrPortFrom(srv, uint16(port)))
-	err := netnsutil.Run(l.b, func() error {
+	err := l.B.Run(func() error {
 		var err error
 		s.ln, err = net.ListenTCP("tcp4", addr)
 		return err
@@ -42,7 +41,7 @@ func startTCPStream(l *lab, srv netip.Addr, port int) (*tcpStream, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen tcp %v: %w", addr, err)
 	}
-	err = netnsutil.Run(l.a, func() error {
+	err = l.A.Run(func() error {
 		c, err := net.DialTimeout("tcp4", addr.String(), 5*time.Second)
 		if err == nil {
 			s.conn = c.(*net.TCPConn)

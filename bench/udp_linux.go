@@ -14,7 +14,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/gsoplane/gsoplane/internal/netnsutil"
 	"net"
 	"net/netip"
 	"sync"
@@ -52,7 +51,7 @@ func startUDPStream(l *lab, srv netip.Addr, port, segs, size int) (*udpStream, e
 	}
 	s := &udpStream{size: size, segs: segs}
 	dst := net.UDPAddrFromAddrPort(netip.AddrPortFrom(srv, uint16(port)))
-	err := netnsutil.Run(l.b, func() error {
+	err := l.B.Run(func() error {
 		var err error
 		s.rx, err = net.ListenUDP("udp4", dst)
 		if err != nil {
@@ -62,7 +61,7 @@ func startUDPStream(l *lab, srv netip.Addr, port, segs, size int) (*udpStream, e
 		return setsockopt(s.rx, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64<<20)
 	})
 	if err == nil {
-		err = netnsutil.Run(l.a, func() error {
+		err = l.A.Run(func() error {
 			var err error
 			if s.tx, err = net.DialUDP("udp4", nil, dst); err != nil {
 				return fmt.Errorf("dial udp %v: %w", dst, err)

@@ -1,34 +1,20 @@
-// Package dataplane is gsoplane's Linux I/O and the forwarding pipeline:
-// the ports that move packets between the kernel and the segment and
-// txqueue packages, and the loops that connect them.
+// Package dataplane is gsoplane's gateway: OpenGateway wires a TUN device
+// (or a Host the caller supplies) and an AF_XDP port on a NIC together
+// with the pipeline. Super-packets read from the TUN are validated,
+// charged to a send budget, cut into AF_XDP frames and sent; packets for
+// the routed prefixes arriving on the NIC are written into the TUN.
 //
-// TUN port: OpenTUN creates or attaches a TUN device with a virtio-net
-// header (IFF_VNET_HDR), optionally with several queues, and enables the
-// offloads (TUNSETOFFLOAD) that make the kernel hand over TCP and UDP
-// super-packets instead of segmenting them itself. TUNQueue.Read and
-// TUNQueue.Write move batches of packets, virtio-net header first, through
-// caller-owned buffers without allocating.
+// The parts live in packages of their own, which embedders can use
+// without the gateway:
 //
-// AF_XDP port: OpenXDP binds one AF_XDP socket (XSK) to every RX queue of
-// a NIC, each with its own UMEM and rings, and attaches an XDP program
-// that redirects to them only IP packets for configured prefixes; ARP, ND
-// and everything else, traffic for the host included, go on to the
-// kernel. An XDP program someone else attached is an error, never
-// replaced.
+//	dataplane/pipeline  Source, Sink, Frame, Hook, Forwarder, ReturnPath,
+//	                    Stats: the forwarding pipeline, pure Go, any OS
+//	dataplane/tun       the TUN port (IFF_VNET_HDR, multi-queue, offloads)
+//	dataplane/xsk       the AF_XDP port: sockets, rings, the XDP program,
+//	                    its Sink and Receiver
+//	dataplane/udp       the VPN halves: a Sink that sends with UDP_SEGMENT
 //
-// Forwarder: from a Source (a TUN queue) through validation, admission by
-// a txqueue.Budget, segmentation straight into a Sink's frames, an
-// optional per-segment Hook and a txqueue.Queue to the Sink, whose
-// in-order completions release the charges. While the budget is full the
-// forwarder does not read its source. XSKSink transmits on an AF_XDP
-// socket, filling in Ethernet headers from the kernel's routes and
-// neighbours (resolved by the kernel when needed); UDPSink sends segments
-// as UDP payloads, as a VPN sends its tunnel traffic. ReturnPath writes
-// packets an XSK received into a TUN queue. OpenGateway wires all of it
-// between a TUN device and a NIC.
-//
-// The package needs Linux, CAP_NET_ADMIN and, for AF_XDP, CAP_NET_RAW and
-// CAP_BPF. It does not enter network namespaces itself: callers open ports
-// from a goroutine locked to a thread in the namespace they want. The
-// Forwarder and its Source and Sink interfaces are plain Go.
+// Imports flow one way: dataplane → ports → pipeline → segment, txqueue.
+// No port imports another. The gateway needs Linux, CAP_NET_ADMIN,
+// CAP_BPF and CAP_NET_RAW; elsewhere OpenGateway returns an error.
 package dataplane

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -17,75 +18,47 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/gsoplane/gsoplane/dataplane/tun"
+	"github.com/gsoplane/gsoplane/internal/netlab"
 )
 
-// The reference topology: the gateway and an application in netns A, a
-// server in netns B. A routes the server's prefixes into the TUN device;
-// the gateway sends them out of gw-a as AF_XDP frames. B routes the
-// application's prefixes back to gw-a, where the XDP program hands them to
-// the gateway, which writes them into the TUN device.
-const (
-	labTUN  = "gsotun0"
-	labNIC  = "gw-a"
-	labPeer = "gw-b"
-)
+// The reference topology (netlab.Topology): the gateway and an
+// application in netns A, a server in netns B. A routes the server's
+// prefixes into the TUN device; the gateway sends them out of gw-a as
+// AF_XDP frames. B routes the application's prefixes back to gw-a, where
+// the XDP program hands them to the gateway, which writes them into the
+// TUN device.
+const labTUN = "gsotun0"
 
 var (
-	labApp4  = netip.MustParseAddr("198.18.0.1")
-	labApp6  = netip.MustParseAddr("2001:2:0:1::1")
-	labSrv4  = netip.MustParseAddr("198.19.0.2")
-	labSrv6  = netip.MustParseAddr("2001:2:0:19::2")
-	labNIC4  = "198.18.100.1"
-	labNIC6  = "2001:2:0:100::1"
-	labRoute = []netip.Prefix{netip.MustParsePrefix("198.18.0.0/24"), netip.MustParsePrefix("2001:2:0:1::/64")}
+	labSrv4 = netlab.Srv4
+	labSrv6 = netlab.Srv6
 )
 
+func TestMain(m *testing.M) { os.Exit(netlab.Main(m)) }
+
 type gwLab struct {
-	a, b         netns.NsHandle
-	aName, bName string
-	g            *Gateway
-	stop         func() error // stops and closes the gateway; idempotent
+	*netlab.Topology
+	g    *Gateway
+	stop func() error // stops and closes the gateway; idempotent
 }
 
 // newGwLab builds the topology and starts a gateway configured by cfg
 // (its names and routes are filled in).
 func newGwLab(t testing.TB, cfg GatewayConfig) *gwLab {
 	t.Helper()
-	lab := &gwLab{}
-	lab.a, lab.aName = newNamedNetns(t)
-	lab.b, lab.bName = newNamedNetns(t)
-	addVethQueues(t, lab.a, labNIC, lab.b, labPeer, 2)
-	nlA, nlB := netlinkIn(t, lab.a), netlinkIn(t, lab.b)
-	addAddr(t, nlA, labNIC, labNIC4+"/24")
-	addAddr(t, nlA, labNIC, labNIC6+"/64")
-	addAddr(t, nlB, labPeer, "198.18.100.2/24")
-	addAddr(t, nlB, labPeer, "2001:2:0:100::2/64")
-	addAddr(t, nlB, labPeer, labSrv4.String()+"/24")
-	addAddr(t, nlB, labPeer, labSrv6.String()+"/64")
-	addRoute(t, nlB, "198.18.0.0/24", labPeer, labNIC4)
-	addRoute(t, nlB, "2001:2:0:1::/64", labPeer, labNIC6)
-	// A veth hands its peer partial checksums in memory; AF_XDP sees the
-	// bytes without that note, as on a wire. Make B checksum in software,
-	// as any host behind a real NIC appears to, and coalesce what it
-	// receives (GRO), as hosts behind real NICs do (a veth does not by
-	// default).
-	run(t, "ip", "netns", "exec", lab.bName, "ethtool", "-K", labPeer, "tx", "off", "gro", "on")
-
-	cfg.TUN.Name, cfg.NIC, cfg.Routes = labTUN, labNIC, labRoute
-	inNetns(t, lab.a, func() {
+	lab := &gwLab{Topology: netlab.NewTopologyT(t, "gw")}
+	cfg.TUN.Name, cfg.NIC, cfg.Routes = labTUN, netlab.NICA, netlab.AppRoutes
+	lab.A.Do(t, func() {
 		g, err := OpenGateway(cfg)
 		if err != nil {
 			t.Fatalf("OpenGateway: %v", err)
 		}
 		lab.g = g
 	})
-	linkUp(t, nlA, labTUN)
-	addAddr(t, nlA, labTUN, labApp4.String()+"/24")
-	addAddr(t, nlA, labTUN, labApp6.String()+"/64")
-	addRoute(t, nlA, "198.19.0.0/24", labTUN, "")
-	addRoute(t, nlA, "2001:2:0:19::/64", labTUN, "")
+	netlab.Must(t, lab.TUNUp(labTUN))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -107,21 +80,11 @@ func newGwLab(t testing.TB, cfg GatewayConfig) *gwLab {
 	return lab
 }
 
-// run runs a command and fails the test if it fails.
-func run(t testing.TB, name string, args ...string) string {
-	t.Helper()
-	out, err := exec.Command(name, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
-	}
-	return string(out)
-}
-
 // listen opens a listener in B on the server address.
 func (lab *gwLab) listen(t testing.TB, network string, srv netip.Addr, port int) (ln net.Listener, pc net.PacketConn) {
 	t.Helper()
 	addr := netip.AddrPortFrom(srv, uint16(port)).String()
-	inNetns(t, lab.b, func() {
+	lab.B.Do(t, func() {
 		var err error
 		if network == "tcp" {
 			ln, err = net.Listen("tcp", addr)
@@ -139,7 +102,7 @@ func (lab *gwLab) listen(t testing.TB, network string, srv netip.Addr, port int)
 func (lab *gwLab) dial(t testing.TB, network string, dst netip.Addr, port int) net.Conn {
 	t.Helper()
 	var c net.Conn
-	inNetns(t, lab.a, func() {
+	lab.A.Do(t, func() {
 		var err error
 		c, err = net.DialTimeout(network, netip.AddrPortFrom(dst, uint16(port)).String(), 5*time.Second)
 		if err != nil {
@@ -217,7 +180,7 @@ func tcpTransfer(t testing.TB, lab *gwLab, srv netip.Addr, size int64, toA bool)
 }
 
 func TestGatewayTCP(t *testing.T) {
-	lab := newGwLab(t, GatewayConfig{TUN: TUNConfig{Offload: true}, Backpressure: true})
+	lab := newGwLab(t, GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true})
 	const size = 256 << 20
 	for _, c := range []struct {
 		name string
@@ -237,8 +200,8 @@ func TestGatewayTCP(t *testing.T) {
 	}
 	st := lab.g.Stats()
 	t.Logf("forward %+v\nreturn %+v\nbudget %+v", st.Forward, st.Return, st.Budget)
-	if st.Forward.Dropped() != 0 || st.Unresolved != 0 {
-		t.Errorf("the gateway dropped: %v, unresolved %d", st.Forward.Drops, st.Unresolved)
+	if st.Forward.Drops.Total() != 0 {
+		t.Errorf("the gateway dropped: %v", st.Forward.Drops)
 	}
 	if st.Forward.Segments <= st.Forward.SuperPackets {
 		t.Errorf("%d segments from %d super-packets: no GSO seen", st.Forward.Segments, st.Forward.SuperPackets)
@@ -351,11 +314,11 @@ func forceRcvBuf(t testing.TB, c *net.UDPConn, n int) {
 func TestGatewayUDPBackpressure(t *testing.T) {
 	const rate, sends, segs = 200e6, 300, 40
 	t.Run("on", func(t *testing.T) {
-		lab := newGwLab(t, GatewayConfig{TUN: TUNConfig{Offload: true}, Backpressure: true, TxRate: rate, TUNQueueLen: 32})
+		lab := newGwLab(t, GatewayConfig{TUN: tun.Config{Offload: true, TxQueueLen: 32}, Backpressure: true, TxRate: rate})
 		r := udpFlood(t, lab, sends, segs)
 		st := lab.g.Stats()
 		t.Logf("%+v; gateway drops %v, budget stalls %d (%v), peak %d of %d", r, st.Forward.Drops, st.Budget.Stalls, st.Budget.StallTime, st.Budget.Peak, st.Budget.Limit)
-		if r.lost != 0 || st.Forward.Dropped() != 0 {
+		if r.lost != 0 || st.Forward.Drops.Total() != 0 {
 			t.Errorf("lost %d datagrams, the gateway dropped %v", r.lost, st.Forward.Drops)
 		}
 		if r.enobufs == 0 || st.Budget.Stalls == 0 {
@@ -363,11 +326,11 @@ func TestGatewayUDPBackpressure(t *testing.T) {
 		}
 	})
 	t.Run("off", func(t *testing.T) {
-		lab := newGwLab(t, GatewayConfig{TUN: TUNConfig{Offload: true}, Backpressure: false, QueueLen: 256, TxRate: rate})
+		lab := newGwLab(t, GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: false, QueueLen: 256, TxRate: rate})
 		r := udpFlood(t, lab, sends, segs)
 		st := lab.g.Stats()
 		t.Logf("%+v; gateway drops %v", r, st.Forward.Drops)
-		if r.lost == 0 || st.Forward.Dropped() == 0 {
+		if r.lost == 0 || st.Forward.Drops.Total() == 0 {
 			t.Errorf("no collapse without backpressure: lost %d, gateway drops %v", r.lost, st.Forward.Drops)
 		}
 	})
@@ -377,10 +340,10 @@ func TestGatewayUDPBackpressure(t *testing.T) {
 // nor the TUN device behind, and that a second gateway starts.
 func TestGatewayShutdown(t *testing.T) {
 	const budget = 1 << 20 // a fixed budget sizes the UMEM
-	lab := newGwLab(t, GatewayConfig{TUN: TUNConfig{Offload: true}, Backpressure: true, Budget: budget})
+	lab := newGwLab(t, GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true, Budget: budget})
 	tcpTransfer(t, lab, labSrv4, 1<<20, false)
-	if got, want := lab.g.XDP().Sockets()[0].TXFree(), umemFrames(budget)/2; got != want {
-		t.Errorf("%d TX frames for a %d-byte budget, want %d", got, budget, want)
+	if got, want := lab.g.Port().Sockets()[0].NumFrames(), UMEMFrames(budget); got != want {
+		t.Errorf("%d UMEM frames for a %d-byte budget, want %d", got, budget, want)
 	}
 	if st := lab.g.Stats().Budget; st.Limit != budget {
 		t.Errorf("budget limit %d, want %d", st.Limit, budget)
@@ -388,15 +351,15 @@ func TestGatewayShutdown(t *testing.T) {
 	if err := lab.stop(); err != nil {
 		t.Fatal(err)
 	}
-	nl := netlinkIn(t, lab.a)
-	if l, err := nl.LinkByName(labNIC); err != nil || (l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached) {
-		t.Errorf("%s after Close: %v, XDP %+v", labNIC, err, l.Attrs().Xdp)
+	nl := lab.A.Netlink()
+	if l, err := nl.LinkByName(netlab.NICA); err != nil || (l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached) {
+		t.Errorf("%s after Close: %v, XDP %+v", netlab.NICA, err, l.Attrs().Xdp)
 	}
 	if _, err := nl.LinkByName(labTUN); !errors.As(err, new(netlink.LinkNotFoundError)) {
 		t.Errorf("%s still there after Close: %v", labTUN, err)
 	}
-	inNetns(t, lab.a, func() {
-		g, err := OpenGateway(GatewayConfig{TUN: TUNConfig{Name: labTUN, Offload: true}, NIC: labNIC, Routes: labRoute, Backpressure: true})
+	lab.A.Do(t, func() {
+		g, err := OpenGateway(GatewayConfig{TUN: tun.Config{Name: labTUN, Offload: true}, NIC: netlab.NICA, Routes: netlab.AppRoutes, Backpressure: true})
 		if err != nil {
 			t.Fatalf("second start: %v", err)
 		}
@@ -413,7 +376,7 @@ func TestGatewayIperf3(t *testing.T) {
 	if _, err := exec.LookPath("iperf3"); err != nil {
 		t.Skip("iperf3 not installed (apt-get install iperf3)")
 	}
-	lab := newGwLab(t, GatewayConfig{TUN: TUNConfig{Offload: true}, Backpressure: true})
+	lab := newGwLab(t, GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true})
 	for _, c := range []struct {
 		name string
 		args []string
@@ -428,8 +391,8 @@ func TestGatewayIperf3(t *testing.T) {
 			if c.name == "tcp6" {
 				srv = labSrv6.String()
 			}
-			server := exec.Command("ip", "netns", "exec", lab.bName, "iperf3", "-s", "-1", "-B", srv, "-p", "5202")
-			if err := server.Start(); err != nil {
+			server := exec.Command("iperf3", "-s", "-1", "-B", srv, "-p", "5202")
+			if err := lab.B.Start(server); err != nil {
 				t.Fatal(err)
 			}
 			defer server.Wait()
@@ -439,8 +402,17 @@ func TestGatewayIperf3(t *testing.T) {
 		})
 	}
 	t.Run("ping", func(t *testing.T) {
-		run(t, "ip", "netns", "exec", lab.bName, "ping", "-c", "2", "-i", "0.2", "-W", "2", labNIC4)
-		run(t, "ip", "netns", "exec", lab.bName, "ping", "-6", "-c", "2", "-i", "0.2", "-W", "2", labNIC6)
+		if _, err := exec.LookPath("ping"); err != nil {
+			t.Skip("ping not installed (apt-get install iputils-ping)")
+		}
+		for _, dst := range []string{netlab.NICA4.String(), netlab.NICA6.String()} {
+			ping := exec.Command("ping", "-c", "2", "-i", "0.2", "-W", "2", dst)
+			var out []byte
+			err := lab.B.Run(func() (err error) { out, err = ping.CombinedOutput(); return err })
+			if err != nil {
+				t.Fatalf("ping %s: %v\n%s", dst, err, out)
+			}
+		}
 	})
 }
 
@@ -465,7 +437,9 @@ func iperf3Client(t *testing.T, lab *gwLab, args []string) iperf3Result {
 	t.Helper()
 	var r iperf3Result
 	for try := 0; ; try++ {
-		out, err := exec.Command("ip", append([]string{"netns", "exec", lab.aName, "iperf3"}, args...)...).Output()
+		var out []byte
+		var err error
+		netlab.Must(t, lab.A.Run(func() error { out, err = exec.Command("iperf3", args...).Output(); return nil }))
 		r = iperf3Result{}
 		if jerr := json.Unmarshal(out, &r); jerr != nil {
 			t.Fatalf("iperf3: %v, output %q: %v", err, out, jerr)
@@ -491,7 +465,7 @@ func BenchmarkGatewayTCP(b *testing.B) {
 		offload bool
 	}{{"gso", true}, {"no-gso", false}} {
 		b.Run(c.name, func(b *testing.B) {
-			lab := newGwLab(b, GatewayConfig{TUN: TUNConfig{Offload: c.offload}, Backpressure: true})
+			lab := newGwLab(b, GatewayConfig{TUN: tun.Config{Offload: c.offload}, Backpressure: true})
 			ln, _ := lab.listen(b, "tcp", labSrv4, 5201)
 			defer ln.Close()
 			conn := lab.dial(b, "tcp", labSrv4, 5201)

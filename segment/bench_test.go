@@ -50,17 +50,17 @@ func BenchmarkSplit(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		bufs := make([][]byte, l.Segments)
+		bufs := make([][]byte, l.segments)
 		for i := range bufs {
-			bufs[i] = make([]byte, l.MaxSegLen)
+			bufs[i] = make([]byte, l.maxSegLen)
 		}
-		sizes := make([]int, l.Segments)
+		sizes := make([]int, l.segments)
 		run := func(impl string, split func() (int, error)) {
 			b.Run(fmt.Sprintf("%s/%s", shape.name, impl), func(b *testing.B) {
 				b.SetBytes(int64(len(pkt)))
 				b.ReportAllocs()
 				for b.Loop() {
-					if n, err := split(); err != nil || n != l.Segments {
+					if n, err := split(); err != nil || n != l.segments {
 						b.Fatalf("%d segments, %v", n, err)
 					}
 				}
@@ -71,7 +71,13 @@ func BenchmarkSplit(b *testing.B) {
 			if s.Partial {
 				impl = "gsoplane-partial"
 			}
-			run(impl, func() (int, error) { return s.Split(pkt, h, bufs, sizes, 0) })
+			run(impl, func() (int, error) { // validated once, as the forwarder does
+				l, err := s.Validate(pkt, h)
+				if err != nil {
+					return 0, err
+				}
+				return s.Split(pkt, l, bufs, sizes, 0)
+			})
 		}
 		opts := tailscaleOptions(h)
 		run("tailscale", func() (int, error) { return tstun.GSOSplit(pkt, opts, bufs, sizes, 0) })
@@ -97,10 +103,10 @@ func tailscaleOptions(h Header) tstun.GSOOptions {
 // and nothing more.
 func copyOnly(pkt []byte, l Layout, bufs [][]byte) int {
 	hl := l.HdrLen()
-	for i := range l.Segments {
-		start := hl + i*l.MSS
-		end := min(start+l.MSS, len(pkt))
+	for i := range l.segments {
+		start := hl + i*l.mss
+		end := min(start+l.mss, len(pkt))
 		copy(bufs[i][copy(bufs[i], pkt[:hl]):], pkt[start:end])
 	}
-	return l.Segments
+	return l.segments
 }

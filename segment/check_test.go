@@ -21,13 +21,13 @@ func splitFresh(s *Segmenter, pkt []byte, h Header) (Layout, [][]byte, error) {
 	if err != nil {
 		return l, nil, err
 	}
-	bufs := make([][]byte, l.Segments)
+	bufs := make([][]byte, l.segments)
 	for i := range bufs {
-		bufs[i] = make([]byte, 3+l.MaxSegLen)
+		bufs[i] = make([]byte, 3+l.maxSegLen)
 	}
-	sizes := make([]int, l.Segments)
+	sizes := make([]int, l.segments)
 	in := bytes.Clone(pkt)
-	n, err := s.Split(in, h, bufs, sizes, 3)
+	n, err := s.Split(in, l, bufs, sizes, 3)
 	if err != nil {
 		return l, nil, err
 	}
@@ -43,18 +43,18 @@ func splitFresh(s *Segmenter, pkt []byte, h Header) (Layout, [][]byte, error) {
 
 // checkSplit returns the first invariant the segments of pkt break.
 func checkSplit(pkt []byte, l Layout, segs [][]byte, partial bool) error {
-	if len(segs) != l.Segments {
-		return fmt.Errorf("%d segments, layout says %d", len(segs), l.Segments)
+	if len(segs) != l.segments {
+		return fmt.Errorf("%d segments, layout says %d", len(segs), l.segments)
 	}
 	for i, seg := range segs {
-		if len(seg) > l.MaxSegLen {
-			return fmt.Errorf("segment %d: %d bytes > MaxSegLen %d", i, len(seg), l.MaxSegLen)
+		if len(seg) > l.maxSegLen {
+			return fmt.Errorf("segment %d: %d bytes > MaxSegLen %d", i, len(seg), l.maxSegLen)
 		}
 		if err := checkIP(seg, l); err != nil {
 			return fmt.Errorf("segment %d: %w", i, err)
 		}
 	}
-	switch l.Kind {
+	switch l.kind {
 	case GSONone:
 		return checkPassThrough(pkt, l, segs[0], partial)
 	case GSOUDP:
@@ -65,7 +65,7 @@ func checkSplit(pkt []byte, l Layout, segs [][]byte, partial bool) error {
 
 // checkIP checks the lengths and the IPv4 header checksum of one packet.
 func checkIP(seg []byte, l Layout) error {
-	if l.IPv6 {
+	if l.ipv6 {
 		if got := int(header.IPv6(seg).PayloadLength()); got != len(seg)-header.IPv6MinimumSize {
 			return fmt.Errorf("IPv6 payload length %d for %d bytes", got, len(seg))
 		}
@@ -93,9 +93,9 @@ func addrs(pkt []byte, v6 bool) (src, dst tcpip.Address) {
 // l4Verifies reports whether the transport checksum of a whole packet is
 // complete and correct (UDP: and not zero).
 func l4Verifies(pkt []byte, l Layout, l4 []byte) bool {
-	src, dst := addrs(pkt, l.IPv6)
-	ps := header.PseudoHeaderChecksum(tcpip.TransportProtocolNumber(l.Proto), src, dst, uint16(len(l4)))
-	if l.Proto == protoUDP && binary.BigEndian.Uint16(l4[udpCsumOffset:]) == 0 {
+	src, dst := addrs(pkt, l.ipv6)
+	ps := header.PseudoHeaderChecksum(tcpip.TransportProtocolNumber(l.proto), src, dst, uint16(len(l4)))
+	if l.proto == protoUDP && binary.BigEndian.Uint16(l4[udpCsumOffset:]) == 0 {
 		return false
 	}
 	return checksum.Checksum(l4, ps) == 0xffff
@@ -103,9 +103,9 @@ func l4Verifies(pkt []byte, l Layout, l4 []byte) bool {
 
 // l4Partial reports whether the checksum field holds the pseudo-header sum.
 func l4Partial(pkt []byte, l Layout, l4 []byte) bool {
-	src, dst := addrs(pkt, l.IPv6)
-	ps := header.PseudoHeaderChecksum(tcpip.TransportProtocolNumber(l.Proto), src, dst, uint16(len(l4)))
-	got := binary.BigEndian.Uint16(l4[l.CsumOffset:])
+	src, dst := addrs(pkt, l.ipv6)
+	ps := header.PseudoHeaderChecksum(tcpip.TransportProtocolNumber(l.proto), src, dst, uint16(len(l4)))
+	got := binary.BigEndian.Uint16(l4[l.csumOffset:])
 	return got == ps || (got == 0xffff && ps == 0) || (got == 0 && ps == 0xffff)
 }
 
@@ -113,17 +113,17 @@ func checkPassThrough(pkt []byte, l Layout, seg []byte, partial bool) error {
 	if len(seg) != len(pkt) {
 		return fmt.Errorf("passed-through packet is %d bytes, input %d", len(seg), len(pkt))
 	}
-	if !l.NeedsCsum || partial {
+	if !l.needsCsum || partial {
 		if !bytes.Equal(seg, pkt) {
 			return fmt.Errorf("passed-through packet differs from the input")
 		}
 		return nil
 	}
-	field := l.L3Len + l.CsumOffset
+	field := l.l3Len + l.csumOffset
 	if !bytes.Equal(seg[:field], pkt[:field]) || !bytes.Equal(seg[field+2:], pkt[field+2:]) {
 		return fmt.Errorf("checksum completion changed more than the checksum")
 	}
-	if (l.Proto == protoTCP || l.Proto == protoUDP) && !l4Verifies(seg, l, seg[l.L3Len:]) {
+	if (l.proto == protoTCP || l.proto == protoUDP) && !l4Verifies(seg, l, seg[l.l3Len:]) {
 		return fmt.Errorf("completed checksum does not verify")
 	}
 	return nil
@@ -137,10 +137,10 @@ func checkL4Segments(pkt []byte, l Layout, segs [][]byte, partial bool) error {
 		if err := checkSegHeader(pkt, l, seg, i, len(segs)); err != nil {
 			return fmt.Errorf("segment %d: %w", i, err)
 		}
-		if i < len(segs)-1 && len(seg)-hl != l.MSS {
-			return fmt.Errorf("segment %d: %d payload bytes, not a full %d", i, len(seg)-hl, l.MSS)
+		if i < len(segs)-1 && len(seg)-hl != l.mss {
+			return fmt.Errorf("segment %d: %d payload bytes, not a full %d", i, len(seg)-hl, l.mss)
 		}
-		l4 := seg[l.L3Len:]
+		l4 := seg[l.l3Len:]
 		if partial && !l4Partial(seg, l, l4) {
 			return fmt.Errorf("segment %d: checksum field is not the pseudo-header sum", i)
 		}
@@ -160,7 +160,7 @@ func checkL4Segments(pkt []byte, l Layout, segs [][]byte, partial bool) error {
 func checkSegHeader(pkt []byte, l Layout, seg []byte, i, n int) error {
 	want := bytes.Clone(pkt[:l.HdrLen()])
 	got := bytes.Clone(seg[:l.HdrLen()])
-	if !l.IPv6 {
+	if !l.ipv6 {
 		if id := header.IPv4(seg).ID(); id != header.IPv4(pkt).ID()+uint16(i) {
 			return fmt.Errorf("IPv4 ID %d, want %d", id, header.IPv4(pkt).ID()+uint16(i))
 		}
@@ -172,17 +172,17 @@ func checkSegHeader(pkt []byte, l Layout, seg []byte, i, n int) error {
 		clear(want[4:6])
 		clear(got[4:6])
 	}
-	l4w, l4g := want[l.L3Len:], got[l.L3Len:]
-	clear(l4w[l.CsumOffset : l.CsumOffset+2])
-	clear(l4g[l.CsumOffset : l.CsumOffset+2])
-	if l.Proto == protoUDP {
-		if int(header.UDP(l4g).Length()) != len(seg)-l.L3Len {
-			return fmt.Errorf("UDP length %d for %d bytes", header.UDP(l4g).Length(), len(seg)-l.L3Len)
+	l4w, l4g := want[l.l3Len:], got[l.l3Len:]
+	clear(l4w[l.csumOffset : l.csumOffset+2])
+	clear(l4g[l.csumOffset : l.csumOffset+2])
+	if l.proto == protoUDP {
+		if int(header.UDP(l4g).Length()) != len(seg)-l.l3Len {
+			return fmt.Errorf("UDP length %d for %d bytes", header.UDP(l4g).Length(), len(seg)-l.l3Len)
 		}
 		clear(l4w[4:6])
 		clear(l4g[4:6])
 	} else {
-		if err := checkTCP(header.TCP(l4w), header.TCP(l4g), uint32(i*l.MSS), i, n); err != nil {
+		if err := checkTCP(header.TCP(l4w), header.TCP(l4g), uint32(i*l.mss), i, n); err != nil {
 			return err
 		}
 		clear(l4w[4:8])
@@ -234,12 +234,12 @@ func checkFragments(pkt []byte, l Layout, segs [][]byte) error {
 			return fmt.Errorf("fragment %d: MF %v", i, more)
 		case fid != id:
 			return fmt.Errorf("fragment %d: ID %#x, first had %#x", i, fid, id)
-		case more && len(frag) != l.MSS:
-			return fmt.Errorf("fragment %d: %d bytes, not a full %d", i, len(frag), l.MSS)
+		case more && len(frag) != l.mss:
+			return fmt.Errorf("fragment %d: %d bytes, not a full %d", i, len(frag), l.mss)
 		}
 		data = append(data, frag...)
 	}
-	in := pkt[l.L3Len:]
+	in := pkt[l.l3Len:]
 	if !bytes.Equal(data[:udpCsumOffset], in[:udpCsumOffset]) || !bytes.Equal(data[udpCsumOffset+2:], in[udpCsumOffset+2:]) {
 		return fmt.Errorf("fragments do not reassemble to the input datagram")
 	}
@@ -251,12 +251,12 @@ func checkFragments(pkt []byte, l Layout, segs [][]byte) error {
 
 // fragmentOf returns a fragment's data, byte offset, MF flag and ID.
 func fragmentOf(seg []byte, l Layout) (data []byte, off int, more bool, id uint32, err error) {
-	if !l.IPv6 {
+	if !l.ipv6 {
 		ip := header.IPv4(seg)
 		if ip.Flags()&header.IPv4FlagDontFragment != 0 {
 			return nil, 0, false, 0, fmt.Errorf("DF set on a fragment")
 		}
-		return seg[l.L3Len:], int(ip.FragmentOffset()), ip.More(), uint32(ip.ID()), nil
+		return seg[l.l3Len:], int(ip.FragmentOffset()), ip.More(), uint32(ip.ID()), nil
 	}
 	if seg[6] != header.IPv6FragmentHeader {
 		return nil, 0, false, 0, fmt.Errorf("next header %d, want a Fragment header", seg[6])
@@ -271,10 +271,10 @@ func fragmentOf(seg []byte, l Layout) (data []byte, off int, more bool, id uint3
 // sameFragHeader reports whether a fragment's IP header is the input's
 // but for the fields fragmentation rewrites.
 func sameFragHeader(pkt, seg []byte, l Layout) bool {
-	n := l.L3Len
+	n := l.l3Len
 	want, got := bytes.Clone(pkt[:n]), bytes.Clone(seg[:n])
 	rewritten := [][2]int{{2, 4}, {6, 8}, {10, 12}} // length, fragment field, checksum
-	if l.IPv6 {
+	if l.ipv6 {
 		rewritten = [][2]int{{4, 7}} // payload length, next header
 	}
 	for _, r := range rewritten {

@@ -32,7 +32,7 @@ func FuzzValidate(f *testing.F) {
 		if !ok {
 			return
 		}
-		if l.Segments < 1 || l.Segments > DefaultMaxSegments || l.HdrLen() > len(pkt) || l.MaxSegLen > len(pkt)+fragHdrLen {
+		if l.segments < 1 || l.segments > DefaultMaxSegments || l.HdrLen() > len(pkt) || l.maxSegLen > len(pkt)+fragHdrLen {
 			t.Fatalf("layout %+v for a %d-byte packet", l, len(pkt))
 		}
 	})
@@ -63,14 +63,14 @@ func FuzzSplit(f *testing.F) {
 // fixPartial writes the pseudo-header sum a Linux sender would leave in a
 // TCP or UDP packet with NEEDS_CSUM (and a matching UDP length).
 func fixPartial(pkt []byte, l Layout) {
-	if !l.NeedsCsum || (l.Proto != protoTCP && l.Proto != protoUDP) {
+	if !l.needsCsum || (l.proto != protoTCP && l.proto != protoUDP) {
 		return
 	}
-	l4 := pkt[l.L3Len:]
-	if l.Proto == protoUDP {
+	l4 := pkt[l.l3Len:]
+	if l.proto == protoUDP {
 		binary.BigEndian.PutUint16(l4[udpLenOff:], uint16(len(l4)))
 	}
-	src, dst := addrs(pkt, l.IPv6)
-	ps := header.PseudoHeaderChecksum(tcpip.TransportProtocolNumber(l.Proto), src, dst, uint16(len(l4)))
-	binary.BigEndian.PutUint16(l4[l.CsumOffset:], ps)
+	src, dst := addrs(pkt, l.ipv6)
+	ps := header.PseudoHeaderChecksum(tcpip.TransportProtocolNumber(l.proto), src, dst, uint16(len(l4)))
+	binary.BigEndian.PutUint16(l4[l.csumOffset:], ps)
 }

@@ -8,20 +8,22 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/gsoplane/gsoplane/internal/netnsutil"
-	"math/rand/v2"
+	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 	"unsafe"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/gsoplane/gsoplane/internal/ethtool"
+	"github.com/gsoplane/gsoplane/internal/netlab"
 )
 
 // The Linux kernel as a differential oracle: super-packets are written with
@@ -36,9 +38,9 @@ import (
 // there the kernel leaves partial checksums (the pseudo-header sum) in the
 // segments, which is what a Segmenter in Partial mode must produce.
 //
-//	netns gw                                       netns sink
-//	  gtunXXXX (TUN, vnet hdr) → forward → gvaXXXX ==== gvbXXXX ← AF_PACKET
-//	                                     → gvcXXXX ==== gvdXXXX ← (all ifaces)
+//	netns gw                                  netns sink
+//	  gtun (TUN, vnet hdr) → forward → gva ==== gvb ← AF_PACKET
+//	                                 → gvc ==== gvd ← (all ifaces)
 //
 // Addresses: the packets go from 198.18.1.0/24 and 2001:2:0:1::/64 (behind
 // the TUN) to 198.19.0.0/17 and 2001:2:0:2::/64 (routed via gva to a
@@ -67,78 +69,42 @@ const (
 	labGrace   = 50 * time.Millisecond
 )
 
+// The lab's interfaces. Each namespace has its own device names, so fixed
+// names never collide between parallel or repeated runs.
+const (
+	labTUN     = "gtun" // in gw
+	labGWIf    = "gva"  // in gw, peer of labSinkIf
+	labSinkIf  = "gvb"  // in sink
+	labGWIfB   = "gvc"  // in gw, peer of labSinkIfB: tx checksumming on
+	labSinkIfB = "gvd"  // in sink
+)
+
 // kernelLab is the throwaway topology.
 type kernelLab struct {
-	gwNS, sinkNS          string
-	tunName, gwIf, sinkIf string
-	gwIfB, sinkIfB        string // the pair with tx checksumming on
-	tun                   int    // TUN fd (IFF_VNET_HDR, 10-byte header)
-	capture               int    // AF_PACKET socket on the sink veth
-	markers               uint64
+	gwNS, sinkNS *netlab.NS
+	tun          int // TUN fd (IFF_VNET_HDR, 10-byte header)
+	capture      int // AF_PACKET socket on the sink veth
+	markers      uint64
 }
 
-// runCmd runs a command and returns its combined output, failing the test
-// on error.
-func runCmd(t testing.TB, name string, args ...string) string {
-	t.Helper()
-	out, err := exec.Command(name, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
-// writeSysctls writes /proc/sys values in the namespace the caller is in.
-func writeSysctls(kv ...string) error {
-	for i := 0; i+1 < len(kv); i += 2 {
-		if err := os.WriteFile("/proc/sys/"+kv[i], []byte(kv[i+1]), 0o644); err != nil {
-			return err
-		}
-		if b, err := os.ReadFile("/proc/sys/" + kv[i]); err != nil || strings.TrimSpace(string(b)) != kv[i+1] {
-			return fmt.Errorf("sysctl %s: wrote %s, reads %q (%v)", kv[i], kv[i+1], b, err)
-		}
-	}
-	return nil
-}
+func TestMain(m *testing.M) { os.Exit(netlab.Main(m)) }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
 // newKernelLab builds the topology, or skips the test when it cannot.
 func newKernelLab(t *testing.T) *kernelLab {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs CAP_NET_ADMIN: run as root")
-	}
-	for _, tool := range []string{"ip", "ethtool"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s in PATH (Debian: apt-get install -y iproute2 ethtool): %v", tool, err)
-		}
-	}
+	netlab.RequireRoot(t)
 	if _, err := os.Stat("/dev/net/tun"); err != nil {
 		t.Skipf("needs /dev/net/tun: %v", err)
 	}
-	sweepStaleNetns(t)
-	sfx := fmt.Sprintf("%04x%04x", os.Getpid()&0xffff, rand.Uint32()&0xffff)
-	nsSfx := fmt.Sprintf("%d-%s", os.Getpid(), sfx)
 	lab := &kernelLab{
-		gwNS:    labNSPrefix + "gw-" + nsSfx,
-		sinkNS:  labNSPrefix + "sink-" + nsSfx,
-		tunName: "gtun" + sfx,
-		gwIf:    "gva" + sfx,
-		sinkIf:  "gvb" + sfx,
-		gwIfB:   "gvc" + sfx,
-		sinkIfB: "gvd" + sfx,
+		gwNS:    netlab.NewT(t, "kt-gw"),
+		sinkNS:  netlab.NewT(t, "kt-sink"),
 		tun:     -1,
 		capture: -1,
 	}
-	for _, ns := range []string{lab.gwNS, lab.sinkNS} {
-		runCmd(t, "ip", "netns", "add", ns)
-		t.Cleanup(func() {
-			if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
-				t.Errorf("cleanup: ip netns del %s: %v\n%s", ns, err, out)
-			}
-		})
-	}
+	gw, sink := lab.gwNS, lab.sinkNS
 	// Fds are closed before the namespaces are deleted (Cleanup is LIFO).
 	t.Cleanup(func() {
 		if lab.tun >= 0 {
@@ -152,89 +118,80 @@ func newKernelLab(t *testing.T) *kernelLab {
 	// Sysctls first, so that the interfaces created next inherit the
 	// defaults (no DAD, no reverse-path filter; no IPv6 at all on the sink,
 	// which keeps ND/MLD chatter off the capture).
-	if err := netnsutil.RunNamed(lab.gwNS, func() error {
-		return writeSysctls(
-			"net/ipv4/ip_forward", "1",
-			"net/ipv4/conf/all/rp_filter", "0",
-			"net/ipv4/conf/default/rp_filter", "0",
-			"net/ipv6/conf/all/forwarding", "1",
-			"net/ipv6/conf/all/accept_dad", "0",
-			"net/ipv6/conf/default/accept_dad", "0",
-		)
-	}); err != nil {
-		t.Fatalf("sysctls in %s: %v", lab.gwNS, err)
-	}
-	if err := netnsutil.RunNamed(lab.sinkNS, func() error {
-		return writeSysctls(
-			"net/ipv6/conf/all/disable_ipv6", "1",
-			"net/ipv6/conf/default/disable_ipv6", "1",
-		)
-	}); err != nil {
-		t.Fatalf("sysctls in %s: %v", lab.sinkNS, err)
-	}
+	writeSysctls(t, gw,
+		"net/ipv4/ip_forward", "1",
+		"net/ipv4/conf/all/rp_filter", "0",
+		"net/ipv4/conf/default/rp_filter", "0",
+		"net/ipv6/conf/all/forwarding", "1",
+		"net/ipv6/conf/all/accept_dad", "0",
+		"net/ipv6/conf/default/accept_dad", "0",
+	)
+	writeSysctls(t, sink,
+		"net/ipv6/conf/all/disable_ipv6", "1",
+		"net/ipv6/conf/default/disable_ipv6", "1",
+	)
 
 	// The TUN device, created by a thread inside gw.
-	if err := netnsutil.RunNamed(lab.gwNS, func() error {
-		fd, err := openTUN(lab.tunName)
+	if err := gw.Run(func() error {
+		fd, err := openTUN(labTUN)
 		lab.tun = fd
 		return err
 	}); err != nil {
-		t.Fatalf("TUN in %s: %v", lab.gwNS, err)
+		t.Fatalf("TUN in %s: %v", gw.Name, err)
 	}
 
-	mtu := fmt.Sprint(labMTU)
-	gw := func(args ...string) string { return runCmd(t, "ip", append([]string{"-n", lab.gwNS}, args...)...) }
-	sink := func(args ...string) string { return runCmd(t, "ip", append([]string{"-n", lab.sinkNS}, args...)...) }
-	gw("link", "add", lab.gwIf, "mtu", mtu, "address", labGWMAC, "type", "veth",
-		"peer", "name", lab.sinkIf, "netns", lab.sinkNS, "mtu", mtu, "address", labSinkMAC)
-	gw("link", "add", lab.gwIfB, "mtu", mtu, "address", labGWMACb, "type", "veth",
-		"peer", "name", lab.sinkIfB, "netns", lab.sinkNS, "mtu", mtu, "address", labSinkMACb)
-	gw("link", "set", lab.tunName, "mtu", mtu, "up")
-	gw("link", "set", lab.gwIf, "up")
-	gw("link", "set", lab.gwIfB, "up")
-	sink("link", "set", lab.sinkIf, "up")
-	sink("link", "set", lab.sinkIfB, "up")
-	gw("addr", "add", labGW4+"/24", "dev", lab.gwIf)
-	gw("-6", "addr", "add", labGW6+"/64", "dev", lab.gwIf, "nodad")
-	gw("addr", "add", labGW4b+"/24", "dev", lab.gwIfB)
-	gw("-6", "addr", "add", labGW6b+"/64", "dev", lab.gwIfB, "nodad")
-	gw("route", "add", "198.19.0.0/17", "via", labNH4, "dev", lab.gwIf)
-	gw("-6", "route", "add", "2001:2:0:2::/64", "via", labNH6, "dev", lab.gwIf)
-	gw("route", "add", "198.19.128.0/17", "via", labNH4b, "dev", lab.gwIfB)
-	gw("-6", "route", "add", "2001:2:0:3::/64", "via", labNH6b, "dev", lab.gwIfB)
-	gw("route", "add", "198.18.1.0/24", "dev", lab.tunName)
-	gw("-6", "route", "add", "2001:2:0:1::/64", "dev", lab.tunName)
-	gw("neigh", "replace", labNH4, "lladdr", labSinkMAC, "dev", lab.gwIf, "nud", "permanent")
-	gw("-6", "neigh", "replace", labNH6, "lladdr", labSinkMAC, "dev", lab.gwIf, "nud", "permanent")
-	gw("neigh", "replace", labNH4b, "lladdr", labSinkMACb, "dev", lab.gwIfB, "nud", "permanent")
-	gw("-6", "neigh", "replace", labNH6b, "lladdr", labSinkMACb, "dev", lab.gwIfB, "nud", "permanent")
+	addVeth(t, gw, labGWIf, labGWMAC, sink, labSinkIf, labSinkMAC)
+	addVeth(t, gw, labGWIfB, labGWMACb, sink, labSinkIfB, labSinkMACb)
+	netlab.Must(t, gw.Netlink().LinkSetMTU(gw.LinkT(t, labTUN), labMTU))
+	for _, step := range []func() error{
+		func() error { return gw.LinkUp(labTUN) },
+		func() error { return gw.LinkUp(labGWIf) },
+		func() error { return gw.LinkUp(labGWIfB) },
+		func() error { return sink.LinkUp(labSinkIf) },
+		func() error { return sink.LinkUp(labSinkIfB) },
+		func() error { return gw.AddAddr(labGWIf, labGW4+"/24") },
+		func() error { return gw.AddAddr(labGWIf, labGW6+"/64") },
+		func() error { return gw.AddAddr(labGWIfB, labGW4b+"/24") },
+		func() error { return gw.AddAddr(labGWIfB, labGW6b+"/64") },
+		func() error { return gw.AddRoute("198.19.0.0/17", labGWIf, labNH4) },
+		func() error { return gw.AddRoute("2001:2:0:2::/64", labGWIf, labNH6) },
+		func() error { return gw.AddRoute("198.19.128.0/17", labGWIfB, labNH4b) },
+		func() error { return gw.AddRoute("2001:2:0:3::/64", labGWIfB, labNH6b) },
+		func() error { return gw.AddRoute("198.18.1.0/24", labTUN, "") },
+		func() error { return gw.AddRoute("2001:2:0:1::/64", labTUN, "") },
+	} {
+		netlab.Must(t, step())
+	}
+	permanentNeigh(t, gw, labGWIf, labNH4, labSinkMAC)
+	permanentNeigh(t, gw, labGWIf, labNH6, labSinkMAC)
+	permanentNeigh(t, gw, labGWIfB, labNH4b, labSinkMACb)
+	permanentNeigh(t, gw, labGWIfB, labNH6b, labSinkMACb)
 
 	// Offloads: the gw veth can do nothing, so the kernel segments and
 	// checksums in software; the sink does not coalesce.
-	lab.ethtoolOff(t, lab.gwNS, lab.gwIf,
-		[]string{"tx", "off", "sg", "off", "tso", "off", "gso", "off"},
+	featuresOff(t, gw, labGWIf, []string{"tx", "sg", "tso", "gso"},
 		"tx-checksum-ip-generic", "tx-tcp-segmentation", "tx-tcp-ecn-segmentation",
 		"tx-tcp6-segmentation", "tx-tcp-mangleid-segmentation", "tx-tcp-accecn-segmentation",
-		"tx-udp-segmentation", "tx-udp-fragmentation", "tx-gso-list", "generic-segmentation-offload")
+		"tx-udp-segmentation", "tx-udp-fragmentation", "tx-gso-list", "tx-generic-segmentation")
 	// The second pair segments in software but leaves checksums partial.
-	lab.ethtoolOff(t, lab.gwNS, lab.gwIfB, []string{"tso", "off", "gso", "off"},
+	featuresOff(t, gw, labGWIfB, []string{"tso", "gso"},
 		"tx-tcp-segmentation", "tx-tcp-ecn-segmentation",
 		"tx-tcp6-segmentation", "tx-tcp-mangleid-segmentation", "tx-tcp-accecn-segmentation",
-		"tx-udp-segmentation", "tx-udp-fragmentation", "tx-gso-list", "generic-segmentation-offload")
-	if f := lab.features(t, lab.gwNS, lab.gwIfB); !strings.HasPrefix(f["tx-checksum-ip-generic"], "on") {
-		t.Fatalf("tx checksumming is not on on %s: %q", lab.gwIfB, f["tx-checksum-ip-generic"])
+		"tx-udp-segmentation", "tx-udp-fragmentation", "tx-gso-list", "tx-generic-segmentation")
+	if f := features(t, gw, labGWIfB)["tx-checksum-ip-generic"]; !f.Active {
+		t.Fatalf("tx checksumming is not on on %s: tx-checksum-ip-generic is %+v", labGWIfB, f)
 	}
-	for _, dev := range []string{lab.sinkIf, lab.sinkIfB} {
-		lab.ethtoolOff(t, lab.sinkNS, dev, []string{"gro", "off"},
-			"generic-receive-offload", "rx-gro-list", "rx-udp-gro-forwarding", "large-receive-offload")
+	for _, dev := range []string{labSinkIf, labSinkIfB} {
+		featuresOff(t, sink, dev, []string{"gro"},
+			"rx-gro", "rx-gro-list", "rx-udp-gro-forwarding", "rx-lro")
 	}
 
-	if err := netnsutil.RunNamed(lab.sinkNS, func() error {
+	if err := sink.Run(func() error {
 		fd, err := openCapture()
 		lab.capture = fd
 		return err
 	}); err != nil {
-		t.Fatalf("AF_PACKET in %s: %v", lab.sinkNS, err)
+		t.Fatalf("AF_PACKET in %s: %v", sink.Name, err)
 	}
 
 	// Smoke test: the marker datagram gets through.
@@ -242,72 +199,96 @@ func newKernelLab(t *testing.T) *kernelLab {
 	return lab
 }
 
-// labNSPrefix starts the names of the lab's namespaces, which go on with
-// gw- or sink-, the pid of the test process, a dash and a random suffix.
-const labNSPrefix = "gsoplane-kt-"
-
-// sweepStaleNetns deletes lab namespaces left behind by test processes
-// that no longer exist (killed, or timed out: a test timeout skips
-// t.Cleanup). Namespaces of live processes are left alone.
-func sweepStaleNetns(t *testing.T) {
-	ents, err := os.ReadDir("/run/netns")
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		rest, ok := strings.CutPrefix(e.Name(), labNSPrefix)
-		if !ok {
-			continue
-		}
-		_, rest, _ = strings.Cut(rest, "-")  // gw or sink
-		pid, _, ok := strings.Cut(rest, "-") // pid
-		if !ok || pid == "" || strings.Trim(pid, "0123456789") != "" {
-			continue
-		}
-		if _, err := os.Stat("/proc/" + pid); err == nil {
-			continue
-		}
-		if out, err := exec.Command("ip", "netns", "del", e.Name()).CombinedOutput(); err != nil {
-			t.Logf("removing stale namespace %s: %v %s", e.Name(), err, out)
-		} else {
-			t.Logf("removed stale namespace %s (process %s is gone)", e.Name(), pid)
+// writeSysctls writes sysctls (key, value, key, value, ...) inside ns.
+func writeSysctls(t *testing.T, ns *netlab.NS, kv ...string) {
+	t.Helper()
+	for i := 0; i+1 < len(kv); i += 2 {
+		if err := ns.Sysctl(kv[i], kv[i+1]); err != nil {
+			t.Fatalf("sysctls in %s: %v", ns.Name, err)
 		}
 	}
 }
 
-// ethtoolOff switches features off with the given -K arguments plus every
-// named feature the device lists as changeable, then checks that the named
-// features are off.
-func (lab *kernelLab) ethtoolOff(t *testing.T, ns, dev string, args []string, names ...string) {
+// addVeth creates the veth pair nameA (in a) and nameB (in b) with the
+// given MAC addresses and the lab's MTU on both ends.
+func addVeth(t *testing.T, a *netlab.NS, nameA, macA string, b *netlab.NS, nameB, macB string) {
 	t.Helper()
-	feats := lab.features(t, ns, dev)
+	hwA, err := net.ParseMAC(macA)
+	netlab.Must(t, err)
+	hwB, err := net.ParseMAC(macB)
+	netlab.Must(t, err)
+	veth := &netlink.Veth{
+		LinkAttrs:        netlink.LinkAttrs{Name: nameA, MTU: labMTU, HardwareAddr: hwA},
+		PeerName:         nameB,
+		PeerNamespace:    netlink.NsFd(b.Handle()),
+		PeerHardwareAddr: hwB,
+		PeerMTU:          labMTU,
+	}
+	if err := a.Netlink().LinkAdd(veth); err != nil {
+		t.Fatalf("add veth %s (%s) / %s (%s in %s) in %s: %v", nameA, macA, nameB, macB, b.Name, a.Name, err)
+	}
+}
+
+// permanentNeigh makes mac the permanent neighbour entry of ip on dev.
+func permanentNeigh(t *testing.T, ns *netlab.NS, dev, ip, mac string) {
+	t.Helper()
+	hw, err := net.ParseMAC(mac)
+	netlab.Must(t, err)
+	addr := net.ParseIP(ip)
+	family := netlink.FAMILY_V6
+	if addr.To4() != nil {
+		family = netlink.FAMILY_V4
+	}
+	n := &netlink.Neigh{
+		LinkIndex:    ns.LinkT(t, dev).Attrs().Index,
+		Family:       family,
+		State:        netlink.NUD_PERMANENT,
+		IP:           addr,
+		HardwareAddr: hw,
+	}
+	if err := ns.Netlink().NeighSet(n); err != nil {
+		t.Fatalf("neighbour %s lladdr %s dev %s in %s: %v", ip, mac, dev, ns.Name, err)
+	}
+}
+
+// featuresOff switches off the given aliases ("tx", "gso", ...) plus every
+// named feature (kernel names) the device has as changeable, then checks
+// that the named features are off.
+func featuresOff(t *testing.T, ns *netlab.NS, dev string, aliases []string, names ...string) {
+	t.Helper()
+	want := make(map[string]bool)
+	for _, a := range aliases {
+		want[a] = false
+	}
+	feats := features(t, ns, dev)
 	for _, n := range names {
-		if v, ok := feats[n]; ok && !strings.Contains(v, "fixed") {
-			args = append(args, n, "off")
+		if f, ok := feats[n]; ok && f.Changeable {
+			want[n] = false
 		}
 	}
-	// ethtool exits non-zero when some feature could not be changed; the
-	// check below is what counts.
-	out, _ := exec.Command("ip", append([]string{"netns", "exec", ns, "ethtool", "-K", dev}, args...)...).CombinedOutput()
-	feats = lab.features(t, ns, dev)
+	// SetFeatures fails when some feature could not be changed; the check
+	// below is what counts.
+	serr := ns.SetFeatures(dev, want)
+	feats = features(t, ns, dev)
 	for _, n := range names {
-		if v, ok := feats[n]; ok && strings.HasPrefix(v, "on") {
-			t.Fatalf("ethtool could not switch %s off on %s (%s)\n%s", n, dev, v, out)
+		if f, ok := feats[n]; ok && f.Active {
+			t.Fatalf("could not switch %s off on %s in %s (%+v): SetFeatures: %v", n, dev, ns.Name, f, serr)
 		}
 	}
 }
 
-func (lab *kernelLab) features(t *testing.T, ns, dev string) map[string]string {
+// features reads the features of dev in ns, keyed by kernel name.
+func features(t *testing.T, ns *netlab.NS, dev string) map[string]ethtool.Feature {
 	t.Helper()
-	out := runCmd(t, "ip", "netns", "exec", ns, "ethtool", "-k", dev)
-	m := make(map[string]string)
-	for _, line := range strings.Split(out, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ": ")
-		if ok {
-			m[k] = strings.TrimSpace(v)
-		}
+	var feats map[string]ethtool.Feature
+	if err := ns.Run(func() error {
+		var err error
+		feats, err = ethtool.Features(dev)
+		return err
+	}); err != nil {
+		t.Fatalf("features of %s in %s: %v", dev, ns.Name, err)
 	}
-	return m
+	return feats
 }
 
 // openTUN creates a TUN device (IFF_TUN|IFF_NO_PI|IFF_VNET_HDR) with a
@@ -885,23 +866,23 @@ func forceZeroCsum(pkt []byte, h Header, seg int) error {
 	if err != nil {
 		return err
 	}
-	if !l.NeedsCsum || l.PayloadLen < 2 || seg >= len(segs) {
-		return fmt.Errorf("cannot force a zero checksum into segment %d of %d (payload %d, needs_csum %v)", seg, len(segs), l.PayloadLen, l.NeedsCsum)
+	if !l.needsCsum || l.payloadLen < 2 || seg >= len(segs) {
+		return fmt.Errorf("cannot force a zero checksum into segment %d of %d (payload %d, needs_csum %v)", seg, len(segs), l.payloadLen, l.needsCsum)
 	}
 	src, dst, _ := ipAddrs(pkt)
 	sa, da := tcpip.AddrFromSlice(src.AsSlice()), tcpip.AddrFromSlice(dst.AsSlice())
 	var region []byte // the bytes the checksum covers, checksum field included
-	pos := l.L3Len + l.L4Len
-	switch l.Kind {
+	pos := l.l3Len + l.l4Len
+	switch l.kind {
 	case GSOUDP, GSONone:
-		region = bytes.Clone(pkt[l.L3Len:])
+		region = bytes.Clone(pkt[l.l3Len:])
 	default:
 		s := segs[seg]
-		region = bytes.Clone(s[l.L3Len:])
-		pos += seg * l.MSS
+		region = bytes.Clone(s[l.l3Len:])
+		pos += seg * l.mss
 	}
-	binary.BigEndian.PutUint16(region[l.CsumOffset:], 0)
-	sum := checksum.Checksum(region, header.PseudoHeaderChecksum(tcpip.TransportProtocolNumber(l.Proto), sa, da, uint16(len(region))))
+	binary.BigEndian.PutUint16(region[l.csumOffset:], 0)
+	sum := checksum.Checksum(region, header.PseudoHeaderChecksum(tcpip.TransportProtocolNumber(l.proto), sa, da, uint16(len(region))))
 	// Adding ^sum to one word makes the sum 0xffff, the checksum 0.
 	w := checksum.Combine(binary.BigEndian.Uint16(pkt[pos:]), ^sum)
 	binary.BigEndian.PutUint16(pkt[pos:], w)
@@ -1055,7 +1036,7 @@ func (lab *kernelLab) differential(t *testing.T, c kernelCase, partial bool) {
 	if len(kernel) == 0 {
 		t.Fatalf("nothing reached the sink; Split made %d segments (layout %+v)", len(ours), l)
 	}
-	compareWithKernel(t, l.Kind, kernel, ours, l.SegmentHeader(partial).NeedsCsum())
+	compareWithKernel(t, l.kind, kernel, ours, l.SegmentHeader(partial).NeedsCsum())
 }
 
 func sizesOf(pkts [][]byte) []int {
@@ -1170,7 +1151,7 @@ func TestKernelRejects(t *testing.T) {
 			kernel, werr := lab.exchange(t, pkt, &h)
 			l, verr := Validate(pkt, h)
 			accepted := werr == nil && len(kernel) == n
-			t.Logf("USO %d segments of 100 bytes: kernel %s; Validate: segments %d, err %v", n, kernelReaction(werr, kernel), l.Segments, verr)
+			t.Logf("USO %d segments of 100 bytes: kernel %s; Validate: segments %d, err %v", n, kernelReaction(werr, kernel), l.segments, verr)
 			if accepted {
 				limit = n
 			}

@@ -11,21 +11,67 @@ const DefaultMaxSegments = 128
 const UDPMaxSegments = 128
 
 // Layout describes a packet that passed Validate: where its headers are,
-// what Split will do with it and how many packets it produces.
+// what Split will do with it and how many packets it produces. Only
+// Validate makes one, so a Layout handed to Segmenter.Split is known to
+// describe a valid packet of its length; the zero Layout describes none.
 type Layout struct {
-	Kind       GSOType // GSONone when the packet passes through as one
-	ECN        bool    // TCP: CWR only on the first segment
-	IPv6       bool
-	Proto      uint8 // transport protocol number
-	L3Len      int   // IP header, IPv4 options and IPv6 extension headers
-	L4Len      int   // transport header length
-	PayloadLen int   // bytes after L3Len+L4Len
-	MSS        int   // payload bytes per segment (UFO: L4 bytes per fragment)
-	Segments   int   // packets Split writes
-	MaxSegLen  int   // length of the largest of them
-	NeedsCsum  bool  // the input carries a partial checksum to complete
-	CsumOffset int   // offset of the checksum field from the transport header (TSO: always 16)
+	kind       GSOType // GSONone when the packet passes through as one
+	ecn        bool    // TCP: CWR only on the first segment
+	ipv6       bool
+	proto      uint8 // transport protocol number
+	l3Len      int   // IP header, IPv4 options and IPv6 extension headers
+	l4Len      int   // transport header length
+	payloadLen int   // bytes after l3Len+l4Len
+	mss        int   // payload bytes per segment (UFO: L4 bytes per fragment)
+	segments   int   // packets Split writes
+	maxSegLen  int   // length of the largest of them
+	needsCsum  bool  // the input carries a partial checksum to complete
+	csumOffset int   // offset of the checksum field from the transport header (TSO: always 16)
+	pktLen     int   // length of the packet Validate accepted
+	valid      bool  // made by a successful Validate
 }
+
+// Kind is what Split does: GSOTCPv4, GSOTCPv6, GSOUDPL4, GSOUDP, or
+// GSONone when the packet passes through as one (also a super-packet
+// whose payload fits in one segment).
+func (l Layout) Kind() GSOType { return l.kind }
+
+// ECN reports a TCP super-packet whose CWR flag stays on the first segment.
+func (l Layout) ECN() bool { return l.ecn }
+
+// IPv6 reports an IPv6 packet (else IPv4).
+func (l Layout) IPv6() bool { return l.ipv6 }
+
+// Proto is the transport protocol number.
+func (l Layout) Proto() uint8 { return l.proto }
+
+// L3Len is the length of the IP header with IPv4 options or IPv6
+// extension headers: the offset of the transport header.
+func (l Layout) L3Len() int { return l.l3Len }
+
+// L4Len is the transport header length (0 for a packet only passed
+// through without a checksum to complete).
+func (l Layout) L4Len() int { return l.l4Len }
+
+// PayloadLen is the number of bytes after the L3 and L4 headers.
+func (l Layout) PayloadLen() int { return l.payloadLen }
+
+// MSS is the payload bytes per segment (UFO: L4 bytes per fragment).
+func (l Layout) MSS() int { return l.mss }
+
+// Segments is the number of packets Split writes.
+func (l Layout) Segments() int { return l.segments }
+
+// MaxSegLen is the length of the largest packet Split writes: the size
+// every output buffer needs after the offset.
+func (l Layout) MaxSegLen() int { return l.maxSegLen }
+
+// NeedsCsum reports an input with a partial checksum to complete.
+func (l Layout) NeedsCsum() bool { return l.needsCsum }
+
+// CsumOffset is the offset of the checksum field from the transport
+// header.
+func (l Layout) CsumOffset() int { return l.csumOffset }
 
 // SegmentHeader returns the virtio-net header that describes every packet
 // Split writes for this layout. With partial set (a Segmenter in partial
@@ -34,15 +80,15 @@ type Layout struct {
 // checksum, since no sink can complete one across fragments.
 func (l Layout) SegmentHeader(partial bool) Header {
 	h := Header{HdrLen: uint16(l.HdrLen())}
-	tso := l.Kind == GSOTCPv4 || l.Kind == GSOTCPv6
-	if partial && (l.NeedsCsum || tso) && l.Kind != GSOUDP {
+	tso := l.kind == GSOTCPv4 || l.kind == GSOTCPv6
+	if partial && (l.needsCsum || tso) && l.kind != GSOUDP {
 		h.Flags = FlagNeedsCsum
-		h.CsumStart = uint16(l.L3Len)
-		h.CsumOffset = uint16(l.CsumOffset)
+		h.CsumStart = uint16(l.l3Len)
+		h.CsumOffset = uint16(l.csumOffset)
 	}
 	return h
 }
 
 // HdrLen is the length of the L3 and L4 headers that every TSO/USO segment
 // carries: the true hdr_len recomputed from the packet.
-func (l Layout) HdrLen() int { return l.L3Len + l.L4Len }
+func (l Layout) HdrLen() int { return l.l3Len + l.l4Len }

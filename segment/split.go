@@ -2,6 +2,7 @@ package segment
 
 import (
 	"encoding/binary"
+	"errors"
 	"math/rand/v2"
 	"sync/atomic"
 )
@@ -47,10 +48,15 @@ type Segmenter struct {
 var std Segmenter
 
 // Split validates pkt with h and writes its segments into bufs, segment i
-// at bufs[i][offset:offset+sizes[i]], with full software checksums. See
-// Segmenter.Split.
+// at bufs[i][offset:offset+sizes[i]], with full software checksums: it is
+// Validate followed by Segmenter.Split with the zero Segmenter. It never
+// panics, whatever the input.
 func Split(pkt []byte, h Header, bufs [][]byte, sizes []int, offset int) (int, error) {
-	return std.Split(pkt, h, bufs, sizes, offset)
+	l, err := std.Validate(pkt, h)
+	if err != nil {
+		return 0, err
+	}
+	return std.Split(pkt, l, bufs, sizes, offset)
 }
 
 // Validate is the package Validate with the Segmenter's segment cap.
@@ -58,26 +64,33 @@ func (s *Segmenter) Validate(pkt []byte, h Header) (Layout, error) {
 	return validate(pkt, h, s.maxSegments())
 }
 
-// Split validates pkt with h and writes its segments into bufs, segment i
-// at bufs[i][offset:offset+sizes[i]], and returns how many it wrote. Each
-// segment is a complete IP packet, written exactly as the Linux kernel's
-// software GSO writes it (see the package documentation). The offset
-// leaves headroom, for example for a link-layer header.
+// ErrLayout is returned by Segmenter.Split for a Layout that Validate did
+// not return for a packet of this length: a caller's mistake, not a bad
+// packet.
+var ErrLayout = errors.New("segment: layout is not Validate's for this packet")
+
+// Split writes the segments of pkt, which Validate accepted and described
+// with l, into bufs, segment i at bufs[i][offset:offset+sizes[i]], and
+// returns how many it wrote. Each segment is a complete IP packet, written
+// exactly as the Linux kernel's software GSO writes it (see the package
+// documentation). The offset leaves headroom, for example for a
+// link-layer header. Validating once and splitting with the layout saves
+// the second validation that Split(pkt, h, ...) would do.
 //
-// Every buffer needs Layout.MaxSegLen bytes after offset and there must
-// be Layout.Segments of them; otherwise Split writes nothing and returns a
-// *BufferError saying what it needs. An invalid packet returns an error
-// matching ErrInvalid. pkt may be bufs[0][offset:] itself (same start);
-// no other overlap is allowed. Split does not allocate.
-func (s *Segmenter) Split(pkt []byte, h Header, bufs [][]byte, sizes []int, offset int) (int, error) {
-	l, err := s.Validate(pkt, h)
-	if err != nil {
-		return 0, err
+// Every buffer needs l.MaxSegLen() bytes after offset and there must be
+// l.Segments() of them; otherwise Split writes nothing and returns a
+// *BufferError saying what it needs. A layout that is not Validate's for
+// a packet of len(pkt) bytes returns ErrLayout. pkt may be
+// bufs[0][offset:] itself (same start); no other overlap is allowed.
+// Split does not allocate.
+func (s *Segmenter) Split(pkt []byte, l Layout, bufs [][]byte, sizes []int, offset int) (int, error) {
+	if !l.valid || l.pktLen != len(pkt) {
+		return 0, ErrLayout
 	}
 	if err := checkBufs(l, bufs, sizes, offset); err != nil {
 		return 0, err
 	}
-	switch l.Kind {
+	switch l.kind {
 	case GSOTCPv4, GSOTCPv6, GSOUDPL4:
 		s.splitL4(pkt, l, bufs, sizes, offset)
 	case GSOUDP:
@@ -85,7 +98,7 @@ func (s *Segmenter) Split(pkt []byte, h Header, bufs [][]byte, sizes []int, offs
 	default:
 		sizes[0] = s.passThrough(pkt, l, bufs[0][offset:])
 	}
-	return l.Segments, nil
+	return l.segments, nil
 }
 
 func (s *Segmenter) maxSegments() int {
@@ -96,12 +109,12 @@ func (s *Segmenter) maxSegments() int {
 }
 
 func checkBufs(l Layout, bufs [][]byte, sizes []int, offset int) error {
-	if len(bufs) < l.Segments || len(sizes) < l.Segments || offset < 0 {
-		return &BufferError{Need: l.Segments, Have: min(len(bufs), len(sizes)), Size: l.MaxSegLen, rule: ErrTooFewBuffers}
+	if len(bufs) < l.segments || len(sizes) < l.segments || offset < 0 {
+		return &BufferError{Need: l.segments, Have: min(len(bufs), len(sizes)), Size: l.maxSegLen, rule: ErrTooFewBuffers}
 	}
-	for _, b := range bufs[:l.Segments] {
-		if len(b) < offset+l.MaxSegLen {
-			return &BufferError{Need: l.Segments, Have: len(bufs), Size: l.MaxSegLen, rule: ErrShortBuffer}
+	for _, b := range bufs[:l.segments] {
+		if len(b) < offset+l.maxSegLen {
+			return &BufferError{Need: l.segments, Have: len(bufs), Size: l.maxSegLen, rule: ErrShortBuffer}
 		}
 	}
 	return nil
@@ -110,31 +123,31 @@ func checkBufs(l Layout, bufs [][]byte, sizes []int, offset int) error {
 // passThrough copies a packet that is not cut and completes its checksum
 // if it carries a partial one, as the kernel's skb_checksum_help does.
 func (s *Segmenter) passThrough(pkt []byte, l Layout, out []byte) int {
-	if !l.NeedsCsum || s.Partial {
+	if !l.needsCsum || s.Partial {
 		return copy(out, pkt)
 	}
-	start := l.L3Len
+	start := l.l3Len
 	copy(out[:start], pkt[:start])
 	acc := copySum(out[start:], pkt[start:], 0)
 	c := ^fold(acc)
 	if c == 0 {
 		c = udpCsumZero
 	}
-	binary.BigEndian.PutUint16(out[start+l.CsumOffset:], c)
+	binary.BigEndian.PutUint16(out[start+l.csumOffset:], c)
 	return len(pkt)
 }
 
 // splitL4 cuts a TSO or USO super-packet: every segment carries the whole
 // L3+L4 header and up to MSS bytes of payload.
 func (s *Segmenter) splitL4(pkt []byte, l Layout, bufs [][]byte, sizes []int, offset int) {
-	hl, n := l.HdrLen(), l.Segments
+	hl, n := l.HdrLen(), l.segments
 	t := newTemplate(pkt, l)
 	// Segment 0 goes last: pkt may be bufs[0][offset:] itself, and the
 	// other segments copy their headers from it.
 	for k := 1; k <= n; k++ {
 		i := k % n
-		start := i * l.MSS
-		end := min(start+l.MSS, l.PayloadLen)
+		start := i * l.mss
+		end := min(start+l.mss, l.payloadLen)
 		out := bufs[i][offset : offset+hl+end-start]
 		copy(out[:hl], pkt[:hl])
 		var acc uint64
@@ -144,9 +157,9 @@ func (s *Segmenter) splitL4(pkt []byte, l Layout, bufs [][]byte, sizes []int, of
 			acc = copySum(out[hl:], pkt[hl+start:hl+end], 0)
 		}
 		t.fixIP(out, uint16(i))
-		hdr := t.fixL4(out[l.L3Len:], uint32(start), i == 0, i == n-1)
-		pseudo := addAcc(t.pseudo, beAcc(uint16(len(out)-l.L3Len)))
-		field := out[l.L3Len+l.CsumOffset:]
+		hdr := t.fixL4(out[l.l3Len:], uint32(start), i == 0, i == n-1)
+		pseudo := addAcc(t.pseudo, beAcc(uint16(len(out)-l.l3Len)))
+		field := out[l.l3Len+l.csumOffset:]
 		if s.Partial {
 			binary.BigEndian.PutUint16(field, fold(pseudo))
 		} else {
@@ -175,10 +188,10 @@ type template struct {
 // __udp_gso_segment with the UDP length field); so does pseudo.
 func newTemplate(pkt []byte, l Layout) template {
 	t := template{l: l}
-	l4 := pkt[l.L3Len:l.HdrLen()]
-	old := uint16(len(pkt) - l.L3Len)
-	t.l4 = without(sum(l4, 0), l4, l.CsumOffset)
-	if l.Proto == protoTCP {
+	l4 := pkt[l.l3Len:l.HdrLen()]
+	old := uint16(len(pkt) - l.l3Len)
+	t.l4 = without(sum(l4, 0), l4, l.csumOffset)
+	if l.proto == protoTCP {
 		t.seq = binary.BigEndian.Uint32(l4[tcpSeqOff:])
 		t.flags = binary.BigEndian.Uint16(l4[tcpFlagsOff-1:])
 		t.l4 = without(without(without(t.l4, l4, tcpSeqOff), l4, tcpSeqOff+2), l4, tcpFlagsOff-1)
@@ -186,12 +199,12 @@ func newTemplate(pkt []byte, l Layout) template {
 		old = binary.BigEndian.Uint16(l4[udpLenOff:])
 		t.l4 = without(t.l4, l4, udpLenOff)
 	}
-	t.pseudo = addAcc(beAcc(binary.BigEndian.Uint16(l4[l.CsumOffset:])), beAcc(^old))
-	if !l.NeedsCsum { // TSO only: no partial sum to adjust
-		t.pseudo = pseudoHeader(pkt, l.IPv6, l.Proto, 0)
+	t.pseudo = addAcc(beAcc(binary.BigEndian.Uint16(l4[l.csumOffset:])), beAcc(^old))
+	if !l.needsCsum { // TSO only: no partial sum to adjust
+		t.pseudo = pseudoHeader(pkt, l.ipv6, l.proto, 0)
 	}
-	if !l.IPv6 {
-		ip := pkt[:l.L3Len]
+	if !l.ipv6 {
+		ip := pkt[:l.l3Len]
 		t.id = binary.BigEndian.Uint16(ip[ipv4IDOff:])
 		t.ip = without(without(without(sum(ip, 0), ip, ipv4TotalOff), ip, ipv4IDOff), ip, ipv4CsumOff)
 	}
@@ -206,7 +219,7 @@ func without(acc uint64, hdr []byte, off int) uint64 {
 // fixIP rewrites the length of segment i and, for IPv4, its ID (one more
 // per segment) and header checksum.
 func (t *template) fixIP(out []byte, i uint16) {
-	if t.l.IPv6 {
+	if t.l.ipv6 {
 		binary.BigEndian.PutUint16(out[ipv6PLenOff:], uint16(len(out)-ipv6Len))
 		return
 	}
@@ -221,7 +234,7 @@ func (t *template) fixIP(out []byte, i uint16) {
 // the sequence number advances; FIN and PSH stay on the last segment
 // only, CWR on the first only. UDP: the length is the segment's.
 func (t *template) fixL4(l4 []byte, sent uint32, first, last bool) uint64 {
-	if t.l.Proto != protoTCP {
+	if t.l.proto != protoTCP {
 		n := uint16(len(l4))
 		binary.BigEndian.PutUint16(l4[udpLenOff:], n)
 		return addAcc(t.l4, beAcc(n))
@@ -242,7 +255,7 @@ func (t *template) fixL4(l4 []byte, sent uint32, first, last bool) uint64 {
 // the kernel's GSO, UDP sends a zero checksum as all ones; TCP keeps it.
 func (t *template) finish(acc uint64) uint16 {
 	c := ^fold(acc)
-	if c == 0 && t.l.Proto == protoUDP {
+	if c == 0 && t.l.proto == protoUDP {
 		c = udpCsumZero
 	}
 	return c
@@ -257,27 +270,27 @@ func ipv4Checksum(iph []byte) {
 // data each, after completing its UDP checksum over the whole datagram.
 func (s *Segmenter) splitUFO(pkt []byte, l Layout, bufs [][]byte, sizes []int, offset int) {
 	check := ufoChecksum(pkt, l)
-	data := len(pkt) - l.L3Len
+	data := len(pkt) - l.l3Len
 	var id uint32
-	if l.IPv6 {
+	if l.ipv6 {
 		id = s.nextFragID()
 	}
-	hl := l.L3Len
-	if l.IPv6 {
+	hl := l.l3Len
+	if l.ipv6 {
 		hl += fragHdrLen
 	}
-	n := l.Segments
+	n := l.segments
 	for k := 1; k <= n; k++ { // fragment 0 last, as in splitL4
 		i := k % n
-		start := i * l.MSS
-		end := min(start+l.MSS, data)
+		start := i * l.mss
+		end := min(start+l.mss, data)
 		out := bufs[i][offset : offset+hl+end-start]
-		copy(out[hl:], pkt[l.L3Len+start:l.L3Len+end]) // first: may move in place
-		copy(out[:l.L3Len], pkt[:l.L3Len])
-		if l.IPv6 {
+		copy(out[hl:], pkt[l.l3Len+start:l.l3Len+end]) // first: may move in place
+		copy(out[:l.l3Len], pkt[:l.l3Len])
+		if l.ipv6 {
 			fixFragIPv6(out, pkt[ipv6NextOff], start, i < n-1, id)
 		} else {
-			fixFragIPv4(out, l.L3Len, start, i < n-1)
+			fixFragIPv4(out, l.l3Len, start, i < n-1)
 		}
 		sizes[i] = len(out)
 	}
@@ -287,8 +300,8 @@ func (s *Segmenter) splitUFO(pkt []byte, l Layout, bufs [][]byte, sizes []int, o
 // ufoChecksum computes the UDP checksum of the whole datagram from
 // scratch, as udp4_ufo_fragment and udp6_ufo_fragment do.
 func ufoChecksum(pkt []byte, l Layout) uint16 {
-	l4 := pkt[l.L3Len:]
-	acc := addAcc(pseudoHeader(pkt, l.IPv6, protoUDP, len(l4)), sum(l4, 0))
+	l4 := pkt[l.l3Len:]
+	acc := addAcc(pseudoHeader(pkt, l.ipv6, protoUDP, len(l4)), sum(l4, 0))
 	acc = addAcc(acc, beAcc(^binary.BigEndian.Uint16(l4[udpCsumOffset:]))) // as if the field were 0
 	c := ^fold(acc)
 	if c == 0 {

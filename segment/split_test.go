@@ -121,12 +121,12 @@ func TestSplitInPlace(t *testing.T) {
 				t.Fatal(err)
 			}
 			const off = 14
-			bufs := make([][]byte, l.Segments)
+			bufs := make([][]byte, l.segments)
 			for i := range bufs {
-				bufs[i] = make([]byte, off+max(l.MaxSegLen, len(pkt)))
+				bufs[i] = make([]byte, off+max(l.maxSegLen, len(pkt)))
 			}
 			copy(bufs[0][off:], pkt)
-			sizes := make([]int, l.Segments)
+			sizes := make([]int, l.segments)
 			if _, err := Split(bufs[0][off:off+len(pkt)], h, bufs, sizes, off); err != nil {
 				t.Fatal(err)
 			}
@@ -135,7 +135,7 @@ func TestSplitInPlace(t *testing.T) {
 			for i := range want {
 				segs[i] = bufs[i][off : off+sizes[i]]
 				// IPv6 fragment IDs differ from call to call.
-				if !bytes.Equal(segs[i], want[i]) && !(l.Kind == GSOUDP && l.IPv6) {
+				if !bytes.Equal(segs[i], want[i]) && !(l.kind == GSOUDP && l.ipv6) {
 					t.Fatalf("segment %d differs from the out-of-place split", i)
 				}
 			}
@@ -216,14 +216,14 @@ func TestSplitAllocs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		bufs := make([][]byte, l.Segments)
+		bufs := make([][]byte, l.segments)
 		for i := range bufs {
-			bufs[i] = make([]byte, l.MaxSegLen)
+			bufs[i] = make([]byte, l.maxSegLen)
 		}
-		sizes := make([]int, l.Segments)
+		sizes := make([]int, l.segments)
 		for _, s := range []*Segmenter{{}, {Partial: true}} {
 			allocs := testing.AllocsPerRun(100, func() {
-				if _, err := s.Split(pkt, h, bufs, sizes, 0); err != nil {
+				if _, err := s.Split(pkt, l, bufs, sizes, 0); err != nil {
 					t.Fatal(err)
 				}
 			})
@@ -248,19 +248,52 @@ func TestSplitBuffers(t *testing.T) {
 		return b
 	}
 	var be *BufferError
-	_, err = Split(pkt, h, big(l.Segments-1, l.MaxSegLen), make([]int, l.Segments), 0)
-	if !errors.Is(err, ErrTooFewBuffers) || !errors.As(err, &be) || be.Need != l.Segments {
+	_, err = Split(pkt, h, big(l.segments-1, l.maxSegLen), make([]int, l.segments), 0)
+	if !errors.Is(err, ErrTooFewBuffers) || !errors.As(err, &be) || be.Need != l.segments {
 		t.Fatalf("too few buffers: %v", err)
 	}
-	_, err = Split(pkt, h, big(l.Segments, l.MaxSegLen+9), make([]int, l.Segments), 10)
-	if !errors.Is(err, ErrShortBuffer) || !errors.As(err, &be) || be.Size != l.MaxSegLen {
+	_, err = Split(pkt, h, big(l.segments, l.maxSegLen+9), make([]int, l.segments), 10)
+	if !errors.Is(err, ErrShortBuffer) || !errors.As(err, &be) || be.Size != l.maxSegLen {
 		t.Fatalf("short buffers: %v", err)
 	}
-	if _, err := Split(pkt, h, big(l.Segments, l.MaxSegLen), make([]int, l.Segments), -1); !errors.Is(err, ErrTooFewBuffers) {
+	if _, err := Split(pkt, h, big(l.segments, l.maxSegLen), make([]int, l.segments), -1); !errors.Is(err, ErrTooFewBuffers) {
 		t.Fatalf("negative offset: %v", err)
 	}
 	if errors.Is(err, ErrInvalid) {
 		t.Fatal("a buffer error is not an invalid packet")
+	}
+}
+
+// TestSplitLayout: Segmenter.Split takes only a layout that Validate made
+// for a packet of that length, so a stale or forged one cannot make it
+// index out of range.
+func TestSplitLayout(t *testing.T) {
+	pkt, h := buildSuper(splitCases()["tcp4-64k-mss1448"])
+	var s Segmenter
+	l, err := s.Validate(pkt, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bufs := make([][]byte, l.Segments())
+	for i := range bufs {
+		bufs[i] = make([]byte, l.MaxSegLen())
+	}
+	sizes := make([]int, len(bufs))
+	for name, c := range map[string]struct {
+		pkt []byte
+		l   Layout
+	}{
+		"zero layout": {pkt, Layout{}},
+		"shorter":     {pkt[:len(pkt)-1], l},
+		"longer":      {append(pkt[:len(pkt):len(pkt)], 0), l},
+		"empty":       {nil, l},
+	} {
+		if _, err := s.Split(c.pkt, c.l, bufs, sizes, 0); !errors.Is(err, ErrLayout) {
+			t.Errorf("%s: %v, want ErrLayout", name, err)
+		}
+	}
+	if n, err := s.Split(pkt, l, bufs, sizes, 0); err != nil || n != l.Segments() {
+		t.Fatalf("Split with its own layout: %d, %v", n, err)
 	}
 }
 
@@ -345,8 +378,8 @@ func TestUDPZeroChecksum(t *testing.T) {
 			}
 			// Adding the first packet's checksum c to a payload word of it
 			// makes its sum all ones, so its checksum becomes zero.
-			at, uh := l.HdrLen(), l.L3Len
-			if l.Kind == GSOUDP && l.IPv6 {
+			at, uh := l.HdrLen(), l.l3Len
+			if l.kind == GSOUDP && l.ipv6 {
 				uh += fragHdrLen
 			}
 			c := binary.BigEndian.Uint16(segs[0][uh+udpCsumOffset:])

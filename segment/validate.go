@@ -61,21 +61,25 @@ func validate(pkt []byte, h Header, maxSegs int) (Layout, error) {
 	if err := checkTransport(pkt, h, &l); err != nil {
 		return l, err
 	}
-	return l, count(pkt, &l, maxSegs)
+	if err := count(pkt, &l, maxSegs); err != nil {
+		return l, err
+	}
+	l.pktLen, l.valid = len(pkt), true
+	return l, nil
 }
 
 // checkGSO checks gso_type and gso_size on their own.
 func checkGSO(h Header) (Layout, error) {
-	l := Layout{Kind: h.GSOType.Kind(), ECN: h.GSOType.ECN(), NeedsCsum: h.NeedsCsum()}
-	switch l.Kind {
+	l := Layout{kind: h.GSOType.Kind(), ecn: h.GSOType.ECN(), needsCsum: h.NeedsCsum()}
+	switch l.kind {
 	case GSONone:
-		if l.ECN {
+		if l.ecn {
 			return l, invalid(ErrGSOType, "ECN flag without a GSO type")
 		}
 		return l, nil
 	case GSOTCPv4, GSOTCPv6, GSOUDP:
 	case GSOUDPL4:
-		if l.ECN {
+		if l.ecn {
 			return l, invalid(ErrGSOType, "ECN flag on udp_l4")
 		}
 	default:
@@ -84,7 +88,7 @@ func checkGSO(h Header) (Layout, error) {
 	if h.GSOSize == 0 || h.GSOSize == gsoByFrags {
 		return l, invalid(ErrGSOSize, "gso_size %d with gso_type %v", h.GSOSize, h.GSOType)
 	}
-	l.MSS = int(h.GSOSize)
+	l.mss = int(h.GSOSize)
 	return l, nil
 }
 
@@ -96,12 +100,12 @@ func parseIP(pkt []byte, l *Layout) error {
 	}
 	v := pkt[0] >> 4
 	switch {
-	case l.Kind == GSOTCPv4 && v != 4, l.Kind == GSOTCPv6 && v != 6:
-		return invalid(ErrIPVersion, "IPv%d packet with gso_type %v", v, l.Kind)
+	case l.kind == GSOTCPv4 && v != 4, l.kind == GSOTCPv6 && v != 6:
+		return invalid(ErrIPVersion, "IPv%d packet with gso_type %v", v, l.kind)
 	case v == 4:
 		return parseIPv4(pkt, l)
 	case v == 6:
-		l.IPv6 = true
+		l.ipv6 = true
 		return parseIPv6(pkt, l)
 	}
 	return invalid(ErrIPHeader, "IP version %d", v)
@@ -121,11 +125,11 @@ func parseIPv4(pkt []byte, l *Layout) error {
 	if Checksum(pkt[:ihl], 0) != 0 {
 		return invalid(ErrIPChecksum, "IPv4 header checksum %#04x", binary.BigEndian.Uint16(pkt[10:]))
 	}
-	if frag := binary.BigEndian.Uint16(pkt[6:]) & 0x3fff; frag != 0 && (l.Kind != GSONone || l.NeedsCsum) {
+	if frag := binary.BigEndian.Uint16(pkt[6:]) & 0x3fff; frag != 0 && (l.kind != GSONone || l.needsCsum) {
 		return invalid(ErrFragmented, "IPv4 fragment (offset %d, MF %v)", frag&0x1fff*8, frag&0x2000 != 0)
 	}
-	l.L3Len = ihl
-	l.Proto = pkt[9]
+	l.l3Len = ihl
+	l.proto = pkt[9]
 	return nil
 }
 
@@ -152,16 +156,16 @@ func parseIPv6(pkt []byte, l *Layout) error {
 			}
 			next, off = pkt[off], off+n
 		case protoFragment:
-			if l.Kind != GSONone || l.NeedsCsum {
+			if l.kind != GSONone || l.needsCsum {
 				return invalid(ErrFragmented, "IPv6 Fragment header at offset %d", off)
 			}
-			l.L3Len, l.Proto = off, next
+			l.l3Len, l.proto = off, next
 			return nil
 		default:
-			if l.Kind == GSOUDP && off != ipv6Len {
+			if l.kind == GSOUDP && off != ipv6Len {
 				return invalid(ErrExtHeader, "UFO over IPv6 with %d bytes of extension headers", off-ipv6Len)
 			}
-			l.L3Len, l.Proto = off, next
+			l.l3Len, l.proto = off, next
 			return nil
 		}
 	}
@@ -170,97 +174,97 @@ func parseIPv6(pkt []byte, l *Layout) error {
 // checkTransport checks the transport header and the checksum fields of
 // the virtio-net header against it, and fills in L4Len and CsumOffset.
 func checkTransport(pkt []byte, h Header, l *Layout) error {
-	tcp := l.Kind == GSOTCPv4 || l.Kind == GSOTCPv6
+	tcp := l.kind == GSOTCPv4 || l.kind == GSOTCPv6
 	switch {
-	case tcp && l.Proto != protoTCP:
-		return invalid(ErrProtocol, "protocol %d with gso_type %v", l.Proto, l.Kind)
-	case (l.Kind == GSOUDP || l.Kind == GSOUDPL4) && l.Proto != protoUDP:
-		return invalid(ErrProtocol, "protocol %d with gso_type %v", l.Proto, l.Kind)
-	case l.Kind == GSOUDPL4 && !l.NeedsCsum:
-		return invalid(ErrNeedsCsum, "gso_type %v without NEEDS_CSUM", l.Kind)
+	case tcp && l.proto != protoTCP:
+		return invalid(ErrProtocol, "protocol %d with gso_type %v", l.proto, l.kind)
+	case (l.kind == GSOUDP || l.kind == GSOUDPL4) && l.proto != protoUDP:
+		return invalid(ErrProtocol, "protocol %d with gso_type %v", l.proto, l.kind)
+	case l.kind == GSOUDPL4 && !l.needsCsum:
+		return invalid(ErrNeedsCsum, "gso_type %v without NEEDS_CSUM", l.kind)
 	}
 	if tcp {
-		l.CsumOffset = tcpCsumOffset // checksummed from scratch without NEEDS_CSUM
+		l.csumOffset = tcpCsumOffset // checksummed from scratch without NEEDS_CSUM
 	}
-	if l.Kind == GSONone && !l.NeedsCsum {
-		l.PayloadLen = len(pkt) - l.L3Len // passes through untouched
+	if l.kind == GSONone && !l.needsCsum {
+		l.payloadLen = len(pkt) - l.l3Len // passes through untouched
 		return nil
 	}
 	if err := parseL4(pkt, l); err != nil {
 		return err
 	}
-	if !l.NeedsCsum {
+	if !l.needsCsum {
 		return nil
 	}
 	start, off := int(h.CsumStart), int(h.CsumOffset)
 	if start+off+2 > len(pkt) {
 		return invalid(ErrCsumRange, "csum_start %d + csum_offset %d + 2 beyond %d bytes", start, off, len(pkt))
 	}
-	if start != l.L3Len {
-		return invalid(ErrCsumStart, "csum_start %d, transport header at %d", start, l.L3Len)
+	if start != l.l3Len {
+		return invalid(ErrCsumStart, "csum_start %d, transport header at %d", start, l.l3Len)
 	}
 	want := -1
-	switch l.Proto {
+	switch l.proto {
 	case protoTCP:
 		want = tcpCsumOffset
 	case protoUDP:
 		want = udpCsumOffset
 	}
 	if want >= 0 && off != want {
-		return invalid(ErrCsumOffset, "csum_offset %d for protocol %d, want %d", off, l.Proto, want)
+		return invalid(ErrCsumOffset, "csum_offset %d for protocol %d, want %d", off, l.proto, want)
 	}
-	l.CsumOffset = off
+	l.csumOffset = off
 	return nil
 }
 
 // parseL4 finds the length of a TCP or UDP header. Other protocols have no
 // header Split needs to know; they may only pass through.
 func parseL4(pkt []byte, l *Layout) error {
-	rest := len(pkt) - l.L3Len
-	switch l.Proto {
+	rest := len(pkt) - l.l3Len
+	switch l.proto {
 	case protoTCP:
 		if rest < tcpMinLen {
 			return invalid(ErrShortPacket, "%d bytes after the IP header, TCP needs %d", rest, tcpMinLen)
 		}
-		l.L4Len = int(pkt[l.L3Len+12]>>4) * 4
-		if l.L4Len < tcpMinLen || l.L4Len > rest {
-			return invalid(ErrTransport, "TCP data offset %d with %d bytes after the IP header", l.L4Len, rest)
+		l.l4Len = int(pkt[l.l3Len+12]>>4) * 4
+		if l.l4Len < tcpMinLen || l.l4Len > rest {
+			return invalid(ErrTransport, "TCP data offset %d with %d bytes after the IP header", l.l4Len, rest)
 		}
 	case protoUDP:
 		if rest < udpLen {
 			return invalid(ErrShortPacket, "%d bytes after the IP header, UDP needs %d", rest, udpLen)
 		}
-		l.L4Len = udpLen
+		l.l4Len = udpLen
 	}
-	l.PayloadLen = rest - l.L4Len
+	l.payloadLen = rest - l.l4Len
 	return nil
 }
 
 // count decides how many packets the input becomes and checks the caps.
 func count(pkt []byte, l *Layout, maxSegs int) error {
-	data := l.PayloadLen // bytes cut into gso_size pieces
-	if l.Kind == GSOUDP {
-		data += l.L4Len // UFO cuts the UDP header with the payload
+	data := l.payloadLen // bytes cut into gso_size pieces
+	if l.kind == GSOUDP {
+		data += l.l4Len // UFO cuts the UDP header with the payload
 	}
-	if l.Kind == GSOUDPL4 && data > l.MSS*UDPMaxSegments {
-		return invalid(ErrTooManySegments, "%d bytes of USO payload, at most %d×%d", data, UDPMaxSegments, l.MSS)
+	if l.kind == GSOUDPL4 && data > l.mss*UDPMaxSegments {
+		return invalid(ErrTooManySegments, "%d bytes of USO payload, at most %d×%d", data, UDPMaxSegments, l.mss)
 	}
-	if l.Kind == GSONone || data <= l.MSS {
-		l.Kind, l.Segments, l.MaxSegLen = GSONone, 1, len(pkt)
+	if l.kind == GSONone || data <= l.mss {
+		l.kind, l.segments, l.maxSegLen = GSONone, 1, len(pkt)
 		return nil
 	}
-	if l.Kind == GSOUDP && l.MSS%8 != 0 {
-		return invalid(ErrGSOSize, "UFO gso_size %d is not a multiple of 8", l.MSS)
+	if l.kind == GSOUDP && l.mss%8 != 0 {
+		return invalid(ErrGSOSize, "UFO gso_size %d is not a multiple of 8", l.mss)
 	}
-	l.Segments = (data + l.MSS - 1) / l.MSS
-	if l.Segments > maxSegs {
-		return invalid(ErrTooManySegments, "%d segments, at most %d", l.Segments, maxSegs)
+	l.segments = (data + l.mss - 1) / l.mss
+	if l.segments > maxSegs {
+		return invalid(ErrTooManySegments, "%d segments, at most %d", l.segments, maxSegs)
 	}
-	l.MaxSegLen = len(pkt) - data + l.MSS
-	if l.Kind == GSOUDP {
-		l.MaxSegLen = l.L3Len + l.MSS
-		if l.IPv6 {
-			l.MaxSegLen += fragHdrLen
+	l.maxSegLen = len(pkt) - data + l.mss
+	if l.kind == GSOUDP {
+		l.maxSegLen = l.l3Len + l.mss
+		if l.ipv6 {
+			l.maxSegLen += fragHdrLen
 		}
 	}
 	return nil

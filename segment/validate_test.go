@@ -89,7 +89,7 @@ func TestValidateAccepts(t *testing.T) {
 	frag, h := buildSuper(superSpec{proto: udp, payload: 100})
 	frag[6] = 0x20 // a first fragment, forwarded as it is
 	fixIPv4Csum(frag)
-	if l, err := Validate(frag, h); err != nil || l.Kind != GSONone || l.Segments != 1 {
+	if l, err := Validate(frag, h); err != nil || l.kind != GSONone || l.segments != 1 {
 		t.Fatalf("plain IPv4 fragment: %+v, %v", l, err)
 	}
 	other, h := buildSuper(superSpec{v6: true, proto: udp, payload: 10})

@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
-	"github.com/gsoplane/gsoplane/internal/netnsutil"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -16,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gsoplane/gsoplane/internal/netlab"
 
 	"golang.org/x/sys/unix"
 )
@@ -98,10 +99,10 @@ func checkPrivileges(t *testing.T, pid int) {
 
 // tcpStream sends n pseudo-random bytes from A to a server in B and
 // compares the SHA-256 the server computes with the sender's.
-func tcpStream(t *testing.T, a, b, addr string, n int64) {
+func tcpStream(t *testing.T, a, b *netlab.NS, addr string, n int64) {
 	t.Helper()
 	var ln net.Listener
-	if err := netnsutil.RunNamed(b, func() (err error) { ln, err = net.Listen("tcp", addr); return err }); err != nil {
+	if err := b.Run(func() (err error) { ln, err = net.Listen("tcp", addr); return err }); err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
@@ -145,11 +146,11 @@ func tcpStream(t *testing.T, a, b, addr string, n int64) {
 // size bytes with sequence numbers from A to B, resending on ENOBUFS
 // (the TUN ring was full: the kernel's backpressure), and checks that B
 // receives every datagram once. It returns how many resends it took.
-func udpStream(t *testing.T, a, b string, sends, segs, size int) int {
+func udpStream(t *testing.T, a, b *netlab.NS, sends, segs, size int) int {
 	t.Helper()
 	addr := net.JoinHostPort(srv4, "9000")
 	var pc net.PacketConn
-	if err := netnsutil.RunNamed(b, func() (err error) { pc, err = net.ListenPacket("udp", addr); return err }); err != nil {
+	if err := b.Run(func() (err error) { pc, err = net.ListenPacket("udp", addr); return err }); err != nil {
 		t.Fatal(err)
 	}
 	defer pc.Close()

@@ -6,9 +6,12 @@ import (
 	"net"
 	"net/netip"
 
-	"github.com/gsoplane/gsoplane/dataplane"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/gsoplane/gsoplane/dataplane"
+	"github.com/gsoplane/gsoplane/dataplane/tun"
+	"github.com/gsoplane/gsoplane/dataplane/xsk"
 )
 
 // gateway is the running dataplane plus what udpfwd configured around
@@ -27,7 +30,7 @@ func openGateway(cfg *config) (*gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &gateway{Gateway: dg, nic: dg.XDP().Ifindex()}
+	g := &gateway{Gateway: dg, nic: dg.Port().Ifindex()}
 	if err := g.configureTUN(cfg); err != nil {
 		return nil, errors.Join(err, g.close())
 	}
@@ -36,9 +39,9 @@ func openGateway(cfg *config) (*gateway, error) {
 
 // gatewayConfig translates the flags into the dataplane's configuration.
 func gatewayConfig(cfg *config) dataplane.GatewayConfig {
-	modes := map[string]dataplane.XDPMode{"auto": dataplane.XDPModeAuto, "native": dataplane.XDPModeNative, "generic": dataplane.XDPModeGeneric}
+	modes := map[string]xsk.Mode{"auto": xsk.ModeAuto, "native": xsk.ModeNative, "generic": xsk.ModeGeneric}
 	return dataplane.GatewayConfig{
-		TUN:          dataplane.TUNConfig{Name: cfg.TUN, Queues: cfg.Queues, MTU: cfg.MTU, Offload: cfg.GSO},
+		TUN:          tun.Config{Name: cfg.TUN, Queues: cfg.Queues, MTU: cfg.MTU, Offload: cfg.GSO},
 		NIC:          cfg.NIC,
 		Routes:       cfg.redirects(),
 		NextHop:      cfg.NextHop.addr,

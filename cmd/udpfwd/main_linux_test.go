@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gsoplane/gsoplane/internal/netlab"
 )
 
 // The udpfwd binary the privileged tests run, built once into binDir.
@@ -29,7 +31,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
-	code := m.Run()
+	code := netlab.Main(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -97,16 +99,15 @@ type proc struct {
 	err  error // of Wait, once done is closed
 }
 
-// startUdpfwd runs udpfwd in namespace ns (with `ip netns exec`, which
-// execs it: cmd.Process is udpfwd) with env added, and kills it at the
-// end of the test if it still runs.
-func startUdpfwd(t *testing.T, ns string, env []string, args ...string) *proc {
+// startUdpfwd runs udpfwd in namespace ns with env added, and kills it
+// at the end of the test if it still runs.
+func startUdpfwd(t *testing.T, ns *netlab.NS, env []string, args ...string) *proc {
 	t.Helper()
 	p := &proc{done: make(chan struct{})}
-	p.cmd = exec.Command("ip", append([]string{"netns", "exec", ns, udpfwdBinary(t)}, args...)...)
+	p.cmd = exec.Command(udpfwdBinary(t), args...)
 	p.cmd.Env = cleanEnv(env...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
-	if err := p.cmd.Start(); err != nil {
+	if err := ns.Start(p.cmd); err != nil {
 		t.Fatal(err)
 	}
 	go func() { p.err = p.cmd.Wait(); close(p.done) }()
@@ -142,16 +143,19 @@ func (p *proc) waitOutput(s string, d time.Duration) bool {
 	return true
 }
 
-// runUdpfwd runs udpfwd to completion (at most 20 s) with the command
-// prefix before it, and returns its exit status and output.
-func runUdpfwd(t *testing.T, prefix []string, args ...string) (int, string) {
+// runUdpfwd runs udpfwd in namespace ns to completion (at most 20 s)
+// with the command prefix before it, and returns its exit status and
+// output.
+func runUdpfwd(t *testing.T, ns *netlab.NS, prefix []string, args ...string) (int, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	argv := append(append(prefix, udpfwdBinary(t)), args...)
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = cleanEnv()
-	out, err := cmd.CombinedOutput()
+	var out []byte
+	var err error
+	netlab.Must(t, ns.Run(func() error { out, err = cmd.CombinedOutput(); return nil }))
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		return ee.ExitCode(), string(out)

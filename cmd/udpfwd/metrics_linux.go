@@ -3,8 +3,11 @@ package main
 import (
 	"strconv"
 
-	"github.com/gsoplane/gsoplane/dataplane"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gsoplane/gsoplane/dataplane"
+	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/xsk"
 )
 
 // Directions and the port label (only AF_XDP exists yet).
@@ -101,16 +104,16 @@ func (e emitter) traffic(s dataplane.GatewayStats) {
 	e.counter(descTxErrors, f.TxErrors, portXDP)
 }
 
+// drops exports both directions' drops in the pipeline's one vocabulary;
+// a reason that cannot happen in a direction stays 0.
 func (e emitter) drops(s dataplane.GatewayStats) {
-	for i, n := range s.Forward.Drops {
-		e.counter(descDrops, n, toNIC, dataplane.DropReason(i).String())
+	for r := range pipeline.NumDropReasons {
+		e.counter(descDrops, s.Forward.Drops[r], toNIC, r.String())
+		e.counter(descDrops, s.Return.Drops[r], toTUN, r.String())
 	}
-	e.counter(descDrops, s.Unresolved, toNIC, "unresolved")
-	e.counter(descDrops, s.Return.Invalid, toTUN, "invalid")
-	e.counter(descDrops, s.Return.WriteErr, toTUN, "write_error")
 }
 
-func (e emitter) xsk(socks []dataplane.XSKStats) {
+func (e emitter) xsk(socks []xsk.Stats) {
 	for i, x := range socks {
 		q := strconv.Itoa(i)
 		e.counter(descXSKEvents, x.RXDropped, q, "rx_dropped")
@@ -148,16 +151,16 @@ func (e emitter) queue(s dataplane.GatewayStats) {
 // histograms exports the dataplane's bucket counts as Prometheus
 // histograms. The segments' sum is exact: every segment cut is either
 // queued (Segments) or refused by the hook.
-func (e emitter) histograms(f dataplane.Stats) {
-	segBounds := make([]float64, len(dataplane.SegmentBounds))
-	for i, b := range dataplane.SegmentBounds {
+func (e emitter) histograms(f pipeline.Stats) {
+	segBounds := make([]float64, len(pipeline.SegmentBounds))
+	for i, b := range pipeline.SegmentBounds {
 		segBounds[i] = float64(b)
 	}
-	cut := f.Segments + f.Drops[dataplane.DropHook]
+	cut := f.Segments + f.Drops[pipeline.DropHook]
 	e.ch <- histogram(descSegsPerSP, segBounds, f.SegmentsPerRead[:], float64(cut))
 
-	latBounds := make([]float64, len(dataplane.LatencyBounds))
-	for i, b := range dataplane.LatencyBounds {
+	latBounds := make([]float64, len(pipeline.LatencyBounds))
+	for i, b := range pipeline.LatencyBounds {
 		latBounds[i] = b.Seconds()
 	}
 	e.ch <- histogram(descTxLatency, latBounds, f.TxLatency[:], f.TxLatencySum.Seconds())

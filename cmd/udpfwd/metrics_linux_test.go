@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/gsoplane/gsoplane/dataplane"
+	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/xsk"
 )
 
 // TestCollector checks the exported values against a known snapshot:
@@ -14,15 +16,15 @@ import (
 func TestCollector(t *testing.T) {
 	var s dataplane.GatewayStats
 	s.Forward.SuperPackets, s.Forward.Segments, s.Forward.Transmitted = 10, 95, 90
-	s.Forward.Drops[dataplane.DropHook] = 5
+	s.Forward.Drops[pipeline.DropHook] = 5
 	s.Forward.SegmentsPerRead[0], s.Forward.SegmentsPerRead[6], s.Forward.SegmentsPerRead[8] = 2, 7, 1 // 1, ≤64, >128
-	s.Forward.TxLatency[0], s.Forward.TxLatency[len(dataplane.LatencyBounds)] = 80, 10
+	s.Forward.TxLatency[0], s.Forward.TxLatency[len(pipeline.LatencyBounds)] = 80, 10
 	s.Forward.TxLatencySum = 1500 * time.Millisecond
-	s.Unresolved = 3
-	s.Return.Packets, s.Return.WriteErr = 7, 1
+	s.Forward.Drops[pipeline.DropUnresolved] = 3
+	s.Return.Packets, s.Return.Drops[pipeline.DropWriteError] = 7, 1
 	s.Budget.Limit, s.Budget.InFlight, s.Budget.Stalls, s.Budget.StallTime = 1<<20, 4352, 4, 2*time.Second
 	s.Queue.Pending, s.Queue.PeakHeld = 3, 40
-	s.XSK = []dataplane.XSKStats{{RX: 5}, {RX: 6, RXRingFull: 2}}
+	s.XSK = []xsk.Stats{{RX: 5}, {RX: 6, RXRingFull: 2}}
 
 	rec := httptest.NewRecorder()
 	newHTTPServer(newRegistry(&statsCollector{stats: func() dataplane.GatewayStats { return s }, backpressure: true}), false, slog.New(slog.DiscardHandler)).

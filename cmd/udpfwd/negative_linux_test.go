@@ -1,7 +1,6 @@
 package main
 
 import (
-	"github.com/gsoplane/gsoplane/internal/netnsutil"
 	"net"
 	"os/exec"
 	"strings"
@@ -16,9 +15,8 @@ import (
 func TestStartFailures(t *testing.T) {
 	requireRoot(t)
 	a, _ := newLab(t)
-	nsExec := []string{"ip", "netns", "exec", a}
 	var ln net.Listener
-	if err := netnsutil.RunNamed(a, func() (err error) { ln, err = net.Listen("tcp", "127.0.0.1:9464"); return err }); err != nil {
+	if err := a.Run(func() (err error) { ln, err = net.Listen("tcp", "127.0.0.1:9464"); return err }); err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
@@ -52,7 +50,7 @@ func TestStartFailures(t *testing.T) {
 			if c.name == "no CAP_NET_ADMIN" && noNetAdmin == nil {
 				t.Skip("setpriv (util-linux) not installed")
 			}
-			code, out := runUdpfwd(t, append(nsExec, c.prefix...), c.args...)
+			code, out := runUdpfwd(t, a, c.prefix, c.args...)
 			if code != c.code {
 				t.Errorf("exit %d, want %d", code, c.code)
 			}

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/gsoplane/gsoplane/dataplane"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/gsoplane/gsoplane/dataplane"
+	"github.com/gsoplane/gsoplane/dataplane/xsk"
 )
 
 // tunClonePath is the TUN clone device.
@@ -46,7 +48,7 @@ func checkMemlock(cfg *config) problems {
 		lim.Cur = lim.Max
 		unix.Setrlimit(unix.RLIMIT_MEMLOCK, &lim)
 	}
-	umem := uint64(umemFrames(cfg.Budget.bytes) * dataplane.DefaultXDPFrameSize)
+	umem := uint64(dataplane.UMEMFrames(int(cfg.Budget.bytes)) * xsk.DefaultFrameSize)
 	if lim.Cur == unix.RLIM_INFINITY || lim.Cur >= uint64(max(cfg.Queues, 1))*umem {
 		return nil
 	}

@@ -43,5 +43,5 @@ func statsLine(a, b dataplane.GatewayStats, d time.Duration) string {
 
 // totalDrops sums the drops of both directions.
 func totalDrops(s dataplane.GatewayStats) uint64 {
-	return s.Forward.Dropped() + s.Unresolved + s.Return.Invalid + s.Return.WriteErr
+	return s.Forward.Drops.Total() + s.Return.Drops.Total()
 }

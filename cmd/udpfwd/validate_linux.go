@@ -6,10 +6,13 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gsoplane/gsoplane/dataplane"
+	"github.com/gsoplane/gsoplane/dataplane/tun"
+	"github.com/gsoplane/gsoplane/dataplane/xsk"
 	"github.com/gsoplane/gsoplane/segment"
 	"github.com/gsoplane/gsoplane/txqueue"
-	"golang.org/x/sys/unix"
 )
 
 // Flag limits.
@@ -22,26 +25,14 @@ const (
 )
 
 // segTruesize is what one segment costs the budget: a default-sized frame.
-var segTruesize = int64(txqueue.Truesize(dataplane.DefaultXDPFrameSize))
+var segTruesize = int64(txqueue.Truesize(xsk.DefaultFrameSize))
 
 // The fixed budget's range: from one worst-case super-packet (the
 // dataplane's Burst) to what the most TX frames hold besides one.
 var (
 	minBudget = segment.DefaultMaxSegments * segTruesize
-	maxBudget = (dataplane.MaxXDPNumFrames/2 - segment.DefaultMaxSegments) * segTruesize
+	maxBudget = (xsk.MaxNumFrames/2 - segment.DefaultMaxSegments) * segTruesize
 )
-
-// umemFrames is the number of UMEM frames of each AF_XDP socket, half of
-// them for TX: the default, or from a fixed budget enough TX frames to
-// hold it plus one worst-case super-packet. It mirrors the dataplane's
-// sizing (umemFrames in dataplane/gateway_linux.go, unexported).
-func umemFrames(budget int64) int64 {
-	if budget <= 0 {
-		return dataplane.DefaultXDPNumFrames
-	}
-	tx := (budget+segTruesize-1)/segTruesize + segment.DefaultMaxSegments
-	return min(2*tx, dataplane.MaxXDPNumFrames)
-}
 
 // validate checks the flags against each other and their ranges, without
 // touching the system.
@@ -66,8 +57,8 @@ func (c *config) validateTUN() problems {
 	}
 	p.merge(networkProblems("-route", c.Routes))
 	p.merge(networkProblems("-redirect", c.Redirect))
-	if c.Queues < 1 || c.Queues > dataplane.MaxTUNQueues {
-		p.add("-queues %d: want 1 to %d", c.Queues, dataplane.MaxTUNQueues)
+	if c.Queues < 1 || c.Queues > tun.MaxQueues {
+		p.add("-queues %d: want 1 to %d", c.Queues, tun.MaxQueues)
 	}
 	if c.GRO {
 		p.add("-gro=true: GRO is not implemented yet; only -gro=false is accepted")
@@ -98,7 +89,7 @@ func (c *config) validateTransmit() problems {
 	if badBudget {
 		p.add("-budget %d: want auto or %d (%dKiB) to %d (%dMiB) bytes", b, minBudget, minBudget>>10, maxBudget, maxBudget>>20)
 	}
-	switch txFrames := umemFrames(b) / 2; {
+	switch txFrames := int64(dataplane.UMEMFrames(int(b))) / 2; {
 	case c.TxQueueLen < 0 || !badBudget && int64(c.TxQueueLen) > txFrames:
 		p.add("-tx-queue-len %d: want 1 to %d (the TX frames with -budget %v), or 0 for every TX frame", c.TxQueueLen, txFrames, &c.Budget)
 	case c.TxQueueLen > 0 && c.Queues > 1:

@@ -1,7 +1,8 @@
-// Package netnsutil runs code inside Linux network namespaces and creates
-// named ones (visible to `ip netns`). gsoplane's privileged tests and the
-// bench build their topologies with it. Sockets, TUN devices and netlink
-// handles opened inside a namespace stay there.
+// Package netnsutil runs code inside Linux network namespaces, creates
+// named ones (visible to `ip netns`), and reads and writes sysfs as seen
+// from inside one. It is the lowest layer of internal/netlab, the lab the
+// privileged tests and the bench build their topologies with. Sockets, TUN
+// devices and netlink handles opened inside a namespace stay there.
 package netnsutil
 
 import (

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netns"
+
+	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/netnsutil"
+)
+
+// requireRoot skips unless the test runs as root: the bench builds
+// network namespaces, TUN devices and AF_XDP sockets.
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs CAP_NET_ADMIN, CAP_BPF, CAP_NET_RAW: run as root (sudo go test ./bench)")
+	}
+}
+
+// TestSmoke runs every scenario once, briefly, in process, and checks the
+// outcome the scenarios exist to show: no drops with backpressure, drops
+// without. No speed is asserted. PATH is empty: the bench needs no
+// binary (ethtool, ip, tc), and skips its optional iperf3 row.
+func TestSmoke(t *testing.T) {
+	requireRoot(t)
+	t.Setenv("PATH", t.TempDir())
+	out := filepath.Join(t.TempDir(), "results.json")
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 80*time.Second)
+	defer cancel()
+	start := time.Now()
+	code := run(ctx, []string{"-duration", "1s", "-warmup", "300ms", "-runs", "1", "-json", "-out", out}, &stdout, &stderr)
+	t.Logf("run took %v; progress:\n%s", time.Since(start).Round(time.Millisecond), stderr.String())
+	if code != exitOK {
+		t.Fatalf("run exited %d", code)
+	}
+
+	var rep jsonReport
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("stdout is not the JSON report: %v\n%s", err, stdout.String())
+	}
+	saved, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatalf("-out: %v", err)
+	}
+	var rep2 jsonReport
+	if err := json.Unmarshal(saved, &rep2); err != nil {
+		t.Fatalf("-out file is not JSON: %v", err)
+	}
+	if len(rep2.Rows) != len(rep.Rows) {
+		t.Errorf("-out has %d rows, stdout %d", len(rep2.Rows), len(rep.Rows))
+	}
+
+	rows := map[string]jsonRow{}
+	for _, r := range rep.Rows {
+		rows[r.Scenario+"/"+r.Row] = r
+		if r.Runs != 1 || len(r.Errors) > 0 {
+			t.Errorf("%s/%s: %d runs, errors %v", r.Scenario, r.Row, r.Runs, r.Errors)
+		}
+		if len(r.CPU) == 0 {
+			t.Errorf("%s/%s: no CPU utilisation", r.Scenario, r.Row)
+		}
+	}
+	for _, want := range []string{
+		"backpressure/on", "backpressure/off",
+		"gso/gsoplane", "gso/no-offload", "gso/kernel",
+		"hook/none", "hook/noop", "hook/inspect",
+		"peers/gsoplane", "peers/wireguard-go", "peers/tailscale-split",
+	} {
+		if _, ok := rows[want]; !ok {
+			t.Errorf("no row %s", want)
+		}
+	}
+	for _, s := range scenarioNames {
+		if _, ok := rep.Ratios[s]; !ok {
+			t.Errorf("no ratios for %s", s)
+		}
+	}
+	on, off := rows["backpressure/on"], rows["backpressure/off"]
+	for _, r := range []jsonRow{on, off} {
+		t.Logf("backpressure %s: %d sends, %d send errors, %d datagrams received, %.0f Mbit/s, %d drops",
+			r.Row, r.Sent, r.SendErrors, r.Received, r.ThroughputBps/1e6, r.Drops)
+	}
+	if on.Drops != 0 {
+		t.Errorf("backpressure on: %d drops, want 0", on.Drops)
+	}
+	if off.Drops == 0 {
+		t.Errorf("backpressure off: no drops")
+	}
+	for _, r := range []string{"gso/gsoplane", "gso/kernel", "peers/wireguard-go"} {
+		if rows[r].Retransmits == nil {
+			t.Errorf("%s: no retransmits field", r)
+		}
+	}
+}
+
+// TestLeftovers checks that namespaces left by a crashed bench run are
+// removed with a message, and that a bench running in another process
+// stops this one.
+func TestLeftovers(t *testing.T) {
+	requireRoot(t)
+	// A pid above pid_max belongs to no process: a crashed run. Pid 1 is
+	// alive: another run.
+	stale, busy := netlab.Prefix+labTag+"-a-4194305-1", netlab.Prefix+labTag+"-a-1-1"
+	for _, name := range []string{stale, busy} {
+		h, err := netnsutil.NewNamed(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Close()
+		t.Cleanup(func() { netns.DeleteNamed(name) })
+	}
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"-scenario", "gso", "-runs", "1", "-duration", "1s"}, &stdout, &stderr)
+	if code != exitUsage {
+		t.Errorf("exit %d beside another run, want %d", code, exitUsage)
+	}
+	for _, want := range []string{"removed namespace " + stale, "another bench run (pid 1)"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+		}
+	}
+	if _, err := os.Stat("/run/netns/" + stale); !os.IsNotExist(err) {
+		t.Errorf("the stale namespace is still there: %v", err)
+	}
+	if stdout.Len() > 0 {
+		t.Errorf("stdout: %q", stdout.String())
+	}
+}
+
+func TestMain(m *testing.M) { os.Exit(netlab.Main(m)) }

@@ -1,0 +1,18 @@
+// Package pipeline is gsoplane's forwarding pipeline, independent of any
+// device: the Forwarder moves super-packets from a Source through
+// validation, admission by a txqueue.Budget, segmentation straight into a
+// Sink's frames, an optional per-segment Hook and a txqueue.Queue to the
+// Sink, whose in-order completions release the charges; while the budget
+// is full the forwarder does not read its source. The ReturnPath moves
+// packets the other way, from a port's Receiver into a Writer such as a
+// TUN queue.
+//
+// Ports implement the interfaces: dataplane/tun (a Source and a Writer),
+// dataplane/xsk (a Sink and a Receiver on AF_XDP), dataplane/udp (a Sink
+// for VPNs). A VPN embeds the pipeline with its own Source or Sink; the
+// package example shows one in memory.
+//
+// The package is pure Go with no system calls and builds on every OS. It
+// imports only segment and txqueue; ports and the gateway (package
+// dataplane) import it, never the other way round.
+package pipeline

@@ -1,0 +1,172 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gsoplane/gsoplane/segment"
+	"github.com/gsoplane/gsoplane/txqueue"
+)
+
+// A Source yields packets, each behind its virtio-net header: packet i of a
+// batch at bufs[i][offset:offset+sizes[i]]. tun.Queue is one. An error
+// wrapping ErrPacketTruncated loses one packet and is not fatal; any other
+// error ends the forwarder.
+type Source interface {
+	Read(bufs [][]byte, sizes []int, offset int) (n int, err error)
+}
+
+// A Frame is one transmit buffer owned by a Sink.
+type Frame struct {
+	Buf []byte // the packet goes at Buf[Sink.Headroom():]
+	Len int    // the packet's length, without the headroom
+	ID  uint64 // the sink's handle, such as a UMEM address
+}
+
+// A Sink transmits IP packets from frames it owns and reports when they are
+// gone. The forwarder calls Alloc and Free from its producer and Transmit,
+// Complete and Wait from its sink loop, concurrently: a Sink must allow
+// that. It must own at least as many frames as one super-packet can
+// produce (Segmenter's cap), or such a packet is dropped. Transmit and
+// Complete return an error only when the sink can no longer send: that
+// stops the forwarder; transient conditions are the sink's to retry and
+// count. xsk.Sink and udp.Sink are Sinks.
+type Sink interface {
+	// Headroom is the space before each packet that the sink fills in
+	// itself, such as a link-layer header.
+	Headroom() int
+	// Alloc fills frames with free frames, at most len(frames), and
+	// returns how many; 0 when every frame is in flight.
+	Alloc(frames []Frame) int
+	// Free returns frames that were allocated but not transmitted.
+	Free(frames []Frame)
+	// Transmit sends frames in order and returns how many it took; the
+	// rest are offered again later.
+	Transmit(frames []Frame) (int, error)
+	// Complete returns how many transmitted frames are gone since the last
+	// call, in Transmit order; their frames are free again.
+	Complete() (int, error)
+	// Wait blocks for at most d until Complete may report more.
+	Wait(d time.Duration) error
+}
+
+// A Hook sees every segment before it is queued and returns false to drop
+// it, like a netfilter hook. It runs on the forwarder's producer goroutine
+// and must not keep pkt.
+type Hook func(pkt []byte) bool
+
+// ForwarderConfig configures a Forwarder.
+type ForwarderConfig struct {
+	Source     Source
+	HeaderSize int // virtio-net header size of Source: segment.HeaderSize or HeaderSizeMrg
+	Sink       Sink
+	FrameSize  int // size of the sink's frames, for truesize
+
+	// Budget charges every segment's truesize until its completion; the
+	// producer stops reading the source while it is full. Nil turns
+	// backpressure off (an ablation): then Queue should drop.
+	Budget *txqueue.Budget
+	Queue  *txqueue.Queue[Frame]
+
+	Segmenter *segment.Segmenter
+	Hook      Hook // nil: every segment passes
+	Batch     int  // packets read per Source.Read; 0 → 32
+	// TxRate caps the sink's rate in bits per second of IP packets, to
+	// emulate a slower line; 0 → no cap.
+	TxRate int64
+	// DrainTime bounds how long Run, once stopped, waits for the queue to
+	// empty; 0 → DefaultDrainTime.
+	DrainTime time.Duration
+}
+
+// Forwarder moves super-packets from a Source through segmentation, the
+// budget and the queue to a Sink. Run drives it.
+type Forwarder struct {
+	cfg   ForwarderConfig
+	stats counters
+	freed chan struct{} // signalled when the sink loop completes frames
+}
+
+// NewForwarder checks cfg and returns a Forwarder.
+func NewForwarder(cfg ForwarderConfig) (*Forwarder, error) {
+	switch {
+	case cfg.Source == nil || cfg.Sink == nil || cfg.Queue == nil:
+		return nil, fmt.Errorf("pipeline: %w: forwarder needs a Source, a Sink and a Queue", ErrInvalidConfig)
+	case cfg.HeaderSize != segment.HeaderSize && cfg.HeaderSize != segment.HeaderSizeMrg:
+		return nil, fmt.Errorf("pipeline: %w: virtio-net header size %d, want %d or %d", ErrInvalidConfig, cfg.HeaderSize, segment.HeaderSize, segment.HeaderSizeMrg)
+	case cfg.FrameSize < cfg.Sink.Headroom()+576:
+		return nil, fmt.Errorf("pipeline: %w: frame size %d too small", ErrInvalidConfig, cfg.FrameSize)
+	}
+	if cfg.Segmenter == nil {
+		cfg.Segmenter = new(segment.Segmenter)
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = 32
+	}
+	if cfg.DrainTime <= 0 {
+		cfg.DrainTime = DefaultDrainTime
+	}
+	return &Forwarder{cfg: cfg, freed: make(chan struct{}, 1)}, nil
+}
+
+// Run forwards until ctx ends, the source fails or the sink fails. Then it
+// stops reading, lets the sink loop transmit what was queued (for up to
+// DrainTime) and returns the error that ended it (nil when ctx ended).
+// Run does not interrupt a Source.Read in progress: to stop a forwarder
+// whose source blocks, cancel ctx and close the source (the gateway's Run
+// does). After Run, Queue.Close releases whatever is still charged.
+func (f *Forwarder) Run(ctx context.Context) error {
+	prodCtx, stopProd := context.WithCancel(ctx)
+	defer stopProd()
+	sinkCtx, stopSink := context.WithCancel(context.Background())
+	var sinkErr error
+	sinkDone := make(chan struct{})
+	go func() {
+		defer close(sinkDone)
+		if sinkErr = f.sinkLoop(sinkCtx); sinkErr != nil {
+			stopProd() // nothing will complete: stop taking packets
+		}
+	}()
+	err := f.produce(prodCtx)
+	f.drain(sinkDone)
+	stopSink()
+	<-sinkDone
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		err = nil
+	}
+	return errors.Join(err, sinkErr)
+}
+
+// DefaultDrainTime is how long Run waits, by default, for the queue to
+// empty once it stops.
+const DefaultDrainTime = time.Second
+
+// drain waits until the queue is empty, DrainTime has passed or the sink
+// loop has ended.
+func (f *Forwarder) drain(sinkDone <-chan struct{}) {
+	deadline := time.Now().Add(f.cfg.DrainTime)
+	for time.Now().Before(deadline) {
+		st := f.cfg.Queue.Stats()
+		if st.Pending == 0 && st.InFlight == 0 {
+			return
+		}
+		select {
+		case <-sinkDone:
+			return
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// Stats returns a snapshot of the forwarder's counters.
+func (f *Forwarder) Stats() Stats { return f.stats.snapshot() }
+
+// signalFreed tells a producer waiting for frames that some came back.
+func (f *Forwarder) signalFreed() {
+	select {
+	case f.freed <- struct{}{}:
+	default:
+	}
+}

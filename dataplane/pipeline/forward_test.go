@@ -1,0 +1,123 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/segment"
+	"github.com/gsoplane/gsoplane/txqueue"
+)
+
+// newTestForwarder wires src and sink with a budget and a Block queue.
+func newTestForwarder(t *testing.T, src pipeline.Source, sink pipeline.Sink) (*pipeline.Forwarder, *txqueue.Budget, *txqueue.Queue[pipeline.Frame]) {
+	t.Helper()
+	size := txqueue.Truesize(2048)
+	budget, err := txqueue.NewBudget(txqueue.BudgetConfig{Burst: 128 * size, Limit: 512 * size})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue, err := txqueue.NewQueue[pipeline.Frame](txqueue.QueueConfig{Policy: txqueue.Block, Packets: 256, Bytes: 1024 * size})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := pipeline.NewForwarder(pipeline.ForwarderConfig{
+		Source: src, HeaderSize: segment.HeaderSize, Sink: sink, FrameSize: 2048, Budget: budget, Queue: queue,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, budget, queue
+}
+
+// runWithin runs f and fails the test if it does not return in time.
+func runWithin(t *testing.T, f *pipeline.Forwarder) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- f.Run(context.Background()) }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run hung")
+		return nil
+	}
+}
+
+// failingSink takes some frames, then fails for good.
+type failingSink struct {
+	*memSink
+	left int
+}
+
+func (s *failingSink) Transmit(frames []pipeline.Frame) (int, error) {
+	if s.left <= 0 {
+		return 0, errors.New("link gone")
+	}
+	n, err := s.memSink.Transmit(frames[:min(len(frames), s.left)])
+	s.left -= n
+	return n, err
+}
+
+// A sink that fails stops the forwarder, and nothing stays charged once
+// the queue is closed.
+func TestForwarderSinkFailure(t *testing.T) {
+	pkts := make([][]byte, 20)
+	for i := range pkts {
+		pkts[i] = tcpSuperPacket(10 << 10)
+	}
+	f, budget, queue := newTestForwarder(t, &sliceSource{pkts: pkts}, &failingSink{newMemSink(256, 2048), 20})
+	if err := runWithin(t, f); err == nil || errors.Is(err, pipeline.ErrSourceClosed) {
+		t.Fatalf("Run = %v, want the sink's error", err)
+	}
+	queue.Close()
+	if st := budget.Stats(); st.InFlight != 0 {
+		t.Fatalf("%d bytes still charged", st.InFlight)
+	}
+}
+
+// truncSource returns a packet together with ErrPacketTruncated, then
+// another packet, then io.EOF.
+type truncSource struct{ calls int }
+
+func (s *truncSource) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	s.calls++
+	switch s.calls {
+	case 1:
+		sizes[0] = copy(bufs[0][offset:], tcpSuperPacket(3000))
+		return 1, pipeline.ErrPacketTruncated
+	case 2:
+		sizes[0] = copy(bufs[0][offset:], tcpSuperPacket(3000))
+		return 1, nil
+	}
+	return 0, io.EOF
+}
+
+// Packets read together with an error are forwarded, and a truncated
+// packet is counted, not fatal.
+func TestForwarderReadError(t *testing.T) {
+	f, _, _ := newTestForwarder(t, &truncSource{}, newMemSink(256, 2048))
+	if err := runWithin(t, f); !errors.Is(err, io.EOF) {
+		t.Fatalf("Run = %v, want io.EOF", err)
+	}
+	st := f.Stats()
+	if st.SuperPackets != 2 || st.Segments != 6 || st.Drops[pipeline.DropInvalid] != 1 {
+		t.Fatalf("stats %+v: want 2 super-packets, 6 segments, 1 invalid", st)
+	}
+}
+
+// A super-packet with more segments than the sink has frames is dropped
+// instead of waiting forever.
+func TestForwarderSmallSink(t *testing.T) {
+	src := &sliceSource{pkts: [][]byte{tcpSuperPacket(60 << 10), tcpSuperPacket(3000)}}
+	f, _, _ := newTestForwarder(t, src, newMemSink(8, 2048))
+	if err := runWithin(t, f); !errors.Is(err, io.EOF) {
+		t.Fatalf("Run = %v, want io.EOF", err)
+	}
+	if st := f.Stats(); st.Drops[pipeline.DropNoFrames] != 1 || st.Segments != 3 {
+		t.Fatalf("stats %+v: want 1 super-packet dropped for want of frames, 3 segments forwarded", st)
+	}
+}

@@ -1,0 +1,178 @@
+package pipeline
+
+import (
+	"context"
+	"time"
+
+	"github.com/gsoplane/gsoplane/txqueue"
+)
+
+// sinkBatch is how many segments the sink loop takes from the queue at once.
+const sinkBatch = 64
+
+// sender is the forwarder's sink side: it drains the queue into the sink,
+// paces it when asked to, and turns the sink's completions into releases.
+type sender struct {
+	f        *Forwarder
+	items    []txqueue.Item[Frame]
+	frames   []Frame
+	pending  []Frame // dequeued, not yet taken by the sink
+	inFlight int     // taken by the sink, not yet completed
+	sent     []sentBatch
+	pace     pacer
+}
+
+// sentBatch remembers when frames were taken by the sink, for the
+// completion latency: completions come in Transmit order.
+type sentBatch struct {
+	n  int
+	at time.Time
+}
+
+func (f *Forwarder) sinkLoop(ctx context.Context) error {
+	s := &sender{
+		f:      f,
+		items:  make([]txqueue.Item[Frame], sinkBatch),
+		frames: make([]Frame, sinkBatch),
+		pace:   pacer{rate: f.cfg.TxRate},
+	}
+	for {
+		if err := s.fill(); err != nil {
+			return nil // the queue was closed: nothing more to send
+		}
+		sent, err := s.transmit()
+		if err != nil {
+			s.complete() // release what did go out
+			return err
+		}
+		done, err := s.complete()
+		if err != nil {
+			return err
+		}
+		if stop := s.idle(ctx, sent+done); stop {
+			return nil
+		}
+	}
+}
+
+// fill dequeues a batch when the last one is all taken.
+func (s *sender) fill() error {
+	if len(s.pending) > 0 {
+		return nil
+	}
+	n, err := s.f.cfg.Queue.Dequeue(s.items)
+	for i := range n {
+		s.frames[i] = s.items[i].Value
+	}
+	s.pending = s.frames[:n]
+	return err
+}
+
+// transmit offers the pending frames to the sink, within the pace.
+func (s *sender) transmit() (int, error) {
+	if len(s.pending) == 0 {
+		return 0, nil
+	}
+	s.pace.wait()
+	n, err := s.f.cfg.Sink.Transmit(s.pending)
+	var bytes int
+	for _, fr := range s.pending[:n] {
+		bytes += fr.Len
+	}
+	s.pace.sent(bytes)
+	s.pending = s.pending[n:]
+	s.inFlight += n
+	if n > 0 {
+		s.sent = append(s.sent, sentBatch{n: n, at: time.Now()})
+	}
+	s.f.stats.transmitted.Add(uint64(n))
+	if err != nil {
+		s.f.stats.txErrors.Add(1)
+	}
+	return n, err
+}
+
+// complete releases what the sink reports gone and wakes a producer
+// waiting for frames.
+func (s *sender) complete() (int, error) {
+	if s.inFlight == 0 {
+		return 0, nil
+	}
+	n, err := s.f.cfg.Sink.Complete()
+	if n > 0 {
+		s.inFlight -= n
+		s.f.stats.completed.Add(uint64(n))
+		s.observe(n)
+		if qerr := s.f.cfg.Queue.Complete(n); qerr != nil && err == nil {
+			err = qerr
+		}
+		s.f.signalFreed()
+	}
+	return n, err
+}
+
+// observe takes n completed frames off the oldest batches and counts
+// their latency.
+func (s *sender) observe(n int) {
+	now := time.Now()
+	i := 0
+	for ; n > 0 && i < len(s.sent); i++ {
+		b := &s.sent[i]
+		k := min(n, b.n)
+		s.f.stats.completedAfter(k, now.Sub(b.at))
+		if b.n -= k; b.n > 0 {
+			break
+		}
+		n -= k
+	}
+	s.sent = s.sent[:copy(s.sent, s.sent[i:])]
+}
+
+// idle waits when no progress was made: for the queue when nothing is in
+// flight, else for the sink. It reports true when ctx has ended and
+// nothing is left in flight.
+func (s *sender) idle(ctx context.Context, progress int) bool {
+	if progress > 0 {
+		return false
+	}
+	if len(s.pending) == 0 && s.inFlight == 0 {
+		select {
+		case <-s.f.cfg.Queue.Ready():
+			return false
+		case <-ctx.Done():
+			return true
+		}
+	}
+	s.f.cfg.Sink.Wait(time.Millisecond)
+	return false
+}
+
+// pacer spaces transmissions to a rate in bits per second; zero rate
+// means no pacing. It is a token bucket: time it overslept (timers are
+// coarse on a loaded machine) is credit, up to paceCredit, so the average
+// rate holds.
+type pacer struct {
+	rate int64
+	next time.Time // when the bytes sent so far are paid for
+}
+
+const paceCredit = 20 * time.Millisecond
+
+func (p *pacer) wait() {
+	if p.rate <= 0 {
+		return
+	}
+	if d := time.Until(p.next); d > 0 {
+		time.Sleep(d)
+	}
+}
+
+func (p *pacer) sent(bytes int) {
+	if p.rate <= 0 || bytes == 0 {
+		return
+	}
+	if floor := time.Now().Add(-paceCredit); p.next.Before(floor) {
+		p.next = floor
+	}
+	p.next = p.next.Add(time.Duration(int64(bytes) * 8 * int64(time.Second) / p.rate))
+}

@@ -1,0 +1,14 @@
+// Package tun is gsoplane's TUN port: Open creates or attaches a Linux
+// TUN device with a virtio-net header in front of every packet
+// (IFF_VNET_HDR), optionally with several queues, and enables the
+// offloads (TUNSETOFFLOAD) that make the kernel hand over TCP and UDP
+// super-packets instead of segmenting them itself. Queue.Read and
+// Queue.Write move batches of packets, virtio-net header first, through
+// caller-owned buffers without allocating: a Queue is a pipeline.Source
+// and a pipeline.Writer.
+//
+// It needs Linux and CAP_NET_ADMIN, and works in the network namespace of
+// the calling thread. On other systems Open returns an error. It imports
+// segment and pipeline only; the gateway (package dataplane) and
+// embedders import it.
+package tun

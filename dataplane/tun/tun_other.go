@@ -1,0 +1,19 @@
+//go:build !linux
+
+package tun
+
+import (
+	"fmt"
+	"runtime"
+)
+
+// Device is an open TUN device; there is none on this system.
+type Device struct{}
+
+// Open returns an error: TUN devices with virtio-net headers are Linux's.
+func Open(cfg Config) (*Device, error) {
+	if _, err := cfg.withDefaults(); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("tun: not supported on %s", runtime.GOOS)
+}

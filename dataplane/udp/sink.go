@@ -1,0 +1,67 @@
+package udp
+
+// Defaults and limits of a Sink.
+const (
+	DefaultSinkFrames    = 1024 // SinkConfig.Frames when 0
+	DefaultSinkFrameSize = 2048 // SinkConfig.FrameSize when 0
+
+	// udpGSOMaxSegments is the most datagrams one UDP_SEGMENT message
+	// carries: the kernel's UDP_MAX_SEGMENTS before Linux 6.10 (128 since),
+	// so that one message is accepted by every kernel with UDP_SEGMENT.
+	udpGSOMaxSegments = 64
+	// udpMaxPayload is the most UDP payload one message carries: 65535
+	// less the IPv4 and UDP headers (IPv6 could carry 20 bytes more).
+	udpMaxPayload = 65535 - 20 - 8
+	// udpSinkChunk is the most frames (and so messages) one sendmmsg call
+	// carries; Transmit takes longer batches in several calls.
+	udpSinkChunk     = 256
+	maxUDPSinkFrames = 1 << 20
+)
+
+// SinkConfig configures a Sink.
+type SinkConfig struct {
+	// Frames is the number of frames in the pool, allocated once; 0 means
+	// DefaultSinkFrames. A Forwarder needs at least as many as one
+	// super-packet has segments (segment.DefaultMaxSegments unless its
+	// Segmenter says otherwise), and more to keep the socket busy while
+	// it cuts the next one: size it from the budget's limit.
+	Frames int
+	// FrameSize is the size of each frame, Headroom included; 0 means
+	// DefaultSinkFrameSize. Give the same value to the Forwarder.
+	FrameSize int
+	// Headroom is the room before each packet for an encapsulation
+	// header, such as a VPN's 16-byte data header; 0 sends bare packets.
+	// Each datagram's payload is the headroom followed by the packet.
+	Headroom int
+	// Encap, if set, fills in the encapsulation header: hdr is the frame's
+	// Headroom bytes and pkt the IP packet behind them. It runs once per
+	// frame, in transmit order, on the goroutine that calls Transmit (the
+	// forwarder's sink loop), just before the frame is first handed to
+	// the kernel. It may rewrite hdr and pkt in place (a counter, a MAC,
+	// in-place encryption) but not change their lengths, and must not
+	// keep them. Without Encap the headroom is sent as it is (zeros
+	// unless the embedder writes it elsewhere).
+	Encap func(hdr, pkt []byte)
+}
+
+// SinkStats is a snapshot of a Sink's counters. Every frame that
+// Transmit takes is either sent (Datagrams) or dropped (Dropped), and
+// Complete reports both.
+type SinkStats struct {
+	Datagrams   uint64 // UDP datagrams the kernel accepted, one per frame
+	Messages    uint64 // messages (sendmmsg entries) sent: one datagram, or one UDP_SEGMENT message of several
+	GSOMessages uint64 // messages sent with UDP_SEGMENT, each of two datagrams or more
+	Bytes       uint64 // UDP payload bytes sent, headroom included
+	Syscalls    uint64 // sendmmsg calls
+	Dropped     uint64 // frames taken but not sent, because of the errors below
+
+	// Errors by kind, counted per failed message (one sendmmsg error).
+	Refused     uint64 // ECONNREFUSED: the peer's port was unreachable (an earlier ICMP error); the message is dropped
+	Unreachable uint64 // EHOSTUNREACH, ENETUNREACH, EHOSTDOWN, ENETDOWN: the message is dropped
+	MsgSize     uint64 // EMSGSIZE: a UDP_SEGMENT message is sent again as single datagrams; a single datagram is dropped
+	NoBufs      uint64 // ENOBUFS: Transmit stopped and the rest is offered again
+	GSORefused  uint64 // EIO or EINVAL on a UDP_SEGMENT message: GSO is turned off, the frames sent one by one
+	Other       uint64 // any other non-fatal error: the message is dropped
+
+	GSO bool // whether UDP_SEGMENT is (still) used
+}

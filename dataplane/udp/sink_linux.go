@@ -1,0 +1,473 @@
+package udp
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
+	"golang.org/x/sys/unix"
+
+	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+)
+
+var _ pipeline.Sink = (*Sink)(nil)
+
+// Sink is a pipeline.Sink that sends every segment, an IP packet behind
+// Headroom bytes of encapsulation header, as the payload of one UDP
+// datagram on a connected UDP socket: the way a VPN such as WireGuard
+// sends its tunnel traffic to the peer.
+//
+// Transmit hands a batch to the kernel with sendmmsg(2), and coalesces
+// each run of consecutive frames of equal length (the last of a run may be
+// shorter) into one message with a UDP_SEGMENT control message, up to 64
+// datagrams and 65507 bytes per message: the kernel then cuts the run
+// into datagrams itself, late, or lets the NIC do it. When the kernel
+// refuses UDP_SEGMENT (no support: EIO or EINVAL, or a socket with
+// SO_NO_CHECK), the sink remembers it and sends one datagram per message
+// from then on. Like the kernel's own UDP sockets, a full socket send
+// buffer blocks Transmit through the Go runtime poller.
+//
+// A frame is complete when the send returned: Complete reports the frames
+// taken since its last call, in order, and puts them back in the pool.
+// Errors that concern the peer or the route (ECONNREFUSED after an ICMP
+// port unreachable, EHOSTUNREACH, ...) are counted and the message's
+// frames dropped: they complete like sent ones and are never fatal.
+// A UDP_SEGMENT message over the path MTU (EMSGSIZE) is sent again as
+// single datagrams, which the kernel fragments, and that size no longer
+// goes in UDP_SEGMENT messages. ENOBUFS (a full qdisc dropped the
+// message: the kernel says so only on a socket with IP_RECVERR or
+// IPV6_RECVERR, and drops silently otherwise) stops Transmit, which
+// returns how many it took; the rest is offered again after Wait. Only a
+// closed or broken socket makes Transmit return an error.
+//
+// Frames come from a pool allocated once by NewSink; the hot path does
+// not allocate. Alloc and Free may run concurrently with Transmit,
+// Complete and Wait, which one goroutine (the sink loop) calls.
+type Sink struct {
+	pc        batchWriter
+	headroom  int
+	frameSize int
+	encap     func(hdr, pkt []byte)
+	mem       []byte // every frame, allocated once
+
+	poolMu sync.Mutex
+	free   []uint32 // free frame indices, a stack
+	out    []bool   // frame i is out of the pool (allocated, in flight)
+
+	txMu      sync.Mutex // Transmit and Complete
+	msgs      []ipv4.Message
+	iovs      [][]byte      // one per frame of the chunk at hand
+	oob       [][]byte      // one UDP_SEGMENT control message per message
+	first     []int         // first frame of each message; first[m] ends the last
+	done      []uint32      // frames taken since the last Complete
+	sealed    []atomic.Bool // frame i went through Encap; cleared when it returns to the pool
+	gso       bool
+	gsoTooBig int // smallest datagram size refused with EMSGSIZE in a UDP_SEGMENT message; 0: none
+	ready     atomic.Int64
+
+	st udpSinkCounters
+}
+
+// batchWriter is ipv4.PacketConn or ipv6.PacketConn: sendmmsg on the
+// socket, through the runtime poller (a full send buffer parks the caller
+// until the socket is writable).
+type batchWriter interface {
+	WriteBatch(ms []ipv4.Message, flags int) (int, error)
+}
+
+type udpSinkCounters struct {
+	datagrams, messages, gsoMessages, bytes, syscalls, dropped atomic.Uint64
+	refused, unreachable, msgSize, noBufs, gsoRefused, other   atomic.Uint64
+	gso                                                        atomic.Bool
+}
+
+// NewSink returns a Sink sending on conn, which must be connected to
+// the remote tunnel endpoint (net.DialUDP). The caller keeps conn: it may
+// read from it (the tunnel's receive side) and closes it after the
+// forwarder has stopped. A socket opened as a raw file descriptor (for
+// example one bound to a device or with a firewall mark) is wrapped with
+// os.NewFile and net.FilePacketConn first; make it non-blocking so that
+// the runtime poller serves it.
+func NewSink(conn *net.UDPConn, cfg SinkConfig) (*Sink, error) {
+	if cfg.Frames == 0 {
+		cfg.Frames = DefaultSinkFrames
+	}
+	if cfg.FrameSize == 0 {
+		cfg.FrameSize = DefaultSinkFrameSize
+	}
+	switch {
+	case conn == nil:
+		return nil, errors.New("udp: sink: no connection")
+	case cfg.Frames < 0 || cfg.Frames > maxUDPSinkFrames:
+		return nil, fmt.Errorf("udp: sink: %d frames, want 1 to %d", cfg.Frames, maxUDPSinkFrames)
+	case cfg.Headroom < 0 || cfg.FrameSize <= cfg.Headroom || cfg.FrameSize > cfg.Headroom+1<<16:
+		return nil, fmt.Errorf("udp: sink: frame size %d with headroom %d", cfg.FrameSize, cfg.Headroom)
+	}
+	v6, gso, err := udpSocketInfo(conn)
+	if err != nil {
+		return nil, err
+	}
+	s := &Sink{
+		headroom:  cfg.Headroom,
+		frameSize: cfg.FrameSize,
+		encap:     cfg.Encap,
+		mem:       make([]byte, cfg.Frames*cfg.FrameSize),
+		free:      make([]uint32, cfg.Frames),
+		out:       make([]bool, cfg.Frames),
+		msgs:      make([]ipv4.Message, udpSinkChunk),
+		iovs:      make([][]byte, udpSinkChunk),
+		oob:       make([][]byte, udpSinkChunk),
+		first:     make([]int, udpSinkChunk+1),
+		done:      make([]uint32, 0, cfg.Frames),
+		sealed:    make([]atomic.Bool, cfg.Frames),
+		gso:       gso,
+	}
+	if v6 {
+		s.pc = ipv6.NewPacketConn(conn)
+	} else {
+		s.pc = ipv4.NewPacketConn(conn)
+	}
+	for i := range s.free { // Alloc hands out frame 0 first
+		s.free[i] = uint32(cfg.Frames - 1 - i)
+	}
+	space := unix.CmsgSpace(2)
+	oob := make([]byte, udpSinkChunk*space)
+	for i := range s.oob {
+		s.oob[i] = oob[i*space : (i+1)*space : (i+1)*space]
+		putUDPSegmentCmsg(s.oob[i], 0)
+	}
+	s.st.gso.Store(gso)
+	return s, nil
+}
+
+// udpSocketInfo checks that conn is a connected UDP socket and reports
+// its family and whether the kernel knows UDP_SEGMENT (Linux 4.18+; older
+// kernels would ignore the control message and send one big datagram).
+func udpSocketInfo(conn *net.UDPConn) (v6, gso bool, err error) {
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return false, false, fmt.Errorf("udp: sink: %w", err)
+	}
+	var domain int
+	var serr error
+	cerr := rc.Control(func(fd uintptr) {
+		if domain, serr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_DOMAIN); serr != nil {
+			serr = os.NewSyscallError("getsockopt SO_DOMAIN", serr)
+			return
+		}
+		if _, serr = unix.Getpeername(int(fd)); serr != nil {
+			serr = fmt.Errorf("socket not connected to the tunnel endpoint (use net.DialUDP): %w", os.NewSyscallError("getpeername", serr))
+			return
+		}
+		_, probe := unix.GetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_SEGMENT)
+		gso = probe == nil
+	})
+	if err := errors.Join(cerr, serr); err != nil {
+		return false, false, fmt.Errorf("udp: sink: %w", err)
+	}
+	return domain == unix.AF_INET6, gso, nil
+}
+
+// putUDPSegmentCmsg writes a SOL_UDP/UDP_SEGMENT control message with the
+// given segment size into b (unix.CmsgSpace(2) bytes): struct cmsghdr is
+// a size_t length and two ints, in host byte order.
+func putUDPSegmentCmsg(b []byte, size uint16) {
+	if unix.SizeofCmsghdr == 16 {
+		binary.NativeEndian.PutUint64(b[0:], uint64(unix.CmsgLen(2)))
+		binary.NativeEndian.PutUint32(b[8:], unix.SOL_UDP)
+		binary.NativeEndian.PutUint32(b[12:], unix.UDP_SEGMENT)
+	} else {
+		binary.NativeEndian.PutUint32(b[0:], uint32(unix.CmsgLen(2)))
+		binary.NativeEndian.PutUint32(b[4:], unix.SOL_UDP)
+		binary.NativeEndian.PutUint32(b[8:], unix.UDP_SEGMENT)
+	}
+	binary.NativeEndian.PutUint16(b[unix.CmsgLen(0):], size)
+}
+
+// Headroom is the encapsulation header's room, SinkConfig.Headroom.
+func (s *Sink) Headroom() int { return s.headroom }
+
+// FrameSize is the size of each frame, headroom included: the Forwarder's
+// FrameSize.
+func (s *Sink) FrameSize() int { return s.frameSize }
+
+// Frames is the size of the frame pool.
+func (s *Sink) Frames() int { return len(s.out) }
+
+// frame returns frame i's buffer.
+func (s *Sink) frame(i uint32) []byte {
+	off := int(i) * s.frameSize
+	return s.mem[off : off+s.frameSize : off+s.frameSize]
+}
+
+// Alloc takes free frames from the pool.
+func (s *Sink) Alloc(frames []pipeline.Frame) int {
+	s.poolMu.Lock()
+	defer s.poolMu.Unlock()
+	n := min(len(frames), len(s.free))
+	for i := range n {
+		id := s.free[len(s.free)-1-i]
+		s.out[id] = true
+		frames[i] = pipeline.Frame{Buf: s.frame(id), ID: uint64(id)}
+	}
+	s.free = s.free[:len(s.free)-n]
+	return n
+}
+
+// Free returns frames that were allocated and not transmitted. Frames
+// that are not out of this sink's pool are ignored.
+func (s *Sink) Free(frames []pipeline.Frame) {
+	s.poolMu.Lock()
+	defer s.poolMu.Unlock()
+	for _, f := range frames {
+		s.put(f.ID)
+	}
+}
+
+// put returns frame id to the pool, with poolMu held.
+func (s *Sink) put(id uint64) {
+	if id < uint64(len(s.out)) && s.out[id] {
+		s.out[id] = false
+		s.sealed[id].Store(false)
+		s.free = append(s.free, uint32(id))
+	}
+}
+
+// ErrForeignFrame is wrapped by Transmit's error for a frame that did not
+// come from the sink's Alloc or whose Len does not fit its buffer.
+var ErrForeignFrame = errors.New("frame not allocated from this sink")
+
+// Transmit sends frames in order and returns how many it took: all of
+// them, unless ENOBUFS stopped it (the rest is offered again) or the
+// socket failed (the error says why). Frames dropped for a counted error
+// are taken like sent ones. A full send buffer blocks it.
+func (s *Sink) Transmit(frames []pipeline.Frame) (int, error) {
+	s.txMu.Lock()
+	defer s.txMu.Unlock()
+	var bad error
+	for i, f := range frames {
+		if err := s.check(f); err != nil {
+			frames, bad = frames[:i], err
+			break
+		}
+	}
+	taken := 0
+	var err error
+	for taken < len(frames) {
+		chunk := frames[taken:min(len(frames), taken+udpSinkChunk)]
+		n, more, serr := s.send(chunk)
+		for _, f := range chunk[:n] {
+			s.done = append(s.done, uint32(f.ID))
+		}
+		taken += n
+		if serr != nil || !more {
+			err, bad = serr, nil
+			break
+		}
+	}
+	s.ready.Store(int64(len(s.done)))
+	if bad != nil {
+		err = bad
+	}
+	return taken, err
+}
+
+// check reports whether f is a frame of this sink holding a packet.
+func (s *Sink) check(f pipeline.Frame) error {
+	if f.ID >= uint64(len(s.out)) || f.Len < 0 || s.headroom+f.Len > len(f.Buf) ||
+		cap(f.Buf) == 0 || &f.Buf[:1][0] != &s.mem[int(f.ID)*s.frameSize] {
+		return fmt.Errorf("udp: sink: transmit frame %d (%d bytes): %w", f.ID, f.Len, ErrForeignFrame)
+	}
+	return nil
+}
+
+// send sends one chunk with as few sendmmsg calls as the kernel allows.
+// It returns how many frames it took, whether Transmit should go on (it
+// stops after ENOBUFS) and an error only when the socket is unusable.
+// When the kernel refuses a UDP_SEGMENT message it returns early, with
+// more set, so that Transmit builds the rest of the chunk again.
+func (s *Sink) send(chunk []pipeline.Frame) (taken int, more bool, err error) {
+	m := s.build(chunk)
+	for k := 0; k < m; {
+		n, err := s.pc.WriteBatch(s.msgs[k:m], 0)
+		s.st.syscalls.Add(1)
+		if n > 0 { // sendmmsg reports an error only when nothing was sent
+			s.sent(k, k+n)
+			k += n
+			continue
+		}
+		if err == nil { // nothing sent, nothing said: offer it again later
+			return s.first[k], false, nil
+		}
+		var errno syscall.Errno
+		errors.As(err, &errno)
+		segs, size := s.first[k+1]-s.first[k], len(s.msgs[k].Buffers[0])
+		switch {
+		case errno == unix.EINTR:
+			continue
+		case errno == unix.ENOBUFS:
+			s.st.noBufs.Add(1)
+			return s.first[k], false, nil
+		case segs > 1 && (errno == unix.EIO || errno == unix.EINVAL):
+			s.st.gsoRefused.Add(1)
+			s.gso = false
+			s.st.gso.Store(false)
+			return s.first[k], true, nil
+		case segs > 1 && errno == unix.EMSGSIZE: // a datagram is over the path MTU
+			s.st.msgSize.Add(1)
+			if s.gsoTooBig == 0 || size < s.gsoTooBig {
+				s.gsoTooBig = size
+			}
+			return s.first[k], true, nil
+		case udpFatal(errno):
+			return s.first[k], false, fmt.Errorf("udp: sink: %w", err)
+		}
+		s.lost(errno, segs)
+		k++
+	}
+	return len(chunk), true, nil
+}
+
+// udpFatal reports whether a send error means the socket is unusable: it
+// was closed (no errno) or is not a connected socket any more.
+func udpFatal(errno syscall.Errno) bool {
+	switch errno {
+	case 0, unix.EBADF, unix.ENOTSOCK, unix.ENOTCONN, unix.EDESTADDRREQ, unix.EPIPE, unix.EFAULT:
+		return true
+	}
+	return false
+}
+
+// lost counts a message of segs frames dropped for errno.
+func (s *Sink) lost(errno syscall.Errno, segs int) {
+	s.st.dropped.Add(uint64(segs))
+	switch errno {
+	case unix.ECONNREFUSED:
+		s.st.refused.Add(1)
+	case unix.EHOSTUNREACH, unix.ENETUNREACH, unix.EHOSTDOWN, unix.ENETDOWN:
+		s.st.unreachable.Add(1)
+	case unix.EMSGSIZE:
+		s.st.msgSize.Add(1)
+	default:
+		s.st.other.Add(1)
+	}
+}
+
+// build lays chunk out as messages: runs of equal-length frames (the last
+// may be shorter) become UDP_SEGMENT messages while GSO is on, every
+// other frame a message of its own. Frames not yet encapsulated go
+// through Encap. It returns the number of messages.
+func (s *Sink) build(chunk []pipeline.Frame) int {
+	m := 0
+	for i := 0; i < len(chunk); m++ {
+		size := s.headroom + chunk[i].Len
+		j := i + 1
+		if s.gso && (s.gsoTooBig == 0 || size < s.gsoTooBig) {
+			for total := size; j < len(chunk) && j-i < udpGSOMaxSegments; {
+				next := s.headroom + chunk[j].Len
+				if next > size || total+next > udpMaxPayload {
+					break
+				}
+				total += next
+				j++
+				if next < size {
+					break
+				}
+			}
+		}
+		for x := i; x < j; x++ {
+			f := chunk[x]
+			if s.encap != nil && !s.sealed[f.ID].Load() {
+				s.encap(f.Buf[:s.headroom], f.Buf[s.headroom:s.headroom+f.Len])
+				s.sealed[f.ID].Store(true)
+			}
+			s.iovs[x] = f.Buf[:s.headroom+f.Len]
+		}
+		msg := &s.msgs[m]
+		msg.Buffers, msg.OOB, msg.Addr = s.iovs[i:j], nil, nil
+		if j-i > 1 {
+			putUDPSegmentCmsg(s.oob[m], uint16(size))
+			msg.OOB = s.oob[m]
+		}
+		s.first[m] = i
+		i = j
+	}
+	s.first[m] = len(chunk)
+	return m
+}
+
+// sent counts messages [from, to) of the last build as sent.
+func (s *Sink) sent(from, to int) {
+	var datagrams, gso, bytes uint64
+	for k := from; k < to; k++ {
+		segs := s.first[k+1] - s.first[k]
+		datagrams += uint64(segs)
+		if segs > 1 {
+			gso++
+		}
+		bytes += uint64(s.msgs[k].N)
+	}
+	s.st.datagrams.Add(datagrams)
+	s.st.messages.Add(uint64(to - from))
+	s.st.gsoMessages.Add(gso)
+	s.st.bytes.Add(bytes)
+}
+
+// Complete reports the frames taken by Transmit since the last call, sent
+// or dropped, and returns them to the pool. It never fails.
+func (s *Sink) Complete() (int, error) {
+	s.txMu.Lock()
+	defer s.txMu.Unlock()
+	n := len(s.done)
+	if n == 0 {
+		return 0, nil
+	}
+	s.poolMu.Lock()
+	for _, id := range s.done {
+		s.put(uint64(id))
+	}
+	s.poolMu.Unlock()
+	s.done = s.done[:0]
+	s.ready.Store(0)
+	return n, nil
+}
+
+// Wait returns at once when Complete has frames to report. Otherwise it
+// sleeps for d: Transmit only leaves frames behind after ENOBUFS, a
+// shortage of kernel memory that poll(2) does not signal the end of (a
+// full send buffer, which it does signal, blocks Transmit itself).
+func (s *Sink) Wait(d time.Duration) error {
+	if s.ready.Load() > 0 {
+		return nil
+	}
+	time.Sleep(d)
+	return nil
+}
+
+// Stats returns a snapshot of the sink's counters.
+func (s *Sink) Stats() SinkStats {
+	c := &s.st
+	return SinkStats{
+		Datagrams:   c.datagrams.Load(),
+		Messages:    c.messages.Load(),
+		GSOMessages: c.gsoMessages.Load(),
+		Bytes:       c.bytes.Load(),
+		Syscalls:    c.syscalls.Load(),
+		Dropped:     c.dropped.Load(),
+		Refused:     c.refused.Load(),
+		Unreachable: c.unreachable.Load(),
+		MsgSize:     c.msgSize.Load(),
+		NoBufs:      c.noBufs.Load(),
+		GSORefused:  c.gsoRefused.Load(),
+		Other:       c.other.Load(),
+		GSO:         c.gso.Load(),
+	}
+}

@@ -1,0 +1,849 @@
+package udp
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/checksum"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/tun"
+	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/segment"
+	"github.com/gsoplane/gsoplane/txqueue"
+)
+
+func TestMain(m *testing.M) { os.Exit(netlab.Main(m)) }
+
+// Tunnel test topology: netns A and B joined by a veth pair, A's end
+// 198.18.100.1/24 and B's 198.18.100.2/24. A's Sink sends to B's
+// tunnel socket on port uskPort.
+const (
+	uskPort   = 51820
+	uskAddrA  = "198.18.100.1"
+	uskAddrB  = "198.18.100.2"
+	uskHdrLen = 16     // a WireGuard-style data header: type, receiver index, counter
+	uskType   = 4      // WireGuard's transport data message type
+	uskIndex  = 0x1234 // the receiver index the test's encapsulation writes
+	uskTUNMTU = 1440   // inner MTU: 1440 + 16 + 28 fits the veth's 1500
+	uskWait   = 5 * time.Second
+)
+
+type uskNet struct {
+	a, b *netlab.NS
+}
+
+func newUskNet(t *testing.T) *uskNet {
+	t.Helper()
+	n := &uskNet{a: netlab.NewT(t, "udp"), b: netlab.NewT(t, "udp")}
+	netlab.Must(t, netlab.AddVeth(n.a, "usk-a", n.b, "usk-b", 0))
+	netlab.Must(t, n.a.AddAddr("usk-a", uskAddrA+"/24"))
+	netlab.Must(t, n.b.AddAddr("usk-b", uskAddrB+"/24"))
+	return n
+}
+
+// uskDial returns a UDP socket in ns connected to raddr, closed in cleanup.
+func uskDial(t *testing.T, ns *netlab.NS, raddr string) *net.UDPConn {
+	t.Helper()
+	var c *net.UDPConn
+	var err error
+	ns.Do(t, func() { c, err = net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(uskAddrPort(raddr))) })
+	if err != nil {
+		t.Fatalf("dial %s: %v", raddr, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// uskListen returns a UDP socket in ns bound to laddr, closed in cleanup.
+func uskListen(t *testing.T, ns *netlab.NS, laddr string) *net.UDPConn {
+	t.Helper()
+	var c *net.UDPConn
+	var err error
+	ns.Do(t, func() { c, err = net.ListenUDP("udp4", net.UDPAddrFromAddrPort(uskAddrPort(laddr))) })
+	if err != nil {
+		t.Fatalf("listen %s: %v", laddr, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func uskAddrPort(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
+
+func uskAP(addr string, port int) string { return net.JoinHostPort(addr, strconv.Itoa(port)) }
+
+// uskSockopt sets an integer socket option on c.
+func uskSockopt(t *testing.T, c syscall.Conn, level, opt, v int) {
+	t.Helper()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), level, opt, v) }); err != nil {
+		t.Fatal(err)
+	}
+	if serr != nil {
+		t.Fatalf("setsockopt %d/%d=%d: %v", level, opt, v, serr)
+	}
+}
+
+// uskEncap returns an Encap that writes a WireGuard-style data header
+// with a counter that counts up from 0, one per datagram.
+func uskEncap() func(hdr, pkt []byte) {
+	var ctr uint64
+	return func(hdr, _ []byte) {
+		binary.LittleEndian.PutUint32(hdr[0:], uskType)
+		binary.LittleEndian.PutUint32(hdr[4:], uskIndex)
+		binary.LittleEndian.PutUint64(hdr[8:], ctr)
+		ctr++
+	}
+}
+
+// uskFrames allocates one frame per length and fills packet i with its
+// sequence number (from *seq on) and a pattern.
+func uskFrames(t *testing.T, s *Sink, lens []int, seq *uint32) []pipeline.Frame {
+	t.Helper()
+	frames := make([]pipeline.Frame, len(lens))
+	if n := s.Alloc(frames); n != len(frames) {
+		t.Fatalf("Alloc: %d frames, want %d", n, len(frames))
+	}
+	for i, l := range lens {
+		p := frames[i].Buf[s.Headroom() : s.Headroom()+l]
+		binary.BigEndian.PutUint32(p, *seq)
+		for j := 4; j < l; j++ {
+			p[j] = byte(*seq) + byte(j)
+		}
+		frames[i].Len = l
+		*seq++
+	}
+	return frames
+}
+
+// uskTransmit transmits frames, which must all be taken, and completes them.
+func uskTransmit(t *testing.T, s *Sink, frames []pipeline.Frame) {
+	t.Helper()
+	n, err := s.Transmit(frames)
+	if n != len(frames) || err != nil {
+		t.Fatalf("Transmit(%d frames) = %d, %v", len(frames), n, err)
+	}
+	if err := s.Wait(time.Second); err != nil {
+		t.Fatalf("Wait: %v", err)
+	}
+	if c, err := s.Complete(); c != n || err != nil {
+		t.Fatalf("Complete = %d, %v; want %d", c, err, n)
+	}
+	if c, _ := s.Complete(); c != 0 {
+		t.Fatalf("second Complete = %d, want 0", c)
+	}
+}
+
+// uskExpect reads one datagram per length from c and checks its size, its
+// encapsulation header (counter from *ctr on) and its packet (sequence
+// number from *seq on).
+func uskExpect(t *testing.T, c *net.UDPConn, headroom int, lens []int, seq *uint32, ctr *uint64) {
+	t.Helper()
+	buf := make([]byte, 65536)
+	c.SetReadDeadline(time.Now().Add(uskWait))
+	for i, l := range lens {
+		n, err := c.Read(buf)
+		if err != nil {
+			t.Fatalf("datagram %d of %d: %v", i, len(lens), err)
+		}
+		d := buf[:n]
+		if n != headroom+l {
+			t.Fatalf("datagram %d: %d bytes, want %d", i, n, headroom+l)
+		}
+		if headroom == uskHdrLen {
+			typ, idx, got := binary.LittleEndian.Uint32(d), binary.LittleEndian.Uint32(d[4:]), binary.LittleEndian.Uint64(d[8:])
+			if typ != uskType || idx != uskIndex || got != *ctr {
+				t.Fatalf("datagram %d: header type %d index %#x counter %d, want %d %#x %d", i, typ, idx, got, uskType, uskIndex, *ctr)
+			}
+			*ctr++
+		}
+		p := d[headroom:]
+		if got := binary.BigEndian.Uint32(p); got != *seq {
+			t.Fatalf("datagram %d: sequence %d, want %d", i, got, *seq)
+		}
+		for j := 4; j < l; j++ {
+			if p[j] != byte(*seq)+byte(j) {
+				t.Fatalf("datagram %d: byte %d is %#x, want %#x", i, j, p[j], byte(*seq)+byte(j))
+			}
+		}
+		*seq++
+	}
+}
+
+// newUskSink opens a tunnel A → B and a Sink on it.
+func newUskSink(t *testing.T, n *uskNet, port int, cfg SinkConfig) (*Sink, *net.UDPConn, *net.UDPConn) {
+	t.Helper()
+	rx := uskListen(t, n.b, uskAP(uskAddrB, port))
+	tx := uskDial(t, n.a, uskAP(uskAddrB, port))
+	s, err := NewSink(tx, cfg)
+	if err != nil {
+		t.Fatalf("NewSink: %v", err)
+	}
+	return s, tx, rx
+}
+
+func TestUDPSinkConfig(t *testing.T) {
+	n := newUskNet(t)
+	tx := uskDial(t, n.a, uskAP(uskAddrB, uskPort))
+	for _, cfg := range []SinkConfig{
+		{Frames: -1},
+		{Headroom: -1},
+		{FrameSize: 16, Headroom: 16},
+		{FrameSize: 1 << 17},
+	} {
+		if _, err := NewSink(tx, cfg); err == nil {
+			t.Errorf("NewSink(%+v) succeeded", cfg)
+		}
+	}
+	unconnected := uskListen(t, n.a, uskAddrA+":0")
+	if _, err := NewSink(unconnected, SinkConfig{}); err == nil {
+		t.Error("NewSink on an unconnected socket succeeded")
+	}
+	s, err := NewSink(tx, SinkConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Frames() != DefaultSinkFrames || s.FrameSize() != DefaultSinkFrameSize || s.Headroom() != 0 || !s.Stats().GSO {
+		t.Errorf("defaults: %d frames of %d, headroom %d, stats %+v", s.Frames(), s.FrameSize(), s.Headroom(), s.Stats())
+	}
+	// A frame from elsewhere is refused, and the frames before it are sent.
+	var seq uint32
+	frames := uskFrames(t, s, []int{100, 100}, &seq)
+	frames = append(frames, pipeline.Frame{Buf: make([]byte, 2048), ID: 5, Len: 100})
+	if k, err := s.Transmit(frames); k != 2 || err == nil {
+		t.Errorf("Transmit with a foreign frame = %d, %v; want 2 and an error", k, err)
+	}
+	if c, _ := s.Complete(); c != 2 {
+		t.Errorf("Complete = %d, want 2", c)
+	}
+}
+
+// TestUDPSinkCoalescing checks how Transmit lays frames out as messages,
+// and that every datagram arrives whole, in order, encapsulated once.
+func TestUDPSinkCoalescing(t *testing.T) {
+	n := newUskNet(t)
+	s, _, rx := newUskSink(t, n, uskPort, SinkConfig{Frames: 256, Headroom: uskHdrLen, Encap: uskEncap()})
+	var seq, rseq uint32
+	var ctr uint64
+
+	// 100 equal frames: 64 in one UDP_SEGMENT message, 36 in the next.
+	lens := make([]int, 100)
+	for i := range lens {
+		lens[i] = 1000
+	}
+	uskTransmit(t, s, uskFrames(t, s, lens, &seq))
+	uskExpect(t, rx, uskHdrLen, lens, &rseq, &ctr)
+	st := s.Stats()
+	if st.Datagrams != 100 || st.Messages != 2 || st.GSOMessages != 2 || st.Bytes != 100*(1000+uskHdrLen) {
+		t.Errorf("100 equal frames: %+v, want 100 datagrams in 2 GSO messages", st)
+	}
+
+	// Runs end at a longer frame, after a shorter one, or alone.
+	lens = []int{1000, 1000, 500, 1000, 1000, 1000, 800, 1200, 1200, 300, 700, 1300, 64}
+	uskTransmit(t, s, uskFrames(t, s, lens, &seq))
+	uskExpect(t, rx, uskHdrLen, lens, &rseq, &ctr)
+	st2 := s.Stats()
+	if d, m, g := st2.Datagrams-st.Datagrams, st2.Messages-st.Messages, st2.GSOMessages-st.GSOMessages; d != 13 || m != 5 || g != 4 {
+		t.Errorf("mixed frames: %d datagrams in %d messages, %d GSO; want 13 in 5, 4 GSO", d, m, g)
+	}
+	if st2.Dropped != 0 || st2.Syscalls < 2 {
+		t.Errorf("stats %+v: want no drops, a sendmmsg call per Transmit", st2)
+	}
+	// Every frame is back in the pool.
+	all := make([]pipeline.Frame, s.Frames()+1)
+	if k := s.Alloc(all); k != s.Frames() {
+		t.Errorf("Alloc after Complete: %d frames, want %d", k, s.Frames())
+	}
+}
+
+// TestUDPSinkGSORefused: on a socket with SO_NO_CHECK the kernel refuses
+// UDP_SEGMENT with EINVAL; the sink falls back to single datagrams for
+// good, without losing a frame or encapsulating one twice.
+func TestUDPSinkGSORefused(t *testing.T) {
+	n := newUskNet(t)
+	s, tx, rx := newUskSink(t, n, uskPort, SinkConfig{Frames: 64, Headroom: uskHdrLen, Encap: uskEncap()})
+	uskSockopt(t, tx, unix.SOL_SOCKET, unix.SO_NO_CHECK, 1)
+	var seq, rseq uint32
+	var ctr uint64
+	lens := []int{1200, 1200, 1200, 1200, 600}
+	for range 2 {
+		uskTransmit(t, s, uskFrames(t, s, lens, &seq))
+		uskExpect(t, rx, uskHdrLen, lens, &rseq, &ctr)
+	}
+	st := s.Stats()
+	if st.GSORefused != 1 || st.GSO || st.GSOMessages != 0 || st.Datagrams != 10 || st.Messages != 10 || st.Dropped != 0 {
+		t.Errorf("stats %+v: want GSO refused once, then 10 single datagrams", st)
+	}
+}
+
+// TestUDPSinkMsgSize: datagrams over the path MTU cannot go in a
+// UDP_SEGMENT message (EMSGSIZE); the sink sends them one by one, which
+// the kernel fragments, and does not try GSO again for that size.
+func TestUDPSinkMsgSize(t *testing.T) {
+	n := newUskNet(t)
+	s, _, rx := newUskSink(t, n, uskPort, SinkConfig{Frames: 64})
+	var seq, rseq uint32
+	var ctr uint64
+	big := []int{1480, 1480, 1480, 1480} // 1508 bytes of IP, veth MTU 1500
+	small := []int{1000, 1000, 1000}
+	for range 2 {
+		uskTransmit(t, s, uskFrames(t, s, big, &seq))
+		uskExpect(t, rx, 0, big, &rseq, &ctr)
+		uskTransmit(t, s, uskFrames(t, s, small, &seq))
+		uskExpect(t, rx, 0, small, &rseq, &ctr)
+	}
+	st := s.Stats()
+	if st.MsgSize != 1 || !st.GSO || st.GSOMessages != 2 || st.Datagrams != 14 || st.Dropped != 0 {
+		t.Errorf("stats %+v: want one EMSGSIZE, 8 single datagrams and 2 GSO messages", st)
+	}
+}
+
+// TestUDPSinkRefused: once the peer's port is unreachable, the kernel
+// reports the ICMP error on a later send (ECONNREFUSED); the sink counts
+// it and completes the frames as dropped, without an error.
+func TestUDPSinkRefused(t *testing.T) {
+	n := newUskNet(t)
+	tx := uskDial(t, n.a, uskAP(uskAddrB, uskPort+1)) // nobody listens
+	s, err := NewSink(tx, SinkConfig{Frames: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seq uint32
+	deadline := time.Now().Add(uskWait)
+	sent := 0
+	for s.Stats().Refused == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no ECONNREFUSED after %d frames: %+v", sent, s.Stats())
+		}
+		uskTransmit(t, s, uskFrames(t, s, []int{100, 100}, &seq))
+		sent += 2
+		time.Sleep(5 * time.Millisecond)
+	}
+	st := s.Stats()
+	if st.Dropped == 0 || st.Datagrams+st.Dropped != uint64(sent) {
+		t.Errorf("stats %+v after %d frames: want the refused message dropped, the rest sent", st, sent)
+	}
+	t.Logf("%d frames: %+v", sent, st)
+}
+
+// TestUDPSinkBlocks: behind a slow qdisc, a tiny send buffer fills and the
+// kernel pushes back (sendmmsg sends part of a batch, then EAGAIN);
+// Transmit waits for the socket through the runtime poller and loses
+// nothing.
+func TestUDPSinkBlocks(t *testing.T) {
+	n := newUskNet(t)
+	const rate = 25e6 // bytes per second
+	tbf := &netlink.Tbf{
+		QdiscAttrs: netlink.QdiscAttrs{LinkIndex: n.a.LinkT(t, "usk-a").Attrs().Index, Handle: netlink.MakeHandle(1, 0), Parent: netlink.HANDLE_ROOT},
+		Rate:       rate, Limit: 8 << 20, Buffer: netlink.Xmittime(rate, 128<<10),
+	}
+	if err := n.a.Netlink().QdiscAdd(tbf); err != nil {
+		t.Fatalf("tbf: %v", err)
+	}
+	s, tx, rx := newUskSink(t, n, uskPort, SinkConfig{Frames: 256, Headroom: uskHdrLen, Encap: uskEncap()})
+	uskSockopt(t, tx, unix.SOL_SOCKET, unix.SO_SNDBUF, 4096) // the kernel's minimum: one message at a time
+	uskSockopt(t, rx, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64<<20)
+	var seq, rseq uint32
+	var ctr uint64
+	const rounds = 20
+	lens := make([]int, 200) // 5 GSO messages of 46, 46, 46, 46 and 16 each time
+	for i := range lens {
+		lens[i] = 1400
+	}
+	for range rounds {
+		uskTransmit(t, s, uskFrames(t, s, lens, &seq))
+	}
+	for range rounds {
+		uskExpect(t, rx, uskHdrLen, lens, &rseq, &ctr)
+	}
+	st := s.Stats()
+	if st.Datagrams != rounds*200 || st.Dropped != 0 || st.Messages != rounds*5 || st.GSOMessages != st.Messages {
+		t.Errorf("stats %+v: want %d datagrams in %d GSO messages, none dropped", st, rounds*200, rounds*5)
+	}
+	if st.Syscalls <= rounds {
+		t.Errorf("%d sendmmsg calls for %d batches: the send buffer never filled", st.Syscalls, rounds)
+	}
+	t.Logf("%d sendmmsg calls for %d batches of 5 messages", st.Syscalls, rounds)
+}
+
+// TestUDPSinkNoBufs: a qdisc that is full drops the message; with
+// IP_RECVERR the kernel says so (ENOBUFS) instead of hiding it. Transmit
+// stops there and the sink loop offers the rest again after Wait, so
+// nothing is lost.
+func TestUDPSinkNoBufs(t *testing.T) {
+	n := newUskNet(t)
+	const rate = 25e6    // bytes per second
+	tbf := &netlink.Tbf{ // room for one UDP_SEGMENT message, not two
+		QdiscAttrs: netlink.QdiscAttrs{LinkIndex: n.a.LinkT(t, "usk-a").Attrs().Index, Handle: netlink.MakeHandle(1, 0), Parent: netlink.HANDLE_ROOT},
+		Rate:       rate, Limit: 100 << 10, Buffer: netlink.Xmittime(rate, 128<<10),
+	}
+	if err := n.a.Netlink().QdiscAdd(tbf); err != nil {
+		t.Fatalf("tbf: %v", err)
+	}
+	s, tx, rx := newUskSink(t, n, uskPort, SinkConfig{Frames: 512, Headroom: uskHdrLen, Encap: uskEncap()})
+	uskSockopt(t, tx, unix.SOL_IP, unix.IP_RECVERR, 1)
+	uskSockopt(t, rx, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64<<20)
+	var seq, rseq uint32
+	var ctr uint64
+	lens := make([]int, 460) // 10 messages of 46
+	for i := range lens {
+		lens[i] = 1400
+	}
+	pending := uskFrames(t, s, lens, &seq)
+	for deadline := time.Now().Add(uskWait); len(pending) > 0; { // the forwarder's sink loop
+		if time.Now().After(deadline) {
+			t.Fatalf("%d frames left: %+v", len(pending), s.Stats())
+		}
+		k, err := s.Transmit(pending)
+		if err != nil {
+			t.Fatalf("Transmit: %v", err)
+		}
+		pending = pending[k:]
+		if c, _ := s.Complete(); c != k {
+			t.Fatalf("Complete = %d after Transmit took %d", c, k)
+		}
+		if k == 0 {
+			s.Wait(time.Millisecond)
+		}
+	}
+	uskExpect(t, rx, uskHdrLen, lens, &rseq, &ctr)
+	st := s.Stats()
+	if st.NoBufs == 0 || st.Dropped != 0 || st.Datagrams != uint64(len(lens)) {
+		t.Errorf("stats %+v: want ENOBUFS seen, %d datagrams sent, none dropped", st, len(lens))
+	}
+	t.Logf("%+v", st)
+}
+
+func TestUDPSinkAllocs(t *testing.T) { // not parallel: AllocsPerRun refuses
+	n := newUskNet(t)
+	s, _, rx := newUskSink(t, n, uskPort, SinkConfig{Frames: 64, Headroom: uskHdrLen, Encap: uskEncap()})
+	uskSockopt(t, rx, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64<<20)
+	frames := make([]pipeline.Frame, 40)
+	allocs := testing.AllocsPerRun(100, func() {
+		k := s.Alloc(frames)
+		for i := range frames[:k] {
+			frames[i].Len = 1400 - i/39*1000 // 39 equal, a short one last
+		}
+		if m, err := s.Transmit(frames[:k]); m != k || err != nil {
+			panic(fmt.Sprint("Transmit: ", m, err))
+		}
+		s.Complete()
+	})
+	switch {
+	case uskRace():
+		t.Logf("%.1f allocations per run: not checked under the race detector (it empties x/net's sync.Pool)", allocs)
+	case allocs != 0:
+		t.Errorf("Alloc+Transmit+Complete: %.1f allocations per run, want 0", allocs)
+	}
+	if st := s.Stats(); st.GSOMessages != st.Messages || st.Dropped != 0 {
+		t.Errorf("stats %+v: want every message GSO", st)
+	}
+}
+
+// uskRace reports whether the test binary was built with -race.
+func uskRace() bool {
+	bi, ok := debug.ReadBuildInfo()
+	return ok && slices.Contains(bi.Settings, debug.BuildSetting{Key: "-race", Value: "true"})
+}
+
+// TestUDPSinkForwarder embeds the pipeline the way a VPN does: netns A's
+// TUN (with offloads) feeds a Forwarder whose Sink is a Sink on a
+// tunnel socket to netns B, which decapsulates. B checks every packet
+// (IPv4 and transport checksums), the UDP sequence numbers and the
+// tunnel's counters, writes TCP packets into its own TUN (without
+// offloads) for its kernel, and tunnels that kernel's answers back to A's
+// TUN. So (a) UDP_SEGMENT super-packets and (b) a TCP stream cross the
+// forwarder, checked by the kernels at both ends.
+func TestUDPSinkForwarder(t *testing.T) {
+	const (
+		udpSends  = 150  // super-packets of
+		udpSegs   = 40   // datagrams of
+		udpSize   = 1400 // bytes each
+		udpWindow = 16 * udpSegs
+		tcpBytes  = 32 << 20
+		udpPort   = 9
+		tcpPort   = 5001
+		peerAddr  = "198.19.0.2"
+		tunAddrA  = "198.18.0.1"
+	)
+	n := newUskNet(t)
+	for _, ns := range []*netlab.NS{n.a, n.b} { // no IPv6 chatter in the tunnel
+		netlab.Must(t, ns.Sysctl("net/ipv6/conf/all/disable_ipv6", "1"))
+		netlab.Must(t, ns.Sysctl("net/ipv6/conf/default/disable_ipv6", "1"))
+	}
+	tunA := uskTUN(t, n.a, "usk-tun-a", true, tunAddrA+"/24", "198.19.0.0/24")
+	tunB := uskTUN(t, n.b, "usk-tun-b", false, peerAddr+"/24", "198.18.0.0/24")
+	qA, qB := tunA.Queues()[0], tunB.Queues()[0]
+	t.Logf("TUN A offloads: %v", tunA.Offloads())
+
+	tunnelB := uskListen(t, n.b, uskAP(uskAddrB, uskPort))
+	tunnelA := uskDial(t, n.a, uskAP(uskAddrB, uskPort))
+	uskSockopt(t, tunnelB, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 32<<20)
+	uskSockopt(t, tunnelA, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20)
+
+	// The pipeline: TUN A → validate → split → budget → queue → Sink.
+	sink, err := NewSink(tunnelA, SinkConfig{Frames: 2048, FrameSize: 2048, Headroom: uskHdrLen, Encap: uskEncap()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := txqueue.Truesize(sink.FrameSize())
+	budget, err := txqueue.NewBudget(txqueue.BudgetConfig{Burst: 64 * size, Limit: 1024 * size})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue, err := txqueue.NewQueue[pipeline.Frame](txqueue.QueueConfig{Policy: txqueue.Block, Packets: 2048, Bytes: 2048 * size})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fwd, err := pipeline.NewForwarder(pipeline.ForwarderConfig{
+		Source: qA, HeaderSize: tunA.HeaderSize(), Sink: sink, FrameSize: sink.FrameSize(),
+		Budget: budget, Queue: queue,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	go func() { runErr <- fwd.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			tunA.Close() // Run does not interrupt a blocked Read
+			select {
+			case err := <-runErr:
+				if err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			case <-time.After(uskWait):
+				t.Errorf("Run did not return after stop")
+			}
+		})
+	}
+
+	// B decapsulates; both sides tunnel B's kernel's answers back.
+	dec := &uskDecap{tun: qB, udpPort: udpPort}
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { defer wg.Done(); dec.run(tunnelB) }()
+	go func() { defer wg.Done(); uskTunnelBack(qB, tunnelB, tunnelA.LocalAddr().(*net.UDPAddr)) }()
+	go func() { defer wg.Done(); uskTunnelIn(tunnelA, qA) }()
+	t.Cleanup(func() { tunnelA.Close(); tunnelB.Close(); tunB.Close(); wg.Wait() })
+	t.Cleanup(stop) // first: the forwarder stops before the tunnel closes
+
+	// (a) UDP_SEGMENT super-packets with sequence numbers, a window of
+	// them in flight so that B's socket never overflows.
+	var sender *net.UDPConn
+	n.a.Do(t, func() { sender, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(tunAddrA)}) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sender.Close()
+	uskSockopt(t, sender, unix.SOL_UDP, unix.UDP_SEGMENT, udpSize)
+	dst := &net.UDPAddr{IP: net.ParseIP(peerAddr), Port: udpPort}
+	buf := make([]byte, udpSegs*udpSize)
+	start := time.Now()
+	deadline := start.Add(3 * uskWait)
+	for i := range udpSends {
+		for j := range udpSegs {
+			binary.BigEndian.PutUint32(buf[j*udpSize:], uint32(i*udpSegs+j))
+		}
+		for int(dec.udp.Load()) < (i*udpSegs)-udpWindow && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Microsecond)
+		}
+		for {
+			_, err := sender.WriteToUDP(buf, dst)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, unix.ENOBUFS) || time.Now().After(deadline) { // a full TUN ring: try again
+				t.Fatalf("send %d: %v", i, err)
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	for int(dec.udp.Load()) < udpSends*udpSegs && time.Now().Before(deadline) && dec.failure() == "" {
+		time.Sleep(time.Millisecond)
+	}
+	us := sink.Stats()
+	t.Logf("UDP: %d of %d datagrams through the tunnel in %v; the sink sent %d datagrams in %d messages, %d of them UDP_SEGMENT",
+		dec.udp.Load(), udpSends*udpSegs, time.Since(start).Round(time.Millisecond), us.Datagrams, us.Messages, us.GSOMessages)
+
+	// (b) A TCP stream, SHA-256 compared.
+	var ln net.Listener
+	n.b.Do(t, func() { ln, err = net.Listen("tcp4", uskAP(peerAddr, tcpPort)) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	type result struct {
+		sum [32]byte
+		n   int64
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- result{err: err}
+			return
+		}
+		defer c.Close()
+		c.SetReadDeadline(time.Now().Add(3 * uskWait))
+		h := sha256.New()
+		nr, err := io.Copy(h, c)
+		got <- result{sum: [32]byte(h.Sum(nil)), n: nr, err: err}
+	}()
+	var conn net.Conn
+	start = time.Now()
+	n.a.Do(t, func() {
+		conn, err = (&net.Dialer{Timeout: uskWait}).Dial("tcp4", uskAP(peerAddr, tcpPort))
+	})
+	if err != nil {
+		t.Fatalf("TCP connect through the tunnel: %v (decap: %s)", err, dec.failure())
+	}
+	conn.SetWriteDeadline(time.Now().Add(3 * uskWait))
+	h := sha256.New()
+	sent, err := io.CopyN(io.MultiWriter(conn, h), rand.NewChaCha8([32]byte{'g', 's', 'o'}), tcpBytes)
+	conn.Close()
+	if err != nil {
+		t.Fatalf("TCP send after %d bytes: %v", sent, err)
+	}
+	r := <-got
+	if r.err != nil || r.n != tcpBytes || r.sum != [32]byte(h.Sum(nil)) {
+		t.Errorf("TCP: received %d of %d bytes (%v), SHA-256 equal %v", r.n, tcpBytes, r.err, r.sum == [32]byte(h.Sum(nil)))
+	}
+	el := time.Since(start)
+	t.Logf("TCP: %d MiB in %v, %.0f Mbit/s", tcpBytes>>20, el.Round(time.Millisecond), float64(tcpBytes*8)/el.Seconds()/1e6)
+
+	stop()
+	fs, bs, ss, qs := fwd.Stats(), budget.Stats(), sink.Stats(), queue.Stats()
+	t.Logf("forwarder %+v", fs)
+	t.Logf("sink %+v", ss)
+	t.Logf("budget %+v", bs)
+	inGSO := ss.Datagrams - (ss.Messages - ss.GSOMessages)
+	t.Logf("coalescing: %d datagrams in %d messages (%.1f per message, %d sendmmsg calls); %d UDP_SEGMENT messages carry %.2f%% of the datagrams",
+		ss.Datagrams, ss.Messages, float64(ss.Datagrams)/float64(max(ss.Messages, 1)), ss.Syscalls, ss.GSOMessages, 100*float64(inGSO)/float64(max(ss.Datagrams, 1)))
+	for dec.datagrams.Load() < ss.Datagrams && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond) // B may still be reading the last ones
+	}
+	t.Logf("decap: %d UDP, %d TCP packets, %d datagrams", dec.udp.Load(), dec.tcp.Load(), dec.datagrams.Load())
+
+	if f := dec.failure(); f != "" {
+		t.Errorf("decapsulation: %s", f)
+	}
+	if got := dec.udp.Load(); got != udpSends*udpSegs {
+		t.Errorf("UDP: %d datagrams in order, want %d", got, udpSends*udpSegs)
+	}
+	if fs.Drops.Total() != 0 {
+		t.Errorf("forwarder dropped %d segments: %v", fs.Drops.Total(), fs.Drops)
+	}
+	if bs.InFlight != 0 || qs.InFlight != 0 || qs.Pending != 0 {
+		t.Errorf("still charged after Run: budget %d bytes, queue %d in flight, %d pending", bs.InFlight, qs.InFlight, qs.Pending)
+	}
+	if ss.Dropped != 0 || ss.Datagrams != fs.Transmitted || fs.Transmitted != fs.Completed || fs.Completed != fs.Segments {
+		t.Errorf("sink sent %d, dropped %d; forwarder queued %d, transmitted %d, completed %d", ss.Datagrams, ss.Dropped, fs.Segments, fs.Transmitted, fs.Completed)
+	}
+	if got := dec.datagrams.Load(); got != ss.Datagrams {
+		t.Errorf("B received %d datagrams, the sink sent %d", got, ss.Datagrams)
+	}
+	if 2*inGSO < ss.Datagrams {
+		t.Errorf("only %d of %d datagrams went in UDP_SEGMENT messages", inGSO, ss.Datagrams)
+	}
+}
+
+// uskTUN opens a TUN in ns with the inner MTU, brings it up, gives it
+// addr and routes route through it.
+func uskTUN(t *testing.T, ns *netlab.NS, name string, offload bool, addr, route string) *tun.Device {
+	t.Helper()
+	var dev *tun.Device
+	var err error
+	ns.Do(t, func() { dev, err = tun.Open(tun.Config{Name: name, MTU: uskTUNMTU, Offload: offload}) })
+	if err != nil {
+		t.Fatalf("tun.Open %s: %v", name, err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	netlab.Must(t, ns.LinkUp(name))
+	netlab.Must(t, ns.AddAddr(name, addr))
+	netlab.Must(t, ns.AddRoute(route, name, ""))
+	return dev
+}
+
+// uskDecap is B's tunnel receiver. Its counters other than udp and tcp
+// are read after it stopped.
+type uskDecap struct {
+	tun     *tun.Queue
+	udpPort uint16
+
+	udp, tcp  atomic.Int64 // UDP datagrams in sequence; TCP segments
+	datagrams atomic.Uint64
+	next      uint32 // next UDP sequence number
+	ctr       uint64 // next tunnel counter
+
+	mu   sync.Mutex
+	fail string // the first problem
+}
+
+func (d *uskDecap) failf(format string, args ...any) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.fail == "" {
+		d.fail = fmt.Sprintf(format, args...)
+	}
+}
+
+func (d *uskDecap) failure() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.fail
+}
+
+// run reads the tunnel until it is closed. A TCP packet goes to B's TUN
+// behind a zero virtio-net header: its checksums are complete.
+func (d *uskDecap) run(c *net.UDPConn) {
+	const vnet = segment.HeaderSize // the TUNs' virtio-net header
+	buf := make([]byte, 65536)
+	for {
+		n, err := c.Read(buf)
+		if err != nil {
+			return
+		}
+		d.datagrams.Add(1)
+		if n < uskHdrLen || binary.LittleEndian.Uint32(buf) != uskType || binary.LittleEndian.Uint32(buf[4:]) != uskIndex {
+			d.failf("datagram %d: not a tunnel data message (%d bytes)", d.datagrams.Load(), n)
+			continue
+		}
+		if ctr := binary.LittleEndian.Uint64(buf[8:]); ctr != d.ctr {
+			d.failf("datagram %d: tunnel counter %d, want %d (lost or reordered)", d.datagrams.Load(), ctr, d.ctr)
+			d.ctr = ctr
+		}
+		d.ctr++
+		pkt := buf[uskHdrLen:n]
+		proto, err := uskCheckIPv4(pkt)
+		if err != nil {
+			d.failf("datagram %d: %v", d.datagrams.Load(), err)
+			continue
+		}
+		ip := header.IPv4(pkt)
+		switch proto {
+		case header.UDPProtocolNumber:
+			u := header.UDP(ip.Payload())
+			if u.DestinationPort() != d.udpPort || len(u.Payload()) < 4 {
+				d.failf("unexpected UDP datagram to port %d", u.DestinationPort())
+				continue
+			}
+			if seq := binary.BigEndian.Uint32(u.Payload()); seq != d.next {
+				d.failf("UDP sequence %d, want %d", seq, d.next)
+				d.next = seq
+			}
+			d.next++
+			d.udp.Add(1)
+		case header.TCPProtocolNumber:
+			d.tcp.Add(1)
+			clear(buf[uskHdrLen-vnet : uskHdrLen])
+			if _, err := d.tun.Write([][]byte{buf[uskHdrLen-vnet : n]}, 0); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// uskCheckIPv4 checks an IPv4 packet, its header checksum and its UDP or
+// TCP checksum, and returns its transport protocol.
+func uskCheckIPv4(pkt []byte) (tcpip.TransportProtocolNumber, error) {
+	ip := header.IPv4(pkt)
+	if !ip.IsValid(len(pkt)) || int(ip.TotalLength()) != len(pkt) {
+		return 0, fmt.Errorf("not a whole IPv4 packet (%d bytes)", len(pkt))
+	}
+	if !ip.IsChecksumValid() {
+		return 0, fmt.Errorf("bad IPv4 header checksum")
+	}
+	src, dst, l4 := ip.SourceAddress(), ip.DestinationAddress(), ip.Payload()
+	switch p := ip.TransportProtocol(); p {
+	case header.UDPProtocolNumber:
+		u := header.UDP(l4)
+		if len(l4) < header.UDPMinimumSize || int(u.Length()) != len(l4) {
+			return 0, fmt.Errorf("bad UDP length")
+		}
+		if !u.IsChecksumValid(src, dst, checksum.Checksum(u.Payload(), 0)) {
+			return 0, fmt.Errorf("bad UDP checksum")
+		}
+		return p, nil
+	case header.TCPProtocolNumber:
+		tcp := header.TCP(l4)
+		if len(l4) < header.TCPMinimumSize || int(tcp.DataOffset()) > len(l4) {
+			return 0, fmt.Errorf("bad TCP header")
+		}
+		if !tcp.IsChecksumValid(src, dst, checksum.Checksum(tcp.Payload(), 0), uint16(len(tcp.Payload()))) {
+			return 0, fmt.Errorf("bad TCP checksum")
+		}
+		return p, nil
+	default:
+		return 0, fmt.Errorf("unexpected protocol %d", p)
+	}
+}
+
+// uskTunnelBack tunnels what B's kernel writes into B's TUN (its TCP
+// answers) to A, with the same header (counter unchecked).
+func uskTunnelBack(q *tun.Queue, c *net.UDPConn, to *net.UDPAddr) {
+	const vnet = segment.HeaderSize // the TUNs' virtio-net header
+	bufs, sizes := [][]byte{make([]byte, vnet+65535)}, []int{0}
+	out := make([]byte, uskHdrLen+65535)
+	binary.LittleEndian.PutUint32(out, uskType)
+	for {
+		n, err := q.Read(bufs, sizes, 0)
+		if err != nil {
+			return
+		}
+		for i := range n {
+			m := copy(out[uskHdrLen:], bufs[i][vnet:sizes[i]])
+			if _, err := c.WriteToUDP(out[:uskHdrLen+m], to); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// uskTunnelIn writes what arrives from the tunnel at A into A's TUN,
+// behind a zero virtio-net header.
+func uskTunnelIn(c *net.UDPConn, q *tun.Queue) {
+	const vnet = segment.HeaderSize // the TUNs' virtio-net header
+	buf := make([]byte, 65536)
+	for {
+		n, err := c.Read(buf)
+		if err != nil {
+			return
+		}
+		if n <= uskHdrLen {
+			continue
+		}
+		clear(buf[uskHdrLen-vnet : uskHdrLen])
+		if _, err := q.Write([][]byte{buf[uskHdrLen-vnet : n]}, 0); errors.Is(err, os.ErrClosed) {
+			return
+		}
+	}
+}

@@ -1,0 +1,17 @@
+//go:build !linux
+
+package udp
+
+import (
+	"fmt"
+	"net"
+	"runtime"
+)
+
+// Sink sends segments as UDP datagrams; there is none on this system.
+type Sink struct{}
+
+// NewSink returns an error: UDP_SEGMENT is Linux's.
+func NewSink(conn *net.UDPConn, cfg SinkConfig) (*Sink, error) {
+	return nil, fmt.Errorf("udp: sink not supported on %s", runtime.GOOS)
+}

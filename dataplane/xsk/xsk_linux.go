@@ -1,0 +1,730 @@
+package xsk
+
+// The AF_XDP port: one AF_XDP socket per RX queue of a NIC, each with its
+// own UMEM, fed by our XDP program (prog_linux.go).
+//
+// The sockets are our own rather than asavie/xdp's xdp.Socket, whose
+// Transmit panics on an unexpected sendto errno, whose ring indices are
+// plain loads and stores, and whose GetDescs scans the free list linearly:
+// here ring indices go through sync/atomic (xsk_unsafe_linux.go), the TX
+// free list is a stack (O(1) per frame), every frame's owner is tracked so
+// that a bad address is counted and refused instead of corrupting a ring,
+// and every sendto errno is either a counted retry or a returned error.
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/internal/ethtool"
+)
+
+// xskBindBusyWait is how long bind retries EBUSY (see Socket.bind).
+const xskBindBusyWait = 2 * time.Second
+
+// Port is an XDP program on an interface with one AF_XDP socket per
+// bound RX queue. Create it with Open; Close it when done.
+type Port struct {
+	mu      sync.Mutex
+	ifname  string
+	ifindex int
+	mode    Mode
+	prog    *xdpProgram
+	socks   []*Socket
+	closed  bool
+}
+
+// Open loads the XDP program, opens and registers one socket per queue,
+// and attaches the program to cfg.Ifname in the calling thread's network
+// namespace (call it from a goroutine locked to a thread in that
+// namespace). It refuses, and leaves alone, an XDP program someone else
+// attached (ErrAttached). It needs CAP_NET_ADMIN, CAP_BPF and
+// CAP_NET_RAW (root has them).
+func Open(cfg Config) (*Port, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := xdpCheckCaps(); err != nil {
+		return nil, err
+	}
+	link, err := netlink.LinkByName(cfg.Ifname)
+	if err != nil {
+		return nil, fmt.Errorf("xsk: port: interface %q: %w", cfg.Ifname, err)
+	}
+	if attached, id := attachedXDP(link); attached {
+		return nil, fmt.Errorf("xsk: port on %s: %w (program ID %d); remove it first (ip link set dev %s xdp off)",
+			cfg.Ifname, ErrAttached, id, cfg.Ifname)
+	}
+	queues, err := xdpQueues(link, cfg.Queues)
+	if err != nil {
+		return nil, err
+	}
+	p := &Port{ifname: cfg.Ifname, ifindex: link.Attrs().Index}
+	if err := p.open(link, cfg, queues); err != nil {
+		return nil, errors.Join(err, p.Close())
+	}
+	return p, nil
+}
+
+// open does Open's work; the caller closes p on error.
+func (p *Port) open(link netlink.Link, cfg Config, queues []int) error {
+	var err error
+	if p.prog, err = newXDPProgram(slices.Max(queues)); err != nil {
+		return fmt.Errorf("xsk: port on %s: %w", p.ifname, err)
+	}
+	if err := p.prog.setPrefixes(cfg.Redirect); err != nil {
+		return fmt.Errorf("xsk: port on %s: %w", p.ifname, err)
+	}
+	for _, q := range queues {
+		x, err := newXSK(p.ifname, p.ifindex, q, cfg)
+		if err != nil {
+			return err
+		}
+		p.socks = append(p.socks, x)
+		if err := p.prog.register(q, x.fd); err != nil {
+			return err
+		}
+	}
+	p.mode, err = p.prog.attach(link, cfg.Mode)
+	return err
+}
+
+// xdpCheckCaps names the missing capabilities before anything is created.
+func xdpCheckCaps() error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return nil // cannot tell: the system calls will say
+	}
+	has := func(c uint) bool { return data[c/32].Effective&(1<<(c%32)) != 0 }
+	var missing []string
+	if !has(unix.CAP_NET_ADMIN) {
+		missing = append(missing, "CAP_NET_ADMIN")
+	}
+	if !has(unix.CAP_BPF) && !has(unix.CAP_SYS_ADMIN) {
+		missing = append(missing, "CAP_BPF")
+	}
+	if !has(unix.CAP_NET_RAW) {
+		missing = append(missing, "CAP_NET_RAW")
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("xsk: port: needs CAP_NET_ADMIN and CAP_BPF (and CAP_NET_RAW for the sockets); missing %v: %w",
+			missing, os.ErrPermission)
+	}
+	return nil
+}
+
+// xdpQueues returns the queues to bind: want, checked against the
+// interface, or all of its RX queues. (Not /sys/class/net/<if>/queues:
+// sysfs shows the namespace it was mounted in, not the caller's.)
+func xdpQueues(link netlink.Link, want []int) ([]int, error) {
+	n := link.Attrs().NumRxQueues
+	if rx, _, combined, err := ethtool.Channels(link.Attrs().Name); err == nil && rx+combined > 0 {
+		n = min(xdpOr(n, rx+combined), rx+combined)
+	}
+	n = max(n, 1)
+	if want == nil {
+		want = make([]int, n)
+		for i := range want {
+			want[i] = i
+		}
+	}
+	for _, q := range want {
+		if q >= n {
+			return nil, fmt.Errorf("xsk: port: %w: %s has %d RX queues, no queue %d",
+				pipeline.ErrInvalidConfig, link.Attrs().Name, n, q)
+		}
+	}
+	if len(want) == 0 {
+		return nil, fmt.Errorf("xsk: port: %w: no queues", pipeline.ErrInvalidConfig)
+	}
+	return slices.Clone(want), nil
+}
+
+// Sockets returns the sockets, one per bound queue, in Config.Queues
+// order (a new slice: keep it rather than calling Sockets per packet).
+func (p *Port) Sockets() []*Socket { return slices.Clone(p.socks) }
+
+// Mode returns the effective attach mode (native or generic).
+func (p *Port) Mode() Mode { return p.mode }
+
+// Ifindex returns the interface index.
+func (p *Port) Ifindex() int { return p.ifindex }
+
+// SetRedirect replaces the redirect prefixes: afterwards exactly these
+// destinations go to the sockets.
+func (p *Port) SetRedirect(prefixes []netip.Prefix) error {
+	checked, err := xdpPrefixes(prefixes)
+	if err != nil {
+		return fmt.Errorf("xsk: port: %w: %v", pipeline.ErrInvalidConfig, err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	return p.prog.setPrefixes(checked)
+}
+
+// Close unregisters the sockets, detaches the XDP program if it is still
+// ours, and closes the sockets and the program. It may be called from any
+// goroutine and more than once; the sockets' methods then return
+// ErrClosed. It must not run while another goroutine is inside a
+// socket's method holding a frame slice it still writes to.
+func (p *Port) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	var err error
+	if p.prog != nil {
+		for _, x := range p.socks {
+			err = errors.Join(err, p.prog.unregister(x.queueID))
+		}
+		err = errors.Join(err, p.prog.detach())
+	}
+	for _, x := range p.socks {
+		err = errors.Join(err, x.close())
+	}
+	if p.prog != nil {
+		err = errors.Join(err, p.prog.close())
+	}
+	if err != nil {
+		return fmt.Errorf("xsk: close port on %s: %w", p.ifname, err)
+	}
+	return nil
+}
+
+// Frame owners, per UMEM frame.
+const (
+	xskFrameKernel uint8 = iota // in the fill, RX, TX or completion ring
+	xskFrameFree                // TX: on the free list
+	xskFrameUser                // handed out by Alloc or Receive
+	xskFrameSpare               // RX: waiting for room in the fill ring
+)
+
+// Socket is one AF_XDP socket bound to one RX queue, with its own UMEM and
+// four rings. The TX methods (Alloc, Frame, Transmit, Complete, Free,
+// TXFree) must be called from one goroutine at a time, the RX methods
+// (Receive, Recycle) from one goroutine at a time; the two sides may run
+// concurrently. Stats and Wait may be called from anywhere.
+type Socket struct {
+	mu         sync.RWMutex // write-locked only by close: guards the mappings
+	closed     bool
+	fd         int
+	queueID    int
+	frameSize  int
+	frameShift uint
+	rxFrames   uint32 // frames [0, rxFrames) receive, the rest transmit
+	umem       []byte
+	state      []uint8 // owner of each frame
+	fill, comp xskAddrRing
+	rx, tx     xskDescRing
+	txFree     []uint64 // TX frames on the free list (a stack)
+	rxSpare    []uint64 // RX frames not in the fill ring (a stack)
+	txErr      error    // a kick error seen by Complete, for the next Transmit
+	st         xskCounters
+	final      Stats // kernel counters read at close
+}
+
+type xskCounters struct {
+	rx, tx, completed, kicks, kickRetries, kickErrors, badFrames atomic.Uint64
+}
+
+// newXSK opens, sets up and binds the socket of one queue.
+func newXSK(ifname string, ifindex, queue int, cfg Config) (*Socket, error) {
+	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		switch {
+		case errors.Is(err, unix.EAFNOSUPPORT):
+			return nil, fmt.Errorf("xsk: socket: %w: %w", ErrUnsupported, os.NewSyscallError("socket", err))
+		case errors.Is(err, unix.EPERM):
+			return nil, fmt.Errorf("xsk: socket: needs CAP_NET_RAW: %w", os.NewSyscallError("socket", err))
+		}
+		return nil, fmt.Errorf("xsk: socket: %w", os.NewSyscallError("socket", err))
+	}
+	x := &Socket{fd: fd, queueID: queue, frameSize: cfg.FrameSize, rxFrames: uint32(cfg.NumFrames / 2)}
+	for 1<<x.frameShift < x.frameSize {
+		x.frameShift++
+	}
+	if err := x.setup(ifindex, cfg); err != nil {
+		return nil, errors.Join(fmt.Errorf("xsk: socket on %s queue %d: %w", ifname, queue, err), x.close())
+	}
+	return x, nil
+}
+
+// setup registers the UMEM, creates and maps the rings, binds, and fills
+// the fill ring.
+func (x *Socket) setup(ifindex int, cfg Config) error {
+	umem, err := unix.Mmap(-1, 0, cfg.NumFrames*cfg.FrameSize, unix.PROT_READ|unix.PROT_WRITE,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
+	if err != nil {
+		return fmt.Errorf("UMEM: %w", os.NewSyscallError("mmap", err))
+	}
+	x.umem = umem
+	if err := xskRegisterUMEM(x.fd, umem, cfg.FrameSize); err != nil {
+		return fmt.Errorf("register UMEM (%d bytes; RLIMIT_MEMLOCK without CAP_IPC_LOCK?): %w", len(umem), err)
+	}
+	if err := x.mapRings(uint32(cfg.RingSize)); err != nil {
+		return err
+	}
+	if err := x.bind(ifindex, cfg.ZeroCopy); err != nil {
+		return err
+	}
+	x.initFrames(cfg.NumFrames)
+	return nil
+}
+
+// mapRings sizes and maps the four rings.
+func (x *Socket) mapRings(n uint32) error {
+	for _, opt := range []int{unix.XDP_UMEM_FILL_RING, unix.XDP_UMEM_COMPLETION_RING, unix.XDP_RX_RING, unix.XDP_TX_RING} {
+		if err := xskSetRingSize(x.fd, opt, n); err != nil {
+			return fmt.Errorf("ring size %d: %w", n, err)
+		}
+	}
+	off, err := xskMmapOffsets(x.fd)
+	if err != nil {
+		return fmt.Errorf("XDP_MMAP_OFFSETS: %w", err)
+	}
+	if x.fill, err = mapXskAddrRing(x.fd, unix.XDP_UMEM_PGOFF_FILL_RING, off.Fr, n); err != nil {
+		return fmt.Errorf("fill ring: %w", err)
+	}
+	if x.comp, err = mapXskAddrRing(x.fd, unix.XDP_UMEM_PGOFF_COMPLETION_RING, off.Cr, n); err != nil {
+		return fmt.Errorf("completion ring: %w", err)
+	}
+	if x.rx, err = mapXskDescRing(x.fd, unix.XDP_PGOFF_RX_RING, off.Rx, n); err != nil {
+		return fmt.Errorf("RX ring: %w", err)
+	}
+	if x.tx, err = mapXskDescRing(x.fd, unix.XDP_PGOFF_TX_RING, off.Tx, n); err != nil {
+		return fmt.Errorf("TX ring: %w", err)
+	}
+	return nil
+}
+
+// bind binds the socket to the queue in copy or zero-copy mode.
+func (x *Socket) bind(ifindex int, zeroCopy bool) error {
+	flags := uint16(unix.XDP_USE_NEED_WAKEUP | unix.XDP_COPY)
+	if zeroCopy {
+		flags = unix.XDP_USE_NEED_WAKEUP | unix.XDP_ZEROCOPY
+	}
+	sa := &unix.SockaddrXDP{Flags: flags, Ifindex: uint32(ifindex), QueueID: uint32(x.queueID)}
+	err := unix.Bind(x.fd, sa)
+	// A socket closed a moment ago holds its queue until the kernel has
+	// released it (after an RCU grace period, from a workqueue): EBUSY
+	// right after a Close is retried for a while.
+	for start := time.Now(); errors.Is(err, unix.EBUSY) && time.Since(start) < xskBindBusyWait; {
+		time.Sleep(5 * time.Millisecond)
+		err = unix.Bind(x.fd, sa)
+	}
+	switch {
+	case err == nil:
+		return nil
+	case zeroCopy && (errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL)):
+		return fmt.Errorf("bind: %w (use copy mode): %w", ErrZeroCopy, os.NewSyscallError("bind", err))
+	case errors.Is(err, unix.EBUSY):
+		return fmt.Errorf("bind: the queue already has an AF_XDP socket (waited %v): %w", xskBindBusyWait, os.NewSyscallError("bind", err))
+	}
+	return fmt.Errorf("bind: %w", os.NewSyscallError("bind", err))
+}
+
+// initFrames puts the TX frames on the free list and the RX frames into
+// the fill ring (those that do not fit wait as spares).
+func (x *Socket) initFrames(n int) {
+	x.state = make([]uint8, n)
+	x.txFree = make([]uint64, 0, n-int(x.rxFrames))
+	for i := n - 1; i >= int(x.rxFrames); i-- {
+		x.state[i] = xskFrameFree
+		x.txFree = append(x.txFree, uint64(i)<<x.frameShift)
+	}
+	x.rxSpare = make([]uint64, 0, x.rxFrames)
+	for i := int(x.rxFrames) - 1; i >= 0; i-- {
+		x.state[i] = xskFrameSpare
+		x.rxSpare = append(x.rxSpare, uint64(i)<<x.frameShift)
+	}
+	x.fillFromSpare()
+}
+
+// close closes the socket and unmaps everything; idempotent.
+func (x *Socket) close() error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.closed {
+		return nil
+	}
+	x.closed = true
+	x.final = x.kernelStats()
+	err := os.NewSyscallError("close", unix.Close(x.fd))
+	x.fd = -1
+	for _, r := range []*xskRing{&x.fill.xskRing, &x.comp.xskRing, &x.rx.xskRing, &x.tx.xskRing} {
+		err = errors.Join(err, r.unmap())
+	}
+	x.fill.descs, x.comp.descs, x.rx.descs, x.tx.descs = nil, nil, nil, nil
+	if x.umem != nil {
+		err = errors.Join(err, os.NewSyscallError("munmap", unix.Munmap(x.umem)))
+		x.umem = nil
+	}
+	return err
+}
+
+// enter read-locks the socket; false (and not locked) once it is closed.
+func (x *Socket) enter() bool {
+	x.mu.RLock()
+	if x.closed {
+		x.mu.RUnlock()
+		return false
+	}
+	return true
+}
+
+// QueueID returns the RX queue the socket is bound to.
+func (x *Socket) QueueID() int { return x.queueID }
+
+// FD returns the socket's file descriptor (-1 once closed).
+func (x *Socket) FD() int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.fd
+}
+
+// FrameSize returns the UMEM frame size.
+func (x *Socket) FrameSize() int { return x.frameSize }
+
+// NumFrames returns the number of UMEM frames, half of them for TX.
+func (x *Socket) NumFrames() int { return 2 * int(x.rxFrames) }
+
+// frameIndex returns the index of the frame starting at addr.
+func (x *Socket) frameIndex(addr uint64) (uint32, bool) {
+	i := addr >> x.frameShift
+	if addr&uint64(x.frameSize-1) != 0 || i >= uint64(len(x.state)) {
+		return 0, false
+	}
+	return uint32(i), true
+}
+
+// Alloc fills addrs with up to len(addrs) free TX frame addresses, O(1)
+// each, and returns how many; 0 when none is free (call Complete).
+func (x *Socket) Alloc(addrs []uint64) int {
+	if !x.enter() {
+		return 0
+	}
+	defer x.mu.RUnlock()
+	n := min(len(addrs), len(x.txFree))
+	top := len(x.txFree) - n
+	copy(addrs, x.txFree[top:])
+	x.txFree = x.txFree[:top]
+	for _, a := range addrs[:n] {
+		x.state[a>>x.frameShift] = xskFrameUser
+	}
+	return n
+}
+
+// Free returns allocated TX frames that will not be transmitted to the
+// free list. Addresses that are not allocated TX frames are counted
+// (BadFrames) and ignored.
+func (x *Socket) Free(addrs []uint64) {
+	if !x.enter() {
+		return
+	}
+	defer x.mu.RUnlock()
+	for _, a := range addrs {
+		i, ok := x.frameIndex(a)
+		if !ok || i < x.rxFrames || x.state[i] != xskFrameUser {
+			x.st.badFrames.Add(1)
+			continue
+		}
+		x.state[i] = xskFrameFree
+		x.txFree = append(x.txFree, a)
+	}
+}
+
+// TXFree returns how many TX frames are on the free list.
+func (x *Socket) TXFree() int {
+	if !x.enter() {
+		return 0
+	}
+	defer x.mu.RUnlock()
+	return len(x.txFree)
+}
+
+// Frame returns the memory of the frame at addr (from Alloc or Receive),
+// FrameSize bytes; nil for an address that is not a frame or once the
+// socket is closed. The slice must not be used after Close.
+func (x *Socket) Frame(addr uint64) []byte {
+	if !x.enter() {
+		return nil
+	}
+	defer x.mu.RUnlock()
+	if _, ok := x.frameIndex(addr); !ok {
+		return nil
+	}
+	end := addr + uint64(x.frameSize)
+	return x.umem[addr:end:end]
+}
+
+// Transmit puts frames from Alloc, with the packet lengths lens, on the TX
+// ring, as many as fit, and returns how many it took (the caller keeps the
+// rest). It wakes the kernel with sendto(MSG_DONTWAIT) when the ring asks
+// for it; EAGAIN, EBUSY, ENOBUFS and EINTR only mean "try again" and are
+// counted (KickRetries) and retried by the next Transmit or Complete.
+// Other errors are returned, wrapped. A frame that is not an allocated TX
+// frame or a length outside 1..FrameSize stops the batch there with
+// ErrBadFrame. After Close it returns ErrClosed.
+func (x *Socket) Transmit(addrs []uint64, lens []int) (int, error) {
+	if !x.enter() {
+		return 0, ErrClosed
+	}
+	defer x.mu.RUnlock()
+	room := x.tx.size - (x.tx.local - x.tx.loadConsumer())
+	n := min(len(addrs), len(lens), int(room))
+	var err error
+	i := 0
+	for ; i < n; i++ {
+		f, ok := x.frameIndex(addrs[i])
+		if !ok || f < x.rxFrames || x.state[f] != xskFrameUser || lens[i] <= 0 || lens[i] > x.frameSize {
+			x.st.badFrames.Add(1)
+			err = fmt.Errorf("xsk: transmit: frame %#x length %d: %w", addrs[i], lens[i], ErrBadFrame)
+			break
+		}
+		x.state[f] = xskFrameKernel
+		d := &x.tx.descs[(x.tx.local+uint32(i))&x.tx.mask]
+		d.Addr, d.Len, d.Options = addrs[i], uint32(lens[i]), 0
+	}
+	if i > 0 {
+		x.tx.local += uint32(i)
+		x.tx.publishProducer()
+		x.st.tx.Add(uint64(i))
+	}
+	if kerr := x.kickTX(); kerr != nil {
+		err = errors.Join(err, kerr)
+	}
+	if x.txErr != nil {
+		err, x.txErr = errors.Join(err, x.txErr), nil
+	}
+	return i, err
+}
+
+// kickTX wakes the kernel up if the TX ring has entries it has not taken
+// yet and it asked to be woken up.
+func (x *Socket) kickTX() error {
+	if x.tx.local == x.tx.loadConsumer() || !x.tx.needWakeup() {
+		return nil
+	}
+	x.st.kicks.Add(1)
+	_, _, e := unix.Syscall6(unix.SYS_SENDTO, uintptr(x.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
+	return x.kickResult("sendto", e)
+}
+
+// kickFill wakes the kernel up if it asked for fill ring entries.
+func (x *Socket) kickFill() {
+	if !x.fill.needWakeup() {
+		return
+	}
+	x.st.kicks.Add(1)
+	_, _, e := unix.Syscall6(unix.SYS_RECVFROM, uintptr(x.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
+	_ = x.kickResult("recvfrom", e) // counted; RX has no error to report it with
+}
+
+// kickResult counts a wakeup's outcome and returns the errors callers
+// must see.
+func (x *Socket) kickResult(op string, e unix.Errno) error {
+	switch e {
+	case 0:
+		return nil
+	case unix.EAGAIN, unix.EBUSY, unix.ENOBUFS, unix.EINTR:
+		x.st.kickRetries.Add(1)
+		return nil
+	}
+	x.st.kickErrors.Add(1)
+	return fmt.Errorf("xsk: queue %d: %w", x.queueID, os.NewSyscallError(op, e))
+}
+
+// Complete drains the completion ring: the transmitted frames go back to
+// the free list. It returns how many; completions come in submission
+// order, so callers release their budget FIFO. It also wakes the kernel
+// up for TX entries still waiting on the ring (copy mode sends a bounded
+// batch per wakeup).
+func (x *Socket) Complete() int {
+	if !x.enter() {
+		return 0
+	}
+	defer x.mu.RUnlock()
+	prod := x.comp.loadProducer()
+	n := prod - x.comp.local
+	for i := range n {
+		a := x.comp.descs[(x.comp.local+i)&x.comp.mask]
+		f, ok := x.frameIndex(a)
+		if !ok || f < x.rxFrames || x.state[f] != xskFrameKernel {
+			x.st.badFrames.Add(1)
+			continue
+		}
+		x.state[f] = xskFrameFree
+		x.txFree = append(x.txFree, a)
+	}
+	x.comp.local = prod
+	x.comp.publishConsumer()
+	x.st.completed.Add(uint64(n))
+	if err := x.kickTX(); err != nil && x.txErr == nil {
+		x.txErr = err
+	}
+	return int(n)
+}
+
+// Receive returns up to min(len(bufs), len(addrs)) received packets:
+// bufs[i] is the packet inside the UMEM (a view, valid until the frame is
+// recycled), addrs[i] its frame, to give back with Recycle. 0 when none is
+// waiting (see Wait).
+func (x *Socket) Receive(bufs [][]byte, addrs []uint64) int {
+	if !x.enter() {
+		return 0
+	}
+	defer x.mu.RUnlock()
+	avail := x.rx.loadProducer() - x.rx.local
+	n := min(uint32(min(len(bufs), len(addrs))), avail)
+	got := 0
+	for i := range n {
+		d := x.rx.descs[(x.rx.local+i)&x.rx.mask]
+		base := d.Addr &^ uint64(x.frameSize-1)
+		f, ok := x.frameIndex(base)
+		if !ok || f >= x.rxFrames || x.state[f] != xskFrameKernel || d.Addr+uint64(d.Len) > base+uint64(x.frameSize) {
+			x.st.badFrames.Add(1)
+			continue
+		}
+		x.state[f] = xskFrameUser
+		bufs[got] = x.umem[d.Addr : d.Addr+uint64(d.Len) : base+uint64(x.frameSize)]
+		addrs[got] = base
+		got++
+	}
+	x.rx.local += n
+	x.rx.publishConsumer()
+	x.st.rx.Add(uint64(got))
+	if len(x.rxSpare) > 0 {
+		x.fillFromSpare()
+	}
+	return got
+}
+
+// Recycle gives received frames back to the kernel (fill ring). Addresses
+// that are not received frames are counted (BadFrames) and ignored.
+func (x *Socket) Recycle(addrs []uint64) {
+	if !x.enter() {
+		return
+	}
+	defer x.mu.RUnlock()
+	for _, a := range addrs {
+		f, ok := x.frameIndex(a)
+		if !ok || f >= x.rxFrames || x.state[f] != xskFrameUser {
+			x.st.badFrames.Add(1)
+			continue
+		}
+		x.state[f] = xskFrameSpare
+		x.rxSpare = append(x.rxSpare, a)
+	}
+	x.fillFromSpare()
+	x.kickFill()
+}
+
+// fillFromSpare moves spare RX frames into the fill ring while it has room.
+func (x *Socket) fillFromSpare() {
+	room := x.fill.size - (x.fill.local - x.fill.loadConsumer())
+	n := min(int(room), len(x.rxSpare))
+	if n == 0 {
+		return
+	}
+	top := len(x.rxSpare) - n
+	for i, a := range x.rxSpare[top:] {
+		x.state[a>>x.frameShift] = xskFrameKernel
+		x.fill.descs[(x.fill.local+uint32(i))&x.fill.mask] = a
+	}
+	x.rxSpare = x.rxSpare[:top]
+	x.fill.local += uint32(n)
+	x.fill.publishProducer()
+}
+
+// Wait waits up to timeout (negative: forever) until packets can be
+// received (rx) or the TX ring has room (tx), with poll(2); EINTR is
+// retried. In copy mode the poll also sends what is on the TX ring.
+// Completions do not wake it: a sender waiting for free frames should
+// call Complete periodically. The TX ring almost always has room, so a
+// receiver should use WaitRX.
+func (x *Socket) Wait(timeout time.Duration) (rx, tx bool, err error) {
+	return x.wait(timeout, unix.POLLIN|unix.POLLOUT)
+}
+
+// WaitRX waits up to timeout (negative: forever) until packets can be
+// received; it reports whether they can.
+func (x *Socket) WaitRX(timeout time.Duration) (bool, error) {
+	rx, _, err := x.wait(timeout, unix.POLLIN)
+	return rx, err
+}
+
+func (x *Socket) wait(timeout time.Duration, events int16) (rx, tx bool, err error) {
+	x.mu.RLock()
+	closed, fd := x.closed, x.fd
+	x.mu.RUnlock()
+	if closed {
+		return false, false, ErrClosed
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		ms := -1
+		if timeout >= 0 {
+			ms = int((time.Until(deadline) + time.Millisecond - 1) / time.Millisecond)
+			ms = max(ms, 0)
+		}
+		pfd := [1]unix.PollFd{{Fd: int32(fd), Events: events}}
+		_, err := unix.Poll(pfd[:], ms)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return false, false, fmt.Errorf("xsk: queue %d: %w", x.queueID, os.NewSyscallError("poll", err))
+		}
+		ev := pfd[0].Revents
+		if ev&unix.POLLNVAL != 0 {
+			return false, false, ErrClosed
+		}
+		if ev&unix.POLLERR != 0 {
+			return false, false, fmt.Errorf("xsk: queue %d: poll: socket error", x.queueID)
+		}
+		return ev&unix.POLLIN != 0, ev&unix.POLLOUT != 0, nil
+	}
+}
+
+// Stats returns the socket's counters, the kernel's included (as of
+// Close, once closed).
+func (x *Socket) Stats() Stats {
+	x.mu.RLock()
+	s := x.final
+	if !x.closed {
+		s = x.kernelStats()
+	}
+	x.mu.RUnlock()
+	s.RX, s.TX, s.Completed = x.st.rx.Load(), x.st.tx.Load(), x.st.completed.Load()
+	s.Kicks, s.KickRetries, s.KickErrors = x.st.kicks.Load(), x.st.kickRetries.Load(), x.st.kickErrors.Load()
+	s.BadFrames = x.st.badFrames.Load()
+	return s
+}
+
+// kernelStats reads XDP_STATISTICS (zero if it fails).
+func (x *Socket) kernelStats() Stats {
+	k, err := xskStatistics(x.fd)
+	if err != nil {
+		return Stats{}
+	}
+	return Stats{
+		RXDropped: k.Rx_dropped, RXInvalid: k.Rx_invalid_descs, RXRingFull: k.Rx_ring_full,
+		RXFillEmpty: k.Rx_fill_ring_empty_descs, TXInvalid: k.Tx_invalid_descs, TXRingEmpty: k.Tx_ring_empty_descs,
+	}
+}

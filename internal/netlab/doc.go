@@ -1,0 +1,17 @@
+// Package netlab builds the throw-away network namespaces that gsoplane's
+// privileged tests and the bench run in: namespaces with lo up, veth
+// pairs, addresses, routes, sysctls and device features (set from Go,
+// with no ip or ethtool binary), code and child processes run inside a
+// namespace, and the reference topology of DESIGN.md. Every namespace is
+// named Prefix, a tag, the process ID and a sequence number, so parallel
+// and repeated runs never collide, and namespaces left by a process that
+// died are swept before new ones are made.
+//
+// Tests use NewT and NewTopologyT, which skip unless root and remove
+// everything in t.Cleanup, and Main, which fails a package whose tests
+// leave a namespace or a file descriptor behind. The bench uses New and
+// NewTopology and closes them itself.
+//
+// It needs Linux and CAP_NET_ADMIN (and CAP_SYS_ADMIN to create named
+// namespaces). Only gsoplane's tests and bench import it.
+package netlab

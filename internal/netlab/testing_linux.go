@@ -1,0 +1,147 @@
+package netlab
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// TB is the part of testing.TB the lab uses.
+type TB interface {
+	Helper()
+	Cleanup(func())
+	Errorf(format string, args ...any)
+	Fatal(args ...any)
+	Skip(args ...any)
+}
+
+// RequireRoot skips the test unless it runs as root.
+func RequireRoot(t TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs CAP_NET_ADMIN: run as root")
+	}
+}
+
+// Must fails the test if err is not nil.
+func Must(t TB, err error) {
+	if err != nil {
+		t.Helper()
+		t.Fatal(err)
+	}
+}
+
+// NewT creates a namespace for a test (see New), named after the tag,
+// and deletes it in t.Cleanup. It skips the test unless root.
+func NewT(t TB, tag string) *NS {
+	t.Helper()
+	RequireRoot(t)
+	ns, err := New(tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := ns.Close(); err != nil {
+			t.Errorf("%v", err)
+		}
+	})
+	return ns
+}
+
+// NewTopologyT builds the reference topology for a test and removes it
+// in t.Cleanup. It skips the test unless root.
+func NewTopologyT(t TB, tag string) *Topology {
+	t.Helper()
+	RequireRoot(t)
+	tp, err := NewTopology(tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := tp.Close(); err != nil {
+			t.Errorf("%v", err)
+		}
+	})
+	return tp
+}
+
+// Do runs fn inside ns (see NS.Run), failing the test if it cannot enter.
+func (ns *NS) Do(t TB, fn func()) {
+	t.Helper()
+	if err := ns.Run(func() error { fn(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Main runs a package's tests (m.Run; pass the *testing.M) and then fails
+// them if they left a lab namespace of this process or an open file
+// descriptor (a socket, a TUN queue, a BPF program, map or link, a
+// netlink handle) behind. Use it from TestMain:
+//
+//	func TestMain(m *testing.M) { os.Exit(netlab.Main(m)) }
+func Main(m interface{ Run() int }) int {
+	// The runtime's poller opens its descriptors on first use: let it.
+	if r, w, err := os.Pipe(); err == nil {
+		r.Close()
+		w.Close()
+	}
+	before := openFDs()
+	code := m.Run()
+	var leaks []string
+	for fd, what := range openFDs() {
+		if _, ok := before[fd]; !ok {
+			leaks = append(leaks, fmt.Sprintf("fd %s (%s)", fd, what))
+		}
+	}
+	leaks = append(leaks, ownNamespaces()...)
+	if len(leaks) > 0 && code == 0 {
+		fmt.Fprintf(os.Stderr, "netlab: the tests left behind: %s\n", strings.Join(leaks, ", "))
+		return 1
+	}
+	return code
+}
+
+// openFDs returns this process's open file descriptors and what they are.
+func openFDs() map[string]string {
+	fds := map[string]string{}
+	ents, _ := os.ReadDir("/proc/self/fd")
+	for _, e := range ents {
+		target, err := os.Readlink("/proc/self/fd/" + e.Name())
+		if err == nil { // the directory's own fd is gone by now
+			fds[e.Name()] = target
+		}
+	}
+	return fds
+}
+
+// ownNamespaces lists the lab namespaces this process created and did not
+// delete.
+func ownNamespaces() []string {
+	var left []string
+	for name, pid := range labNamespaces() {
+		if pid == os.Getpid() {
+			left = append(left, "netns "+name)
+		}
+	}
+	return left
+}
+
+// LinkT returns the link called name, failing the test if it is missing.
+func (ns *NS) LinkT(t TB, name string) netlink.Link {
+	t.Helper()
+	l, err := ns.Link(name)
+	Must(t, err)
+	return l
+}
+
+// SocketT opens a socket inside ns and closes it in t.Cleanup.
+func (ns *NS) SocketT(t TB, family, typ int) int {
+	t.Helper()
+	fd, err := ns.Socket(family, typ)
+	Must(t, err)
+	t.Cleanup(func() { unix.Close(fd) })
+	return fd
+}
