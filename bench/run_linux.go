@@ -18,6 +18,8 @@ type scenarioDef struct {
 	rows   func(o options) []rowSpec
 	ratios func(rows []*rowResult, o options) []ratio
 	notes  []string
+	// skipped, if set, says which optional row is left out and why.
+	skipped func() string
 }
 
 var scenarios = map[string]scenarioDef{
@@ -52,6 +54,7 @@ var scenarios = map[string]scenarioDef{
 			"kernel: A routes B's prefix out of gw-a, super-packets cross the veth unsegmented (its Mpps counts gw-b's skbs).",
 			"gsoplane-iperf3 (when iperf3 is installed): iperf3's own report through the gsoplane row's set-up.",
 		},
+		skipped: iperf3Skipped,
 	},
 	"hook": {
 		name: "hook",
@@ -117,8 +120,15 @@ func execute(ctx context.Context, o options, stdout, stderr io.Writer) (code int
 	for _, name := range o.scenarios {
 		def := scenarios[name]
 		fmt.Fprintf(stderr, "== %s\n", def.title(o))
+		notes := def.notes
+		if def.skipped != nil {
+			if why := def.skipped(); why != "" {
+				fmt.Fprintf(stderr, "bench: %s\n", why)
+				notes = append(notes[:len(notes):len(notes)], why)
+			}
+		}
 		rows := runRows(ctx, name, def.rows(o), o.measure, stderr)
-		rep.add(def.name, def.title(o), rows, def.ratios(rows, o), def.notes)
+		rep.add(def.name, def.title(o), rows, def.ratios(rows, o), notes)
 		if ctx.Err() != nil {
 			break
 		}
