@@ -138,7 +138,7 @@ func (g *Gateway) addForwarder(cfg GatewayConfig, src pipeline.Source, s *xsk.So
 // from its TX frames and cfg's Backpressure, Budget and QueueLen: without
 // backpressure no budget and a DropTail queue.
 func newAccounting(cfg GatewayConfig, s *xsk.Socket) (*txqueue.Budget, *txqueue.Queue[pipeline.Frame], error) {
-	frames := s.TXFree()
+	frames := s.NumFrames() / 2 // every TX frame is free yet
 	size := txqueue.Truesize(s.FrameSize())
 	qlen := frames
 	if cfg.QueueLen > frames {

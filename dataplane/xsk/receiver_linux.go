@@ -25,18 +25,18 @@ var _ pipeline.Receiver = (*receiver)(nil)
 func (x *Socket) Receiver() pipeline.Receiver { return &receiver{x: x} }
 
 func (r *receiver) Receive(frames [][]byte) (int, error) {
-	r.x.Recycle(r.addrs)
+	r.x.recycle(r.addrs)
 	if cap(r.addrs) < len(frames) {
 		r.addrs = make([]uint64, len(frames))
 	}
 	r.addrs = r.addrs[:len(frames)]
-	n := r.x.Receive(frames, r.addrs)
+	n := r.x.receive(frames, r.addrs)
 	if n == 0 {
-		if _, err := r.x.WaitRX(rxWait); err != nil {
+		if _, err := r.x.waitRX(rxWait); err != nil {
 			r.addrs = r.addrs[:0]
 			return 0, err
 		}
-		n = r.x.Receive(frames, r.addrs)
+		n = r.x.receive(frames, r.addrs)
 	}
 	r.addrs = r.addrs[:n]
 	return n, nil

@@ -72,9 +72,9 @@ func (s *Sink) Headroom() int { return ethHdrLen }
 func (s *Sink) Alloc(frames []pipeline.Frame) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := s.x.Alloc(s.addrs[:min(len(frames), sinkFrames)])
+	n := s.x.alloc(s.addrs[:min(len(frames), sinkFrames)])
 	for i, a := range s.addrs[:n] {
-		frames[i] = pipeline.Frame{Buf: s.x.Frame(a), ID: a}
+		frames[i] = pipeline.Frame{Buf: s.x.frame(a), ID: a}
 	}
 	return n
 }
@@ -88,7 +88,7 @@ func (s *Sink) Free(frames []pipeline.Frame) {
 		for i := range n {
 			s.addrs[i] = frames[i].ID
 		}
-		s.x.Free(s.addrs[:n])
+		s.x.free(s.addrs[:n])
 		frames = frames[n:]
 	}
 }
@@ -110,10 +110,10 @@ func (s *Sink) Transmit(frames []pipeline.Frame) (int, error) {
 	for i, f := range frames[:m] {
 		s.addrs[i], s.lens[i] = f.ID, ethHdrLen+f.Len
 	}
-	k, err := s.x.Transmit(s.addrs[:m], s.lens[:m])
+	k, err := s.x.transmit(s.addrs[:m], s.lens[:m])
 	if k == m && m < n {
 		s.addrs[0] = frames[m].ID
-		s.x.Free(s.addrs[:1])
+		s.x.free(s.addrs[:1])
 		s.unresolved.Add(1)
 		s.early++
 		k++
@@ -159,7 +159,7 @@ func ipDst(pkt []byte) (netip.Addr, uint16, bool) {
 func (s *Sink) Complete() (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := s.x.Complete() + s.early
+	n := s.x.complete() + s.early
 	s.early = 0
 	return n, nil
 }

@@ -65,8 +65,8 @@ var (
 	ErrUnsupported = errors.New("kernel without AF_XDP sockets (CONFIG_XDP_SOCKETS)")
 	// ErrClosed is returned by Socket methods after Port.Close.
 	ErrClosed = fmt.Errorf("xsk: %w", net.ErrClosed)
-	// ErrBadFrame: Transmit was given an address that is not a TX frame
-	// from Alloc, or a length outside 1..FrameSize.
+	// ErrBadFrame: the sink was given a frame that is not one of its
+	// allocated TX frames, or a length outside 1..FrameSize.
 	ErrBadFrame = errors.New("not an allocated TX frame or bad length")
 )
 
@@ -171,7 +171,7 @@ type Stats struct {
 	Kicks       uint64 // sendto/recvfrom wakeups
 	KickRetries uint64 // wakeups that got EAGAIN, EBUSY, ENOBUFS or EINTR (retried later)
 	KickErrors  uint64 // wakeups that failed otherwise
-	BadFrames   uint64 // addresses refused by Transmit/Recycle/Free, bad ring entries
+	BadFrames   uint64 // frame addresses refused on transmit, recycle or free, and bad ring entries
 
 	// From the kernel (XDP_STATISTICS).
 	RXDropped   uint64 // dropped for other reasons (e.g. too big for a frame)

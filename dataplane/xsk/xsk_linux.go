@@ -211,15 +211,16 @@ func (p *Port) Close() error {
 const (
 	xskFrameKernel uint8 = iota // in the fill, RX, TX or completion ring
 	xskFrameFree                // TX: on the free list
-	xskFrameUser                // handed out by Alloc or Receive
+	xskFrameUser                // handed out by alloc or receive
 	xskFrameSpare               // RX: waiting for room in the fill ring
 )
 
 // Socket is one AF_XDP socket bound to one RX queue, with its own UMEM and
-// four rings. The TX methods (Alloc, Frame, Transmit, Complete, Free,
-// TXFree) must be called from one goroutine at a time, the RX methods
-// (Receive, Recycle) from one goroutine at a time; the two sides may run
-// concurrently. Stats and Wait may be called from anywhere.
+// four rings. Its TX side is used through a Sink (NewSink) and its RX
+// side through its Receiver; Stats may be called from anywhere. Inside
+// the package, the TX methods (alloc, frame, transmit, complete, free,
+// txFreeCount) run on one goroutine at a time, the RX methods (receive,
+// recycle) on one goroutine at a time; the two sides may run concurrently.
 type Socket struct {
 	mu         sync.RWMutex // write-locked only by close: guards the mappings
 	closed     bool
@@ -388,16 +389,6 @@ func (x *Socket) enter() bool {
 	return true
 }
 
-// QueueID returns the RX queue the socket is bound to.
-func (x *Socket) QueueID() int { return x.queueID }
-
-// FD returns the socket's file descriptor (-1 once closed).
-func (x *Socket) FD() int {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	return x.fd
-}
-
 // FrameSize returns the UMEM frame size.
 func (x *Socket) FrameSize() int { return x.frameSize }
 
@@ -413,9 +404,9 @@ func (x *Socket) frameIndex(addr uint64) (uint32, bool) {
 	return uint32(i), true
 }
 
-// Alloc fills addrs with up to len(addrs) free TX frame addresses, O(1)
-// each, and returns how many; 0 when none is free (call Complete).
-func (x *Socket) Alloc(addrs []uint64) int {
+// alloc fills addrs with up to len(addrs) free TX frame addresses, O(1)
+// each, and returns how many; 0 when none is free (call complete).
+func (x *Socket) alloc(addrs []uint64) int {
 	if !x.enter() {
 		return 0
 	}
@@ -430,10 +421,10 @@ func (x *Socket) Alloc(addrs []uint64) int {
 	return n
 }
 
-// Free returns allocated TX frames that will not be transmitted to the
+// free returns allocated TX frames that will not be transmitted to the
 // free list. Addresses that are not allocated TX frames are counted
 // (BadFrames) and ignored.
-func (x *Socket) Free(addrs []uint64) {
+func (x *Socket) free(addrs []uint64) {
 	if !x.enter() {
 		return
 	}
@@ -449,8 +440,8 @@ func (x *Socket) Free(addrs []uint64) {
 	}
 }
 
-// TXFree returns how many TX frames are on the free list.
-func (x *Socket) TXFree() int {
+// txFreeCount returns how many TX frames are on the free list.
+func (x *Socket) txFreeCount() int {
 	if !x.enter() {
 		return 0
 	}
@@ -458,10 +449,10 @@ func (x *Socket) TXFree() int {
 	return len(x.txFree)
 }
 
-// Frame returns the memory of the frame at addr (from Alloc or Receive),
+// frame returns the memory of the frame at addr (from alloc or receive),
 // FrameSize bytes; nil for an address that is not a frame or once the
 // socket is closed. The slice must not be used after Close.
-func (x *Socket) Frame(addr uint64) []byte {
+func (x *Socket) frame(addr uint64) []byte {
 	if !x.enter() {
 		return nil
 	}
@@ -473,15 +464,15 @@ func (x *Socket) Frame(addr uint64) []byte {
 	return x.umem[addr:end:end]
 }
 
-// Transmit puts frames from Alloc, with the packet lengths lens, on the TX
+// transmit puts frames from alloc, with the packet lengths lens, on the TX
 // ring, as many as fit, and returns how many it took (the caller keeps the
 // rest). It wakes the kernel with sendto(MSG_DONTWAIT) when the ring asks
 // for it; EAGAIN, EBUSY, ENOBUFS and EINTR only mean "try again" and are
-// counted (KickRetries) and retried by the next Transmit or Complete.
+// counted (KickRetries) and retried by the next transmit or complete.
 // Other errors are returned, wrapped. A frame that is not an allocated TX
 // frame or a length outside 1..FrameSize stops the batch there with
 // ErrBadFrame. After Close it returns ErrClosed.
-func (x *Socket) Transmit(addrs []uint64, lens []int) (int, error) {
+func (x *Socket) transmit(addrs []uint64, lens []int) (int, error) {
 	if !x.enter() {
 		return 0, ErrClosed
 	}
@@ -550,12 +541,12 @@ func (x *Socket) kickResult(op string, e unix.Errno) error {
 	return fmt.Errorf("xsk: queue %d: %w", x.queueID, os.NewSyscallError(op, e))
 }
 
-// Complete drains the completion ring: the transmitted frames go back to
+// complete drains the completion ring: the transmitted frames go back to
 // the free list. It returns how many; completions come in submission
 // order, so callers release their budget FIFO. It also wakes the kernel
 // up for TX entries still waiting on the ring (copy mode sends a bounded
 // batch per wakeup).
-func (x *Socket) Complete() int {
+func (x *Socket) complete() int {
 	if !x.enter() {
 		return 0
 	}
@@ -581,11 +572,11 @@ func (x *Socket) Complete() int {
 	return int(n)
 }
 
-// Receive returns up to min(len(bufs), len(addrs)) received packets:
+// receive returns up to min(len(bufs), len(addrs)) received packets:
 // bufs[i] is the packet inside the UMEM (a view, valid until the frame is
-// recycled), addrs[i] its frame, to give back with Recycle. 0 when none is
-// waiting (see Wait).
-func (x *Socket) Receive(bufs [][]byte, addrs []uint64) int {
+// recycled), addrs[i] its frame, to give back with recycle. 0 when none is
+// waiting (see waitRX).
+func (x *Socket) receive(bufs [][]byte, addrs []uint64) int {
 	if !x.enter() {
 		return 0
 	}
@@ -615,9 +606,9 @@ func (x *Socket) Receive(bufs [][]byte, addrs []uint64) int {
 	return got
 }
 
-// Recycle gives received frames back to the kernel (fill ring). Addresses
+// recycle gives received frames back to the kernel (fill ring). Addresses
 // that are not received frames are counted (BadFrames) and ignored.
-func (x *Socket) Recycle(addrs []uint64) {
+func (x *Socket) recycle(addrs []uint64) {
 	if !x.enter() {
 		return
 	}
@@ -652,19 +643,19 @@ func (x *Socket) fillFromSpare() {
 	x.fill.publishProducer()
 }
 
-// Wait waits up to timeout (negative: forever) until packets can be
+// waitAny waits up to timeout (negative: forever) until packets can be
 // received (rx) or the TX ring has room (tx), with poll(2); EINTR is
 // retried. In copy mode the poll also sends what is on the TX ring.
 // Completions do not wake it: a sender waiting for free frames should
-// call Complete periodically. The TX ring almost always has room, so a
+// call complete periodically. The TX ring almost always has room, so a
 // receiver should use WaitRX.
-func (x *Socket) Wait(timeout time.Duration) (rx, tx bool, err error) {
+func (x *Socket) waitAny(timeout time.Duration) (rx, tx bool, err error) {
 	return x.wait(timeout, unix.POLLIN|unix.POLLOUT)
 }
 
-// WaitRX waits up to timeout (negative: forever) until packets can be
+// waitRX waits up to timeout (negative: forever) until packets can be
 // received; it reports whether they can.
-func (x *Socket) WaitRX(timeout time.Duration) (bool, error) {
+func (x *Socket) waitRX(timeout time.Duration) (bool, error) {
 	rx, _, err := x.wait(timeout, unix.POLLIN)
 	return rx, err
 }

@@ -419,8 +419,8 @@ func xdpCheckRXAllocs(t *testing.T, n *xdpNet, p *Port) {
 	got := 0
 	allocs := testing.AllocsPerRun(500, func() {
 		for _, x := range socks {
-			k := x.Receive(bufs, addrs)
-			x.Recycle(addrs[:k])
+			k := x.receive(bufs, addrs)
+			x.recycle(addrs[:k])
 			got += k
 		}
 		time.Sleep(10 * time.Microsecond)
@@ -462,12 +462,12 @@ func xdpCollect(t *testing.T, p *Port, conns []*net.UDPConn, perFlow int) map[in
 	for len(seen) < total && time.Now().Before(deadline) {
 		idle := true
 		for _, x := range p.Sockets() {
-			k := x.Receive(bufs, addrs)
+			k := x.receive(bufs, addrs)
 			for i := range k {
 				xdpCheckRX(t, bufs[i], seen, conns)
 			}
-			x.Recycle(addrs[:k])
-			perQueue[x.QueueID()] += k
+			x.recycle(addrs[:k])
+			perQueue[x.queueID] += k
 			got.Add(int64(k))
 			idle = idle && k == 0
 		}
@@ -480,7 +480,7 @@ func xdpCollect(t *testing.T, p *Port, conns []*net.UDPConn, perFlow int) map[in
 	}
 	if len(seen) != total {
 		for _, x := range p.Sockets() {
-			t.Logf("queue %d: %+v", x.QueueID(), x.Stats())
+			t.Logf("queue %d: %+v", x.queueID, x.Stats())
 		}
 		t.Fatalf("received %d distinct datagrams, want %d", len(seen), total)
 	}
@@ -572,17 +572,17 @@ func TestXSKTransmit(t *testing.T) {
 	deadline := time.Now().Add(xdpWait)
 	for seq < total && time.Now().Before(deadline) {
 		for _, x := range socks {
-			k := x.Alloc(addrs[:min(len(addrs), total-int(seq))])
+			k := x.alloc(addrs[:min(len(addrs), total-int(seq))])
 			for i := range k {
-				lens[i] = frame(x.Frame(addrs[i]), seq+uint32(i))
+				lens[i] = frame(x.frame(addrs[i]), seq+uint32(i))
 			}
-			m, err := x.Transmit(addrs[:k], lens[:k])
+			m, err := x.transmit(addrs[:k], lens[:k])
 			if err != nil {
 				t.Fatalf("Transmit: %v", err)
 			}
-			x.Free(addrs[m:k])
+			x.free(addrs[m:k])
 			seq += uint32(m)
-			x.Complete()
+			x.complete()
 		}
 		for int64(seq)-got.Load() > 1024 && time.Now().Before(deadline) {
 			time.Sleep(50 * time.Microsecond)
@@ -591,15 +591,15 @@ func TestXSKTransmit(t *testing.T) {
 	// Every frame completes and the free lists are whole again.
 	for _, x := range socks {
 		for x.Stats().Completed < x.Stats().TX && time.Now().Before(deadline) {
-			if x.Complete() == 0 {
+			if x.complete() == 0 {
 				time.Sleep(100 * time.Microsecond)
 			}
 		}
 		s := x.Stats()
-		t.Logf("queue %d: %+v", x.QueueID(), s)
-		if s.Completed != s.TX || x.TXFree() != xdpFrames/2 || s.BadFrames != 0 || s.KickErrors != 0 {
+		t.Logf("queue %d: %+v", x.queueID, s)
+		if s.Completed != s.TX || x.txFreeCount() != xdpFrames/2 || s.BadFrames != 0 || s.KickErrors != 0 {
 			t.Errorf("queue %d: tx %d completed %d, %d of %d frames free, %d bad frames",
-				x.QueueID(), s.TX, s.Completed, x.TXFree(), xdpFrames/2, s.BadFrames)
+				x.queueID, s.TX, s.Completed, x.txFreeCount(), xdpFrames/2, s.BadFrames)
 		}
 	}
 	seen := <-rcvDone
@@ -613,23 +613,23 @@ func TestXSKTransmit(t *testing.T) {
 func xdpCheckAllocs(t *testing.T, x *Socket, frame func([]byte, uint32) int) {
 	addrs, lens := make([]uint64, 16), make([]int, 16)
 	// Write a valid packet into every TX frame first.
-	owned := make([]uint64, x.TXFree())
-	owned = owned[:x.Alloc(owned)]
+	owned := make([]uint64, x.txFreeCount())
+	owned = owned[:x.alloc(owned)]
 	size := 0
 	for _, a := range owned {
-		size = frame(x.Frame(a), 1<<31)
+		size = frame(x.frame(a), 1<<31)
 	}
-	x.Free(owned)
+	x.free(owned)
 	txAllocs := testing.AllocsPerRun(200, func() {
-		k := x.Alloc(addrs)
+		k := x.alloc(addrs)
 		for i := range k {
 			lens[i] = size
 		}
-		m, _ := x.Transmit(addrs[:k], lens[:k])
-		x.Free(addrs[m:k])
-		x.Complete()
+		m, _ := x.transmit(addrs[:k], lens[:k])
+		x.free(addrs[m:k])
+		x.complete()
 	})
-	waitAllocs := testing.AllocsPerRun(50, func() { x.Wait(0) })
+	waitAllocs := testing.AllocsPerRun(50, func() { x.waitAny(0) })
 	if txAllocs != 0 || waitAllocs != 0 {
 		t.Errorf("allocations per call: Alloc+Transmit+Complete %v, Wait %v", txAllocs, waitAllocs)
 	}
@@ -725,19 +725,19 @@ func TestXSKAfterClose(t *testing.T) {
 	}
 	x := p.Sockets()[0]
 	addrs := make([]uint64, 4)
-	k := x.Alloc(addrs)
+	k := x.alloc(addrs)
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if m, err := x.Transmit(addrs[:k], []int{60, 60, 60, 60}); m != 0 || !errors.Is(err, ErrClosed) || !errors.Is(err, net.ErrClosed) {
+	if m, err := x.transmit(addrs[:k], []int{60, 60, 60, 60}); m != 0 || !errors.Is(err, ErrClosed) || !errors.Is(err, net.ErrClosed) {
 		t.Errorf("Transmit after Close: %d, %v", m, err)
 	}
-	if x.Alloc(addrs) != 0 || x.Complete() != 0 || x.Receive(make([][]byte, 4), addrs) != 0 || x.Frame(0) != nil || x.FD() != -1 || x.TXFree() != 0 {
+	if x.alloc(addrs) != 0 || x.complete() != 0 || x.receive(make([][]byte, 4), addrs) != 0 || x.frame(0) != nil || x.fd != -1 || x.txFreeCount() != 0 {
 		t.Error("a method did something after Close")
 	}
-	x.Recycle(addrs)
-	x.Free(addrs)
-	if _, _, err := x.Wait(time.Millisecond); !errors.Is(err, ErrClosed) {
+	x.recycle(addrs)
+	x.free(addrs)
+	if _, _, err := x.waitAny(time.Millisecond); !errors.Is(err, ErrClosed) {
 		t.Errorf("Wait after Close: %v", err)
 	}
 	_ = x.Stats()
@@ -762,24 +762,24 @@ func TestXSKBadFrames(t *testing.T) {
 		{xdpFrames/2*fs + 1, 60}, // not frame-aligned
 		{xdpFrames / 2 * fs, 60}, // a free TX frame, not allocated
 	} {
-		if m, err := x.Transmit([]uint64{c.addr}, []int{c.len}); m != 0 || !errors.Is(err, ErrBadFrame) {
+		if m, err := x.transmit([]uint64{c.addr}, []int{c.len}); m != 0 || !errors.Is(err, ErrBadFrame) {
 			t.Errorf("Transmit(%#x): %d, %v", c.addr, m, err)
 		}
 	}
 	var a [1]uint64
-	x.Alloc(a[:])
+	x.alloc(a[:])
 	for _, l := range []int{0, -1, int(fs) + 1} {
-		if m, err := x.Transmit(a[:], []int{l}); m != 0 || !errors.Is(err, ErrBadFrame) {
+		if m, err := x.transmit(a[:], []int{l}); m != 0 || !errors.Is(err, ErrBadFrame) {
 			t.Errorf("Transmit length %d: %d, %v", l, m, err)
 		}
 	}
-	x.Free(a[:])
-	x.Free(a[:])                 // twice: refused
-	x.Recycle([]uint64{0, 4096}) // RX frames the kernel owns: refused
-	if s := x.Stats(); s.BadFrames != 10 || x.TXFree() != xdpFrames/2 {
-		t.Errorf("bad frames %d, free %d", s.BadFrames, x.TXFree())
+	x.free(a[:])
+	x.free(a[:])                 // twice: refused
+	x.recycle([]uint64{0, 4096}) // RX frames the kernel owns: refused
+	if s := x.Stats(); s.BadFrames != 10 || x.txFreeCount() != xdpFrames/2 {
+		t.Errorf("bad frames %d, free %d", s.BadFrames, x.txFreeCount())
 	}
-	if x.Frame(xdpFrames*fs) != nil || len(x.Frame(fs)) != int(fs) {
+	if x.frame(xdpFrames*fs) != nil || len(x.frame(fs)) != int(fs) {
 		t.Error("Frame bounds")
 	}
 }

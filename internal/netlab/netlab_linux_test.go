@@ -1,0 +1,76 @@
+package netlab
+
+import (
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"testing"
+
+	"github.com/vishvananda/netns"
+
+	"github.com/gsoplane/gsoplane/internal/ethtool"
+	"github.com/gsoplane/gsoplane/internal/netnsutil"
+)
+
+func TestMain(m *testing.M) { os.Exit(Main(m)) }
+
+func TestCreator(t *testing.T) {
+	for name, want := range map[string]int{
+		Prefix + "bench-a-1234-7": 1234,
+		Prefix + "kt-gw-99-1":     99,
+		Prefix + "x-0-1":          0,
+		"other-1234-7":            0,
+		Prefix + "bench":          0,
+	} {
+		if pid, ok := creator(name); pid != want || ok != (want > 0) {
+			t.Errorf("creator(%q) = %d, %v; want %d", name, pid, ok, want)
+		}
+	}
+}
+
+// TestTopology builds the reference topology and checks what the tests
+// and the bench rely on: B's features, and that A reaches the server
+// through gw-a once the kernel routes it.
+func TestTopology(t *testing.T) {
+	tp := NewTopologyT(t, "lab")
+	Must(t, tp.RouteKernel())
+	var f map[string]ethtool.Feature
+	Must(t, tp.B.Run(func() (err error) { f, err = ethtool.Features(NICB); return err }))
+	if f["tx-checksum-ip-generic"].Active || !f["rx-gro"].Active {
+		t.Errorf("gw-b: tx checksum %+v, GRO %+v; want off, on", f["tx-checksum-ip-generic"], f["rx-gro"])
+	}
+	var ln net.Listener
+	Must(t, tp.B.Run(func() (err error) { ln, err = net.Listen("tcp", netip.AddrPortFrom(Srv4, 7).String()); return err }))
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			c.Close()
+		}
+	}()
+	tp.A.Do(t, func() {
+		c, err := net.Dial("tcp", netip.AddrPortFrom(Srv4, 7).String())
+		if err != nil {
+			t.Fatalf("A to the server through gw-a: %v", err)
+		}
+		c.Close()
+	})
+}
+
+// TestSweepStale: a namespace of a process that is gone is removed, one
+// of a live process (this one) is left alone.
+func TestSweepStale(t *testing.T) {
+	RequireRoot(t)
+	stale := Prefix + "sweep-4194305-1" // above pid_max: no such process
+	h, err := netnsutil.NewNamed(stale)
+	Must(t, err)
+	h.Close()
+	t.Cleanup(func() { netns.DeleteNamed(stale) })
+	live := NewT(t, "sweep")
+	if gone := SweepStale(); !slices.Contains(gone, stale) || slices.Contains(gone, live.Name) {
+		t.Errorf("SweepStale removed %v; want %s and not %s", gone, stale, live.Name)
+	}
+	if pids := Owners("sweep"); len(pids) != 0 {
+		t.Errorf("Owners counts this process or a dead one: %v", pids)
+	}
+}
