@@ -6,8 +6,8 @@ package main
 // that parses the IP and transport headers and looks the destination port
 // up in a port set, as a filter would. 64-byte UDP payloads from many
 // flows (one source port each) go from A through the gateway; B drops
-// them at gw-b's tc ingress (the seed's "drop point in tc"), so that B
-// costs as little as it can. The rate is the gateway's forwarded segments
+// them at gw-b's tc ingress with a tcx program (the seed's "drop point in
+// tc"), so that B costs as little as it can. The rate is the gateway's forwarded segments
 // per second (Gateway.Stats).
 
 import (
@@ -110,7 +110,7 @@ func hookRows() []rowSpec {
 					}
 					return &labTrial{
 						dp: gwDataplane{gateway: g, ipBytesAsRx: true}, tr: floodTraffic{f}, rxAtB: true,
-						// Datagrams B's stack saw: the tc drop should leave none.
+						// Datagrams B's stack saw: the drop program should leave none.
 						onStop: func(fin *final) {
 							fin.Extra["b_udp_noports"] = float64(l.udpCounterB("NoPorts"))
 							fin.Extra["b_tc_drop"] = tcDrop

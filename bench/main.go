@@ -18,8 +18,8 @@
 // Every row is measured -runs times (interleaved with the other rows of its
 // scenario), each run for -duration after -warmup; tables show the median
 // run with the minimum and maximum. Progress goes to stderr, one line per
-// second. It needs root (network namespaces, TUN, AF_XDP, BPF), Linux,
-// iproute2 and ethtool; iperf3, when installed, adds a row.
+// second. It needs root (network namespaces, TUN, AF_XDP, BPF) and Linux,
+// and no other binary; iperf3, when installed, adds a row.
 package main
 
 import (

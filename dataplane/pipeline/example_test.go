@@ -18,7 +18,7 @@ import (
 
 // A VPN embeds the pipeline with its own Source (here a slice of
 // super-packets instead of a TUN device) and its own Sink (here frames
-// in memory instead of UDPSink's tunnel socket). The forwarder validates
+// in memory instead of udp.Sink's tunnel socket). The forwarder validates
 // and cuts each super-packet, charges every segment to the send budget
 // until the sink reports it gone, and stops when the source fails.
 func Example() {
