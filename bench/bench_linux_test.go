@@ -72,6 +72,7 @@ func TestSmoke(t *testing.T) {
 	for _, want := range []string{
 		"backpressure/on", "backpressure/off",
 		"gso/gsoplane", "gso/no-offload", "gso/kernel",
+		"gro/gro", "gro/no-gro", "gro/kernel", "gro/wireguard-go", "gro/forward", "gro/gro-1q-2s", "gro/gro-2q-2s",
 		"hook/none", "hook/noop", "hook/inspect",
 		"peers/gsoplane", "peers/wireguard-go", "peers/tailscale-split",
 	} {
@@ -94,6 +95,12 @@ func TestSmoke(t *testing.T) {
 	}
 	if off.Drops == 0 {
 		t.Errorf("backpressure off: no drops")
+	}
+	if w := rows["gro/gro"].WritesPerPkt; w <= 0 || w >= 0.5 {
+		t.Errorf("gro/gro: %.3f TUN writes per packet, want GRO to merge", w)
+	}
+	if w := rows["gro/no-gro"].WritesPerPkt; w != 1 {
+		t.Errorf("gro/no-gro: %.3f TUN writes per packet, want 1", w)
 	}
 	for _, r := range []string{"gso/gsoplane", "gso/kernel", "peers/wireguard-go"} {
 		if rows[r].Retransmits == nil {

@@ -53,7 +53,8 @@ func (gw *gateway) counters(c *counters) {
 	st := gw.g.Stats()
 	c.Segments = st.Forward.Transmitted
 	c.Reads = st.Forward.SuperPackets
-	c.Drops = st.Forward.Drops.Total()
+	c.Drops = st.Forward.Drops.Total() + st.Return.Drops.Total()
+	c.RetPackets, c.RetWrites = st.Return.Packets, st.Return.Writes
 	c.BudgetInFlight, c.BudgetLimit = st.Budget.InFlight, st.Budget.Limit
 }
 

@@ -33,7 +33,7 @@ func gsoRows(opts measureOpts) []rowSpec {
 				if err != nil {
 					return nil, err
 				}
-				s, err := startTCPStream(l, srv4, tcpPort)
+				s, err := startTCPStreams(l, 1, false, tcpPort)
 				if err != nil {
 					return nil, errors.Join(err, g.stop())
 				}
@@ -49,7 +49,7 @@ func gsoRows(opts measureOpts) []rowSpec {
 				if err := l.RouteKernel(); err != nil {
 					return nil, err
 				}
-				s, err := startTCPStream(l, srv4, tcpPort)
+				s, err := startTCPStreams(l, 1, false, tcpPort)
 				if err != nil {
 					return nil, err
 				}

@@ -30,6 +30,8 @@ type counters struct {
 	Reads      uint64 // packets the dataplane read from its source
 	Drops      uint64 // packets or segments the dataplane dropped
 	Retrans    uint64 // TCP retransmissions of the sender (TCP_INFO)
+	RetPackets uint64 // packets the gateway's return path took from the NIC
+	RetWrites  uint64 // its writes into the TUN (a GRO super-packet counts once)
 
 	BudgetInFlight, BudgetLimit int64 // the send budget, bytes
 }
@@ -76,6 +78,7 @@ type runResult struct {
 	Drops         uint64             `json:"drops"`
 	Retransmits   uint64             `json:"retransmits"`
 	SegsPerRead   float64            `json:"segments_per_read,omitempty"`
+	WritesPerPkt  float64            `json:"writes_per_packet,omitempty"`
 	Lost          *int64             `json:"lost,omitempty"`
 	CPU           []CoreUsage        `json:"cpu"`
 	Extra         map[string]float64 `json:"extra,omitempty"`
@@ -228,6 +231,9 @@ func measureOnce(ctx context.Context, spec rowSpec, opts measureOpts, label stri
 	if d.Reads > 0 {
 		rr.SegsPerRead = float64(d.Segments) / float64(d.Reads)
 	}
+	if d.RetPackets > 0 {
+		rr.WritesPerPkt = float64(d.RetWrites) / float64(d.RetPackets)
+	}
 	if spec.ppsAtB {
 		rr.PPS = float64(d.Received) / secs // no userspace dataplane: the receiving NIC's count
 	}
@@ -254,6 +260,7 @@ func diff(b, a counters) counters {
 		Sent: sub(b.Sent, a.Sent), SendErrors: sub(b.SendErrors, a.SendErrors),
 		Segments: sub(b.Segments, a.Segments), Reads: sub(b.Reads, a.Reads),
 		Drops: sub(b.Drops, a.Drops), Retrans: sub(b.Retrans, a.Retrans),
+		RetPackets: sub(b.RetPackets, a.RetPackets), RetWrites: sub(b.RetWrites, a.RetWrites),
 	}
 }
 
@@ -303,6 +310,9 @@ func describeRun(spec rowSpec, r runResult) string {
 	}
 	if r.SegsPerRead > 0 {
 		s += fmt.Sprintf(", %.1f segments/read", r.SegsPerRead)
+	}
+	if r.WritesPerPkt > 0 {
+		s += fmt.Sprintf(", %.3f TUN writes/packet", r.WritesPerPkt)
 	}
 	for _, k := range sortedKeys(r.Extra) {
 		s += fmt.Sprintf(", %s %.0f", k, r.Extra[k])

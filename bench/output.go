@@ -226,6 +226,12 @@ func columnsFor(scenario string) []column {
 		}
 		return fmt.Sprintf("%.1f", m.SegsPerRead)
 	}}
+	wpp := column{"writes/pkt", func(_ *rowResult, m runResult, _, _ float64) string {
+		if m.WritesPerPkt == 0 {
+			return "—"
+		}
+		return fmt.Sprintf("%.3f", m.WritesPerPkt)
+	}}
 	cpu := column{"CPU busy/core", func(r *rowResult, _ runResult, _, _ float64) string {
 		var parts []string
 		for _, c := range rowCPU(r) {
@@ -241,8 +247,11 @@ func columnsFor(scenario string) []column {
 		return []column{name, sent, errs, msgs, recv, mbps, good, drops, lost, cpu}
 	case "hook":
 		return []column{name, mpps, mbps, sent, errs, recv, drops, cpu}
+	case "gro":
+		spr.head = "pkts/write"
+		return []column{name, mbps, retrans, mpps, spr, wpp, drops, cpu}
 	default:
-		return []column{name, mbps, retrans, mpps, spr, drops, cpu}
+		return []column{name, mbps, retrans, mpps, spr, wpp, drops, cpu}
 	}
 }
 
@@ -290,6 +299,7 @@ type jsonRow struct {
 	Retransmits   *uint64            `json:"retransmits,omitempty"`
 	Lost          *int64             `json:"lost,omitempty"`
 	SegsPerRead   float64            `json:"segments_per_read,omitempty"`
+	WritesPerPkt  float64            `json:"writes_per_packet,omitempty"`
 	CPU           []CoreUsage        `json:"cpu"`
 	Extra         map[string]float64 `json:"extra,omitempty"`
 	PerRun        []runResult        `json:"per_run"`
@@ -310,7 +320,7 @@ func (r *report) json() jsonReport {
 				Scenario: s.name, Row: row.spec.name, Runs: len(row.runs),
 				ThroughputBps: med.ThroughputBps, PPS: med.PPS,
 				Sent: med.Sent, SentUnit: row.spec.units.sent, Received: med.Received, ReceivedUnit: row.spec.units.received,
-				Drops: med.Drops, SendErrors: med.SendErrors, Lost: med.Lost, SegsPerRead: med.SegsPerRead,
+				Drops: med.Drops, SendErrors: med.SendErrors, Lost: med.Lost, SegsPerRead: med.SegsPerRead, WritesPerPkt: med.WritesPerPkt,
 				CPU: rowCPU(row), Extra: med.Extra, PerRun: row.runs, Errors: row.errs,
 			}
 			if j.PerRun == nil {

@@ -54,7 +54,7 @@ func peersRows() []rowSpec {
 					}
 					return nil, err
 				}
-				s, err := startTCPStream(l, srv4, tcpPort)
+				s, err := startTCPStreams(l, 1, false, tcpPort)
 				if err != nil {
 					return nil, errors.Join(err, g.stop())
 				}

@@ -56,6 +56,21 @@ var scenarios = map[string]scenarioDef{
 		},
 		skipped: iperf3Skipped,
 	},
+	"gro": {
+		name: "gro",
+		title: func(o options) string {
+			return "gro: one TCP stream B→A (the return path: NIC → TUN) — GRO on vs off vs kernel only vs wireguard-go's TUN writer; forward and two-queue rows for comparison"
+		},
+		rows:   func(o options) []rowSpec { return groRows() },
+		ratios: func(rows []*rowResult, o options) []ratio { return groRatios(rows) },
+		notes: []string{
+			"Mpps = packets the return path took from the NIC; pkts/write = packets per TUN write (GRO merges), writes/pkt its inverse;",
+			"forward = the same build's A→B stream (GRO on; its Mpps and pkts/write are the ACKs coming back);",
+			"wireguard-go = its TUN device (CreateTUN with offloads) as the gateway's inside: our return path hands it every",
+			"  packet (writes/pkt 1.0 on our side) and its Device.Write coalesces them itself;",
+			"gro-1q-2s, gro-2q-2s = two streams B→A through one or two TUN and NIC queues.",
+		},
+	},
 	"hook": {
 		name: "hook",
 		title: func(o options) string {

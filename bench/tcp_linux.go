@@ -1,8 +1,9 @@
 package main
 
-// One bulk TCP stream from A to B (netperf TCP_STREAM): the sender writes
-// 256 KiB at a time as fast as the socket takes it, the receiver reads and
-// discards. Retransmits come from the sender socket's TCP_INFO.
+// Bulk TCP streams from A to B, or from B to A (netperf TCP_STREAM): the
+// sender writes 256 KiB at a time as fast as the socket takes it, the
+// receiver reads and discards. Retransmits come from the sender socket's
+// TCP_INFO.
 
 import (
 	"errors"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gsoplane/gsoplane/internal/netlab"
 )
 
 const tcpChunk = 256 << 10
@@ -29,11 +32,12 @@ type tcpStream struct {
 	wg       sync.WaitGroup
 }
 
-// startTCPStream connects from A to srv:port in B and starts the stream.
-func startTCPStream(l *lab, srv netip.Addr, port int) (*tcpStream, error) {
+// startStream connects from the sender's namespace to dst:port in the
+// receiver's and starts the stream.
+func startStream(sender, receiver *netlab.NS, dst netip.Addr, port int) (*tcpStream, error) {
 	s := &tcpStream{}
-	addr := net.TCPAddrFromAddrPort(netip.AddrPortFrom(srv, uint16(port)))
-	err := l.B.Run(func() error {
+	addr := net.TCPAddrFromAddrPort(netip.AddrPortFrom(dst, uint16(port)))
+	err := receiver.Run(func() error {
 		var err error
 		s.ln, err = net.ListenTCP("tcp4", addr)
 		return err
@@ -41,7 +45,7 @@ func startTCPStream(l *lab, srv netip.Addr, port int) (*tcpStream, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen tcp %v: %w", addr, err)
 	}
-	err = l.A.Run(func() error {
+	err = sender.Run(func() error {
 		c, err := net.DialTimeout("tcp4", addr.String(), 5*time.Second)
 		if err == nil {
 			s.conn = c.(*net.TCPConn)
@@ -134,4 +138,43 @@ func (s *tcpStream) close() {
 	if s.ln != nil {
 		s.ln.Close()
 	}
+}
+
+// tcpStreams are several streams measured as one.
+type tcpStreams []*tcpStream
+
+// startTCPStreams starts n streams from B to the application in A (toA)
+// or from A to the server in B, on consecutive ports from port.
+func startTCPStreams(l *lab, n int, toA bool, port int) (tcpStreams, error) {
+	var ss tcpStreams
+	for i := range n {
+		var s *tcpStream
+		var err error
+		if toA {
+			s, err = startStream(l.B, l.A, netlab.App4, port+i)
+		} else {
+			s, err = startStream(l.A, l.B, srv4, port+i)
+		}
+		if err != nil {
+			return nil, errors.Join(err, ss.stop())
+		}
+		ss = append(ss, s)
+	}
+	return ss, nil
+}
+
+func (ss tcpStreams) counters(c *counters) {
+	for _, s := range ss {
+		var one counters
+		s.counters(&one)
+		c.Sent, c.RxBytes, c.Retrans = c.Sent+one.Sent, c.RxBytes+one.RxBytes, c.Retrans+one.Retrans
+	}
+}
+
+func (ss tcpStreams) stop() error {
+	var errs []error
+	for _, s := range ss {
+		errs = append(errs, s.stop())
+	}
+	return errors.Join(errs...)
 }

@@ -71,10 +71,10 @@ func (u udpTraffic) stop() (final, error) {
 	return final{Lost: &lost, Extra: map[string]float64{"datagrams_sent": sent}}, nil
 }
 
-// tcpTraffic adapts tcpStream.
-type tcpTraffic struct{ *tcpStream }
+// tcpTraffic adapts tcpStreams.
+type tcpTraffic struct{ tcpStreams }
 
-func (t tcpTraffic) stop() (final, error) { return final{}, t.tcpStream.stop() }
+func (t tcpTraffic) stop() (final, error) { return final{}, t.tcpStreams.stop() }
 
 // floodTraffic adapts smallFlood.
 type floodTraffic struct{ *smallFlood }
@@ -88,12 +88,18 @@ func (f floodTraffic) stop() (final, error) {
 type gwDataplane struct {
 	*gateway
 	ipBytesAsRx bool // report the IP bytes forwarded as RxBytes (no receiver counts)
+	// reverse measures the return path: Mpps counts the packets it took
+	// from the NIC, segs/read the packets per TUN write.
+	reverse bool
 }
 
 func (g gwDataplane) counters(c *counters) {
 	g.gateway.counters(c)
 	if g.ipBytesAsRx {
 		c.RxBytes = g.g.Stats().Forward.Bytes
+	}
+	if g.reverse {
+		c.Segments, c.Reads = c.RetPackets, c.RetWrites
 	}
 }
 

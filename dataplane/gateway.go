@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"log/slog"
 	"net/netip"
 	"time"
 
@@ -40,6 +41,15 @@ type GatewayConfig struct {
 	QueueLen     int   // most segments queued or in flight; 0: every TX frame
 	TxRate       int64 // emulated line rate in bit/s; 0: none
 	Hook         pipeline.Hook
+	// GRO merges the packets the NIC hands back into TCP super-packets
+	// (and UDP ones when the TUN device took the USO offloads) before
+	// they are written into the TUN: one write per super-packet instead
+	// of one per packet. It needs the inside's writer to be a
+	// pipeline.VectorWriter (a tun.Queue is).
+	GRO bool
+	// Log receives the gateway's rare events, such as the kernel refusing
+	// a kind of super-packet (GRO then goes on without it); nil: none.
+	Log *slog.Logger
 	// DrainTimeout bounds how long Run, once ctx ends, sends what is
 	// queued; 0: pipeline.DefaultDrainTime.
 	DrainTimeout time.Duration

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
@@ -105,9 +106,31 @@ func (g *Gateway) open(cfg GatewayConfig) error {
 		}
 	}
 	for i, s := range socks {
-		g.rets = append(g.rets, pipeline.NewReturnPath(s.Receiver(), g.inside[i%len(g.inside)].w, g.headerSize()))
+		r, err := pipeline.NewReturnPath(g.returnConfig(cfg, s, g.inside[i%len(g.inside)].w))
+		if err != nil {
+			return err
+		}
+		g.rets = append(g.rets, r)
 	}
 	return nil
+}
+
+// returnConfig configures the return path from s into w: GRO merges TCP,
+// and UDP too when the TUN device takes USO super-packets.
+func (g *Gateway) returnConfig(cfg GatewayConfig, s *xsk.Socket, w pipeline.Writer) pipeline.ReturnConfig {
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	uso := g.tun != nil && g.tun.Offloads().Has(tun.OffloadUSO4|tun.OffloadUSO6)
+	return pipeline.ReturnConfig{
+		Receiver: s.Receiver(), Writer: w, HeaderSize: g.headerSize(),
+		TCP: cfg.GRO, UDP: cfg.GRO && uso,
+		OnRefused: func(kind segment.GSOType, err error) {
+			log.Warn("the TUN device refused a GRO super-packet: this kind of merge is off, its packets go one by one",
+				"kind", kind.String(), "err", err)
+		},
+	}
 }
 
 // addForwarder wires one TUN queue to one AF_XDP socket.

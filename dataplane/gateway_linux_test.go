@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -20,6 +21,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/dataplane/tun"
 	"github.com/gsoplane/gsoplane/internal/netlab"
 )
@@ -179,9 +181,17 @@ func tcpTransfer(t testing.TB, lab *gwLab, srv netip.Addr, size int64, toA bool)
 	return time.Since(start)
 }
 
+// TestGatewayTCP moves SHA-256-checked TCP streams both ways, over IPv4
+// and IPv6, with GRO on the return path and without.
 func TestGatewayTCP(t *testing.T) {
-	lab := newGwLab(t, GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true})
-	const size = 256 << 20
+	for _, gro := range []bool{true, false} {
+		t.Run(fmt.Sprintf("gro=%v", gro), func(t *testing.T) { gatewayTCP(t, gro) })
+	}
+}
+
+func gatewayTCP(t *testing.T, gro bool) {
+	lab := newGwLab(t, GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true, GRO: gro})
+	const size = 128 << 20
 	for _, c := range []struct {
 		name string
 		srv  netip.Addr
@@ -200,8 +210,8 @@ func TestGatewayTCP(t *testing.T) {
 	}
 	st := lab.g.Stats()
 	t.Logf("forward %+v\nreturn %+v\nbudget %+v", st.Forward, st.Return, st.Budget)
-	if st.Forward.Drops.Total() != 0 {
-		t.Errorf("the gateway dropped: %v", st.Forward.Drops)
+	if st.Forward.Drops.Total() != 0 || st.Return.Drops.Total() != 0 {
+		t.Errorf("the gateway dropped: forward %v, return %v", st.Forward.Drops, st.Return.Drops)
 	}
 	if st.Forward.Segments <= st.Forward.SuperPackets {
 		t.Errorf("%d segments from %d super-packets: no GSO seen", st.Forward.Segments, st.Forward.SuperPackets)
@@ -212,7 +222,96 @@ func TestGatewayTCP(t *testing.T) {
 	if n := sum(st.Forward.TxLatency[:]); n != st.Forward.Completed || st.Forward.TxLatencySum <= 0 {
 		t.Errorf("latency histogram counts %d segments (sum %v), %d completed", n, st.Forward.TxLatencySum, st.Forward.Completed)
 	}
+	checkGRO(t, st.Return, gro)
 	t.Logf("segments per read %v, TX latency %v (mean %v)", st.Forward.SegmentsPerRead, st.Forward.TxLatency, st.Forward.TxLatencySum/time.Duration(max(st.Forward.Completed, 1)))
+}
+
+// checkGRO checks that GRO merged (writes well below packets) or, off,
+// that every packet went in a write of its own.
+func checkGRO(t *testing.T, r pipeline.ReturnStats, on bool) {
+	t.Helper()
+	t.Logf("return path: %d packets in %d writes (%.2f writes/packet), %d super-packets, GRO %+v",
+		r.Packets, r.Writes, float64(r.Writes)/float64(max(r.Packets, 1)), r.SuperPackets, r.GRO)
+	switch {
+	case on && (r.SuperPackets == 0 || 2*r.Writes > r.Packets):
+		t.Errorf("GRO on: %d writes for %d packets, %d super-packets", r.Writes, r.Packets, r.SuperPackets)
+	case !on && r.Writes != r.Packets:
+		t.Errorf("GRO off: %d writes for %d packets", r.Writes, r.Packets)
+	case r.Refused != 0:
+		t.Errorf("the TUN refused %d super-packets", r.Refused)
+	}
+}
+
+// TestGatewayGROUDP sends UDP datagrams of several sizes from B to the
+// application in A, through the return path with GRO: every datagram
+// arrives once, in order, with its own length (the boundaries survive
+// the merge into USO super-packets and the kernel's cut).
+func TestGatewayGROUDP(t *testing.T) {
+	lab := newGwLab(t, GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true, GRO: true})
+	for _, c := range []struct {
+		name string
+		app  netip.Addr
+	}{{"v4", netlab.App4}, {"v6", netlab.App6}} {
+		t.Run(c.name, func(t *testing.T) { udpToA(t, lab, c.app) })
+	}
+	st := lab.g.Stats().Return
+	checkGRO(t, st, true)
+	if st.GRO.Merged == 0 {
+		t.Error("no UDP datagram was merged")
+	}
+}
+
+// udpToA sends runs of equal-sized datagrams (sizes cycling, each run
+// ending with a shorter one) from B to app in A with sequence numbers,
+// and checks what A receives.
+func udpToA(t *testing.T, lab *gwLab, app netip.Addr) {
+	const n, port = 20000, 9100
+	sizeOf := func(i int) int { // runs of 15 equal datagrams, then a short one
+		if i%16 == 15 {
+			return 100 + i%200
+		}
+		return []int{1200, 512, 1400, 64}[i/16%4]
+	}
+	var pc net.PacketConn
+	lab.A.Do(t, func() {
+		var err error
+		if pc, err = net.ListenPacket("udp", netip.AddrPortFrom(app, port).String()); err != nil {
+			t.Fatal(err)
+		}
+	})
+	defer pc.Close()
+	forceRcvBuf(t, pc.(*net.UDPConn), 64<<20)
+	var c net.Conn
+	lab.B.Do(t, func() {
+		var err error
+		if c, err = net.Dial("udp", netip.AddrPortFrom(app, port).String()); err != nil {
+			t.Fatal(err)
+		}
+	})
+	defer c.Close()
+	buf := make([]byte, 2048)
+	for i := range n {
+		binary.BigEndian.PutUint32(buf, uint32(i))
+		if _, err := c.Write(buf[:sizeOf(i)]); err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+		if i%256 == 255 {
+			time.Sleep(200 * time.Microsecond) // stay within A's socket buffer
+		}
+	}
+	next := 0
+	for next < n {
+		pc.SetReadDeadline(time.Now().Add(2 * time.Second))
+		m, _, err := pc.ReadFrom(buf)
+		if err != nil {
+			t.Fatalf("after %d of %d datagrams: %v", next, n, err)
+		}
+		seq := int(binary.BigEndian.Uint32(buf))
+		if seq != next || m != sizeOf(seq) {
+			t.Fatalf("datagram %d (%d bytes), want %d (%d bytes)", seq, m, next, sizeOf(next))
+		}
+		next++
+	}
 }
 
 func sum(v []uint64) uint64 {
@@ -376,7 +475,7 @@ func TestGatewayIperf3(t *testing.T) {
 	if _, err := exec.LookPath("iperf3"); err != nil {
 		t.Skip("iperf3 not installed (apt-get install iperf3)")
 	}
-	lab := newGwLab(t, GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true})
+	lab := newGwLab(t, GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true, GRO: true})
 	for _, c := range []struct {
 		name string
 		args []string

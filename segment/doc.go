@@ -30,5 +30,16 @@
 //
 // A computed UDP checksum of zero is written as 0xffff. IPv4 total
 // lengths, IPv6 payload lengths and IPv4 header checksums are rewritten.
+//
+// GRO, the inverse of Split: a Coalescer takes a batch of IP packets
+// received from the network and merges runs of TCP segments and UDP
+// datagrams of one flow into super-packets with a virtio-net header,
+// ready to be written into a TUN device, exactly as Linux 6.18's GRO
+// would merge them (dev_gro_receive, inet_gro_receive, ipv6_gro_receive,
+// tcp_gro_receive, udp_gro_receive_segment). The rules, and where it is
+// stricter than the kernel, are listed on Coalescer; the kernel
+// differential test (gro_kernel_linux_test.go) holds them against the
+// running kernel. It never reorders a flow and does not allocate.
+//
 // The package is pure Go with no system calls and builds on any OS.
 package segment

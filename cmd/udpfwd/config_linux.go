@@ -65,7 +65,7 @@ func newFlagSet(cfg *config) *flag.FlagSet {
 	fs.Var(&cfg.Redirect, "redirect", "destination `PREFIX` behind the TUN device: packets to it arriving on the NIC go into the TUN; repeatable or comma-separated (default: the networks of -addr)")
 	fs.IntVar(&cfg.Queues, "queues", 1, "`N` TUN queues, one forwarder each, 1 to 256 and at most the NIC's RX queues")
 	fs.BoolVar(&cfg.GSO, "gso", true, "take TCP/UDP super-packets from the TUN and segment them here (false: the kernel segments before the TUN)")
-	fs.BoolVar(&cfg.GRO, "gro", false, "coalesce packets from the NIC before the TUN: not implemented yet, only false is accepted")
+	fs.BoolVar(&cfg.GRO, "gro", true, "coalesce the packets from the NIC into TCP (and, with USO, UDP) super-packets before the TUN, by the kernel's GRO rules")
 
 	fs.StringVar(&cfg.NIC, "nic", "", "`NAME` of the NIC to transmit on and receive from (required)")
 	fs.Var(&cfg.NextHop, "next-hop", "`ADDR` of the NIC-side gateway for every destination (default: each destination's route through the NIC)")

@@ -19,7 +19,7 @@ func TestParseConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.TUN != "udpfwd0" || cfg.Queues != 1 || !cfg.GSO || cfg.GRO || !cfg.Backpressure ||
+	if cfg.TUN != "udpfwd0" || cfg.Queues != 1 || !cfg.GSO || !cfg.GRO || !cfg.Backpressure ||
 		cfg.Budget.bytes != 0 || cfg.Metrics != "127.0.0.1:9464" || cfg.Port.value != "auto" || cfg.XDPMode.value != "auto" {
 		t.Errorf("defaults: %+v", cfg)
 	}
@@ -77,7 +77,6 @@ func TestParseConfigErrors(t *testing.T) {
 		{[]string{"-nic", "eth0", "-budget", "1G"}, nil, []string{"-budget 1073741824: want auto or 557056"}},
 		{[]string{"-nic", "eth0", "-tx-queue-len", "64", "-queues", "2"}, nil, []string{"-tx-queue-len 64: only with -queues 1"}},
 		{[]string{"-nic", "eth0", "-drain-timeout", "1ms"}, nil, []string{"-drain-timeout 1ms: want 100ms to 10m0s"}},
-		{[]string{"-nic", "eth0", "-gro"}, nil, []string{"-gro=true: GRO is not implemented yet"}},
 		{[]string{"-nic", "eth0", "-port", "packet"}, nil, []string{"-port packet: AF_PACKET is not implemented yet"}},
 		{[]string{"-nic", "eth0", "-metrics", "9464"}, nil, []string{`-metrics "9464": want host:port`}},
 		{[]string{"-nic", "eth0", "-metrics", "", "-pprof"}, nil, []string{"-pprof: needs a -metrics address"}},

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 
@@ -25,8 +26,10 @@ type gateway struct {
 
 // openGateway opens the dataplane and configures the TUN device: up, with
 // -addr addresses and -route routes.
-func openGateway(cfg *config) (*gateway, error) {
-	dg, err := dataplane.OpenGateway(gatewayConfig(cfg))
+func openGateway(cfg *config, log *slog.Logger) (*gateway, error) {
+	dc := gatewayConfig(cfg)
+	dc.Log = log
+	dg, err := dataplane.OpenGateway(dc)
 	if err != nil {
 		return nil, err
 	}
@@ -51,6 +54,7 @@ func gatewayConfig(cfg *config) dataplane.GatewayConfig {
 		Budget:       int(cfg.Budget.bytes),
 		QueueLen:     cfg.TxQueueLen,
 		DrainTimeout: cfg.DrainTimeout,
+		GRO:          cfg.GRO,
 	}
 }
 

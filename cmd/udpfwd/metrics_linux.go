@@ -23,10 +23,12 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 
 // The metrics; docs/udpfwd.md (METRICS) says what each one counts.
 var (
-	descSuperPackets = desc("super_packets_total", "Super-packets read from the TUN (tun_to_nic) or written to it (nic_to_tun, one per packet without GRO).", "direction", "port")
-	descSegments     = desc("segments_total", "Segments cut and queued for the NIC (tun_to_nic) or received from it (nic_to_tun).", "direction", "port")
-	descPackets      = desc("packets_total", "Packets handed to the NIC (tun_to_nic) or written to the TUN (nic_to_tun).", "direction", "port")
-	descBytes        = desc("bytes_total", "IP bytes of the segments queued for the NIC (tun_to_nic) or written to the TUN (nic_to_tun).", "direction", "port")
+	descSuperPackets = desc("super_packets_total", "Super-packets read from the TUN (tun_to_nic), or written to it by GRO, of two packets or more (nic_to_tun).", "direction", "port")
+	descSegments     = desc("segments_total", "Segments cut and queued for the NIC (tun_to_nic), or valid IP packets received from it (nic_to_tun).", "direction", "port")
+	descPackets      = desc("packets_total", "Packets handed to the NIC (tun_to_nic), or writes into the TUN, a super-packet counting once (nic_to_tun).", "direction", "port")
+	descBytes        = desc("bytes_total", "IP bytes of the segments queued for the NIC (tun_to_nic) or of the packets received from it (nic_to_tun).", "direction", "port")
+	descGROPass      = desc("gro_passthrough_total", "Packets from the NIC that GRO passed through unmerged, by reason.", "reason")
+	descGRORefused   = desc("gro_refused_total", "GRO super-packets the TUN refused; their kind of merge is then off and their packets went one by one.")
 	descCompleted    = desc("tx_completed_total", "Segments the NIC reported sent (TX completions).", "port")
 	descTxErrors     = desc("tx_errors_total", "Transmit calls that failed.", "port")
 	descDrops        = desc("drops_total", "Packets dropped, by direction and reason (invalid, oversize, no_frames: super-packets; others: segments or packets).", "direction", "reason")
@@ -56,6 +58,7 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 		descSuperPackets, descSegments, descPackets, descBytes, descCompleted, descTxErrors,
 		descDrops, descXSKEvents, descBudgetUsed, descBudgetLimit, descBudgetPeak, descQueueDepth,
 		descQueueBytes, descQueuePeak, descQueuePeakB, descStalls, descStallTime, descSegsPerSP, descTxLatency,
+		descGROPass, descGRORefused,
 	} {
 		ch <- d
 	}
@@ -88,20 +91,34 @@ func (e emitter) gauge(d *prometheus.Desc, v int64, labels ...string) {
 
 func (e emitter) traffic(s dataplane.GatewayStats) {
 	f, r := s.Forward, s.Return
-	var rx uint64
-	for _, x := range s.XSK {
-		rx += x.RX
-	}
 	e.counter(descSuperPackets, f.SuperPackets, toNIC, portXDP)
-	e.counter(descSuperPackets, r.Packets, toTUN, portXDP)
+	e.counter(descSuperPackets, r.SuperPackets, toTUN, portXDP)
 	e.counter(descSegments, f.Segments, toNIC, portXDP)
-	e.counter(descSegments, rx, toTUN, portXDP)
+	e.counter(descSegments, r.Packets, toTUN, portXDP)
 	e.counter(descPackets, f.Transmitted, toNIC, portXDP)
-	e.counter(descPackets, r.Packets, toTUN, portXDP)
+	e.counter(descPackets, r.Writes, toTUN, portXDP)
 	e.counter(descBytes, f.Bytes, toNIC, portXDP)
 	e.counter(descBytes, r.Bytes, toTUN, portXDP)
 	e.counter(descCompleted, f.Completed, portXDP)
 	e.counter(descTxErrors, f.TxErrors, portXDP)
+	e.gro(r)
+}
+
+// gro exports the return path's coalescing: why packets were not merged,
+// and super-packets the TUN refused.
+func (e emitter) gro(r pipeline.ReturnStats) {
+	g := r.GRO
+	for _, p := range []struct {
+		reason string
+		n      uint64
+	}{
+		{"unmerged", g.Unmerged}, {"not_tcp_udp", g.NotTCPUDP}, {"bad_checksum", g.BadChecksum},
+		{"no_checksum", g.NoChecksum}, {"ip_options", g.IPOptions}, {"fragment", g.Fragment},
+		{"flags", g.Flags}, {"no_payload", g.NoPayload}, {"disabled", g.Disabled}, {"malformed", g.Malformed},
+	} {
+		e.counter(descGROPass, p.n, p.reason)
+	}
+	e.counter(descGRORefused, r.Refused)
 }
 
 // drops exports both directions' drops in the pipeline's one vocabulary;

@@ -21,7 +21,8 @@ func TestCollector(t *testing.T) {
 	s.Forward.TxLatency[0], s.Forward.TxLatency[len(pipeline.LatencyBounds)] = 80, 10
 	s.Forward.TxLatencySum = 1500 * time.Millisecond
 	s.Forward.Drops[pipeline.DropUnresolved] = 3
-	s.Return.Packets, s.Return.Drops[pipeline.DropWriteError] = 7, 1
+	s.Return.Packets, s.Return.Writes, s.Return.SuperPackets, s.Return.Drops[pipeline.DropWriteError] = 11, 4, 2, 1
+	s.Return.GRO.NoPayload, s.Return.Refused = 3, 1
 	s.Budget.Limit, s.Budget.InFlight, s.Budget.Stalls, s.Budget.StallTime = 1<<20, 4352, 4, 2*time.Second
 	s.Queue.Pending, s.Queue.PeakHeld = 3, 40
 	s.XSK = []xsk.Stats{{RX: 5}, {RX: 6, RXRingFull: 2}}
@@ -36,6 +37,10 @@ func TestCollector(t *testing.T) {
 	for k, want := range map[string]float64{
 		`udpfwd_super_packets_total{direction="tun_to_nic",port="xdp"}`:   10,
 		`udpfwd_segments_total{direction="nic_to_tun",port="xdp"}`:        11,
+		`udpfwd_packets_total{direction="nic_to_tun",port="xdp"}`:         4,
+		`udpfwd_super_packets_total{direction="nic_to_tun",port="xdp"}`:   2,
+		`udpfwd_gro_passthrough_total{reason="no_payload"}`:               3,
+		`udpfwd_gro_refused_total`:                                        1,
 		`udpfwd_packets_total{direction="tun_to_nic",port="xdp"}`:         90,
 		`udpfwd_drops_total{direction="tun_to_nic",reason="hook"}`:        5,
 		`udpfwd_drops_total{direction="tun_to_nic",reason="unresolved"}`:  3,

@@ -66,7 +66,7 @@ func start(cfg *config, acct *account, log *slog.Logger) (*daemon, int) {
 		log.Error("cannot start", "err", err)
 		return nil, exitFailure
 	}
-	gw, err := openGateway(cfg)
+	gw, err := openGateway(cfg, log)
 	if err != nil {
 		closeListener(ln)
 		log.Error("cannot start", "err", err)

@@ -60,9 +60,6 @@ func (c *config) validateTUN() problems {
 	if c.Queues < 1 || c.Queues > tun.MaxQueues {
 		p.add("-queues %d: want 1 to %d", c.Queues, tun.MaxQueues)
 	}
-	if c.GRO {
-		p.add("-gro=true: GRO is not implemented yet; only -gro=false is accepted")
-	}
 	return p
 }
 

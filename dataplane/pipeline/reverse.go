@@ -4,30 +4,31 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
+	"os"
+	"sync"
 	"sync/atomic"
 
 	"github.com/gsoplane/gsoplane/segment"
 )
 
-// returnBatch is how many frames the return path takes per Receive.
+// returnBatch is how many packets the return path takes per Receive.
 const returnBatch = 64
 
-// Ethernet framing the return path strips.
-const (
-	ethHdrLen = 14
-	etherIPv4 = 0x0800
-	etherIPv6 = 0x86dd
-)
-
 // A Receiver is a port's receive side. Receive returns up to len(frames)
-// received Ethernet frames, views into the port's memory that stay valid
-// until the next Receive, which gives them back to the port. It waits a
-// short while for frames and may return 0 with a nil error; an error
-// wrapping net.ErrClosed means the port was closed. xsk.Socket's Receiver
-// is one.
+// received frames, views into the port's memory that stay valid until the
+// next Receive, which gives them back to the port. The IP packet of frame
+// i is frames[i][Headroom():]: the headroom (a link-layer header, a
+// tunnel's header) is at least as long as a virtio-net header, and the
+// return path writes one there. A frame whose packet is empty is one the
+// receiver refused (a bad link-layer header) and is counted as invalid.
+// Receive waits a short while for frames and may return 0 with a nil
+// error; an error wrapping net.ErrClosed means the port was closed.
+// xsk.Socket's Receiver is one.
 type Receiver interface {
 	Receive(frames [][]byte) (int, error)
+	Headroom() int
 }
 
 // A Writer writes packets, bufs[i][offset:] each, virtio-net header
@@ -37,123 +38,292 @@ type Writer interface {
 	Write(bufs [][]byte, offset int) (int, error)
 }
 
+// A VectorWriter is a Writer that also writes packets given in pieces:
+// packet i is the concatenation of pkts[i], virtio-net header first, as a
+// segment.Coalescer produces them. tun.Queue is one.
+type VectorWriter interface {
+	Writer
+	WriteVectors(pkts [][][]byte) (int, error)
+}
+
+// ReturnConfig configures a ReturnPath.
+type ReturnConfig struct {
+	Receiver   Receiver
+	Writer     Writer // a VectorWriter when TCP or UDP is set
+	HeaderSize int    // virtio-net header size of Writer: segment.HeaderSize or HeaderSizeMrg
+	// TCP and UDP turn GRO on: each received batch is merged into TCP
+	// and UDP super-packets by the kernel's rules (segment.Coalescer),
+	// written with one writev(2) each. UDP needs a TUN device that takes
+	// USO (Linux 6.2 or later).
+	TCP, UDP bool
+	// OnRefused, if set, is called (once per kind) when the writer refuses
+	// a super-packet: that kind of merge is then off, and the packets are
+	// written one by one.
+	OnRefused func(kind segment.GSOType, err error)
+}
+
 // ReturnStats counts the return path.
 type ReturnStats struct {
-	Packets uint64 // written
-	Bytes   uint64 // IP bytes written
-	Drops   Drops  // DropInvalid: not a valid IP packet; DropWriteError: refused by the writer
+	Packets      uint64 // IP packets received and handed on
+	Bytes        uint64 // their IP bytes
+	Writes       uint64 // packets written, a super-packet counting once
+	SuperPackets uint64 // writes that carried two packets or more
+	Refused      uint64 // super-packets the writer refused (their packets went one by one)
+	Drops        Drops  // DropInvalid: not a valid IP packet; DropWriteError: refused by the writer
+	// GRO counts what the coalescer merged and why it passed packets
+	// through (zero with GRO off).
+	GRO segment.CoalesceStats
 }
 
 // Add returns the field-by-field sum of s and o.
 func (s ReturnStats) Add(o ReturnStats) ReturnStats {
 	s.Packets += o.Packets
 	s.Bytes += o.Bytes
+	s.Writes += o.Writes
+	s.SuperPackets += o.SuperPackets
+	s.Refused += o.Refused
 	s.Drops.add(o.Drops)
+	s.GRO = s.GRO.Add(o.GRO)
 	return s
 }
 
 // ReturnPath moves the IP packets of the frames a Receiver hands over into
-// a Writer, one write per packet (no GRO yet). The virtio-net header is
-// written over the end of the Ethernet header, so no packet byte is
-// copied.
+// a Writer: merged into super-packets with GRO on, one by one otherwise.
+// The virtio-net header goes into each frame's headroom, so no packet byte
+// is copied on the way.
 type ReturnPath struct {
-	rx        Receiver
-	w         Writer
-	hdrSize   int
+	cfg       ReturnConfig
+	vw        VectorWriter
+	gro       *segment.Coalescer // nil with GRO off
+	refused   [2]bool            // TCP, UDP: OnRefused was called
+	closed    bool               // the writer said it was closed
 	packets   atomic.Uint64
 	bytes     atomic.Uint64
+	writes    atomic.Uint64
+	supers    atomic.Uint64
+	refusals  atomic.Uint64
 	invalid   atomic.Uint64
 	writeErrs atomic.Uint64
+	groMu     sync.Mutex
+	groStats  segment.CoalesceStats // a copy, taken after each batch
 }
 
-// NewReturnPath returns a return path from rx into w, whose packets carry
-// virtio-net headers of hdrSize bytes (segment.HeaderSize or
-// segment.HeaderSizeMrg): each packet is written as bufs[i][0:], the
-// header (all zero) first.
-func NewReturnPath(rx Receiver, w Writer, hdrSize int) *ReturnPath {
-	return &ReturnPath{rx: rx, w: w, hdrSize: hdrSize}
+// NewReturnPath returns a return path configured by cfg.
+func NewReturnPath(cfg ReturnConfig) (*ReturnPath, error) {
+	switch {
+	case cfg.Receiver == nil || cfg.Writer == nil:
+		return nil, fmt.Errorf("pipeline: %w: a return path needs a Receiver and a Writer", ErrInvalidConfig)
+	case cfg.HeaderSize != segment.HeaderSize && cfg.HeaderSize != segment.HeaderSizeMrg:
+		return nil, fmt.Errorf("pipeline: %w: virtio-net header size %d", ErrInvalidConfig, cfg.HeaderSize)
+	case cfg.Receiver.Headroom() < cfg.HeaderSize:
+		return nil, fmt.Errorf("pipeline: %w: receiver headroom %d is shorter than the virtio-net header", ErrInvalidConfig, cfg.Receiver.Headroom())
+	}
+	r := &ReturnPath{cfg: cfg}
+	if !cfg.TCP && !cfg.UDP {
+		return r, nil
+	}
+	vw, ok := cfg.Writer.(VectorWriter)
+	if !ok {
+		return nil, fmt.Errorf("pipeline: %w: GRO needs a VectorWriter", ErrInvalidConfig)
+	}
+	gro, err := segment.NewCoalescer(segment.CoalescerConfig{HeaderSize: cfg.HeaderSize, TCP: cfg.TCP, UDP: cfg.UDP, MaxBatch: returnBatch})
+	if err != nil {
+		return nil, fmt.Errorf("pipeline: %w", err)
+	}
+	r.vw, r.gro = vw, gro
+	return r, nil
 }
 
 // Stats returns a snapshot of the return path's counters.
 func (r *ReturnPath) Stats() ReturnStats {
-	s := ReturnStats{Packets: r.packets.Load(), Bytes: r.bytes.Load()}
+	s := ReturnStats{
+		Packets: r.packets.Load(), Bytes: r.bytes.Load(), Writes: r.writes.Load(),
+		SuperPackets: r.supers.Load(), Refused: r.refusals.Load(),
+	}
 	s.Drops[DropInvalid] = r.invalid.Load()
 	s.Drops[DropWriteError] = r.writeErrs.Load()
+	r.groMu.Lock()
+	s.GRO = r.groStats
+	r.groMu.Unlock()
 	return s
 }
 
-// Run moves packets until ctx ends or the receiver is closed (then it
-// returns nil) or fails.
+// Run moves packets until ctx ends or the receiver or the writer is
+// closed (then it returns nil) or the receiver fails.
 func (r *ReturnPath) Run(ctx context.Context) error {
 	frames := make([][]byte, returnBatch)
+	sizes := make([]int, returnBatch)
 	out := make([][]byte, returnBatch)
-	for ctx.Err() == nil {
-		n, err := r.rx.Receive(frames)
+	for ctx.Err() == nil && !r.closed {
+		n, err := r.cfg.Receiver.Receive(frames)
 		if errors.Is(err, net.ErrClosed) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		m := 0
-		for _, f := range frames[:n] {
-			if pkt := r.frame(f); pkt != nil {
-				out[m] = pkt
-				m++
-			}
+		m := r.check(frames[:n], sizes)
+		if r.gro != nil {
+			r.writeVectors(r.gro.Coalesce(frames[:m], sizes[:m], r.cfg.Receiver.Headroom()))
+			r.groMu.Lock()
+			r.groStats = r.gro.Stats()
+			r.groMu.Unlock()
+			continue
+		}
+		h := r.cfg.Receiver.Headroom()
+		for i, f := range frames[:m] {
+			hdr := f[h-r.cfg.HeaderSize : h]
+			clear(hdr) // no offload: the kernel checks the checksums
+			out[i] = f[h-r.cfg.HeaderSize : h+sizes[i]]
 		}
 		r.write(out[:m])
 	}
 	return nil
 }
 
-// frame checks one received Ethernet frame and returns the virtio-net
-// header and IP packet to write, or nil to drop it. The packet is trimmed
-// to its IP length (Ethernet pads short frames).
-func (r *ReturnPath) frame(f []byte) []byte {
-	if len(f) < ethHdrLen {
-		r.invalid.Add(1)
-		return nil
-	}
-	pkt := f[ethHdrLen:]
-	switch binary.BigEndian.Uint16(f[12:14]) {
-	case etherIPv4:
-		if len(pkt) >= 4 {
-			pkt = pkt[:min(len(pkt), int(binary.BigEndian.Uint16(pkt[2:4])))]
+// check keeps the frames holding a valid IP packet, moving them to the
+// front, with each packet's length (trimmed to its IP length: Ethernet
+// pads short frames) in sizes; it returns how many it kept.
+func (r *ReturnPath) check(frames [][]byte, sizes []int) int {
+	h := r.cfg.Receiver.Headroom()
+	m, bytes := 0, 0
+	for _, f := range frames {
+		pkt := ipPacket(f[h:])
+		if _, err := segment.Validate(pkt, segment.Header{}); err != nil {
+			r.invalid.Add(1)
+			continue
 		}
-	case etherIPv6:
-		if len(pkt) >= 6 {
-			pkt = pkt[:min(len(pkt), 40+int(binary.BigEndian.Uint16(pkt[4:6])))]
-		}
-	default:
-		r.invalid.Add(1)
-		return nil
+		frames[m], sizes[m] = f, len(pkt)
+		bytes += len(pkt)
+		m++
 	}
-	if _, err := segment.Validate(pkt, segment.Header{}); err != nil {
-		r.invalid.Add(1)
-		return nil
-	}
-	hdr := f[ethHdrLen-r.hdrSize : ethHdrLen]
-	clear(hdr) // no offload: the kernel checks the checksums
-	return f[ethHdrLen-r.hdrSize : ethHdrLen+len(pkt)]
+	r.packets.Add(uint64(m))
+	r.bytes.Add(uint64(bytes))
+	return m
 }
 
-// write writes packets; a packet the writer refuses is counted and
-// skipped.
+// ipPacket trims b to the length its IP header gives, if shorter.
+func ipPacket(b []byte) []byte {
+	switch {
+	case len(b) >= 4 && b[0]>>4 == 4:
+		return b[:min(len(b), int(binary.BigEndian.Uint16(b[2:4])))]
+	case len(b) >= 6 && b[0]>>4 == 6:
+		return b[:min(len(b), 40+int(binary.BigEndian.Uint16(b[4:6])))]
+	}
+	return b
+}
+
+// write writes packets one by one; a packet the writer refuses is
+// counted and skipped.
 func (r *ReturnPath) write(pkts [][]byte) {
 	for len(pkts) > 0 {
-		n, err := r.w.Write(pkts, 0)
+		n, err := r.cfg.Writer.Write(pkts, 0)
 		n = min(max(n, 0), len(pkts)) // a writer's count is not trusted
-		bytes := 0
-		for _, p := range pkts[:n] {
-			bytes += len(p) - r.hdrSize
-		}
-		r.bytes.Add(uint64(bytes))
-		r.packets.Add(uint64(n))
-		if err == nil || n == len(pkts) {
+		r.writes.Add(uint64(n))
+		if err == nil || n == len(pkts) || r.writerClosed(err) {
 			return
 		}
 		r.writeErrs.Add(1)
 		pkts = pkts[n+1:]
 	}
+}
+
+// writeVectors writes the coalescer's output. A super-packet the writer
+// refuses turns its kind of merge off and goes out again one packet at a
+// time; any other refused packet is counted and skipped.
+func (r *ReturnPath) writeVectors(pkts [][][]byte) {
+	for len(pkts) > 0 {
+		n, err := r.vw.WriteVectors(pkts)
+		n = min(max(n, 0), len(pkts))
+		r.wrote(pkts[:n])
+		if err == nil || n == len(pkts) || r.writerClosed(err) {
+			return
+		}
+		if len(pkts[n]) > 1 {
+			r.refuse(pkts[n], err)
+		} else {
+			r.writeErrs.Add(1)
+		}
+		pkts = pkts[n+1:]
+	}
+}
+
+// writerClosed reports, and remembers, that the writer was closed: the
+// return path then ends.
+func (r *ReturnPath) writerClosed(err error) bool {
+	r.closed = r.closed || errors.Is(err, os.ErrClosed) || errors.Is(err, net.ErrClosed)
+	return r.closed
+}
+
+// wrote counts written packets, super-packets among them.
+func (r *ReturnPath) wrote(pkts [][][]byte) {
+	supers := 0
+	for _, p := range pkts {
+		if len(p) > 1 {
+			supers++
+		}
+	}
+	r.writes.Add(uint64(len(pkts)))
+	r.supers.Add(uint64(supers))
+}
+
+// refuse handles a super-packet the writer refused: its kind of merge is
+// switched off (and reported once), and its packets are cut apart again
+// and written one by one. This path is rare and may allocate.
+func (r *ReturnPath) refuse(pieces [][]byte, werr error) {
+	r.refusals.Add(1)
+	raw := make([]byte, 0, 1<<16+r.cfg.HeaderSize)
+	for _, p := range pieces {
+		raw = append(raw, p...)
+	}
+	h, err := segment.DecodeHeader(raw, r.cfg.HeaderSize)
+	if err != nil {
+		r.writeErrs.Add(1)
+		return
+	}
+	kind, udp := h.GSOType.Kind(), h.GSOType.Kind() == segment.GSOUDPL4
+	if udp {
+		r.gro.SetUDP(false)
+	} else {
+		r.gro.SetTCP(false)
+	}
+	if k := btoi(udp); !r.refused[k] {
+		r.refused[k] = true
+		if r.cfg.OnRefused != nil {
+			r.cfg.OnRefused(kind, werr)
+		}
+	}
+	segs, err := resplit(raw[r.cfg.HeaderSize:], h, r.cfg.HeaderSize)
+	if err != nil {
+		r.writeErrs.Add(1)
+		return
+	}
+	r.write(segs)
+}
+
+// resplit cuts a super-packet back into its packets, each behind an
+// all-zero virtio-net header of hdrSize bytes.
+func resplit(pkt []byte, h segment.Header, hdrSize int) ([][]byte, error) {
+	l, err := segment.Validate(pkt, h)
+	if err != nil {
+		return nil, err
+	}
+	bufs := make([][]byte, l.Segments())
+	for i := range bufs {
+		bufs[i] = make([]byte, hdrSize+l.MaxSegLen())
+	}
+	sizes := make([]int, len(bufs))
+	var seg segment.Segmenter
+	n, err := seg.Split(pkt, l, bufs, sizes, hdrSize)
+	for i := range n {
+		bufs[i] = bufs[i][:hdrSize+sizes[i]]
+	}
+	return bufs[:n], err
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -362,22 +362,32 @@ func (q *Queue) Read(bufs [][]byte, sizes []int, offset int) (n int, err error) 
 // Write writes bufs[i][offset:], a virtio-net header followed by a packet,
 // for each i in order. The kernel processes each packet inside the write
 // (routing, local delivery); Write blocks (through the Go runtime poller)
-// only while the device's send buffer (Config.SndBuf) is full. It
-// returns how many
-// packets were written; on error, bufs[n] is the packet that failed (the
-// kernel refuses, for example, a header it cannot parse) and the packets
-// after it were not tried. After Close, Write returns an error wrapping
-// os.ErrClosed.
+// only while the device's send buffer (Config.SndBuf) is full. It returns
+// how many packets were written; on error, bufs[n] is the packet that
+// failed (the kernel refuses, for example, a header it cannot parse) and
+// the packets after it were not tried. After Close, Write returns an
+// error wrapping os.ErrClosed.
 func (q *Queue) Write(bufs [][]byte, offset int) (n int, err error) {
-	if len(bufs) == 0 {
-		return 0, nil
-	}
 	if offset < 0 {
 		return 0, fmt.Errorf("tun: write %s queue %d: negative offset %d", q.tun.name, q.index, offset)
 	}
+	return q.write(writeOp{bufs: bufs, offset: offset})
+}
+
+// WriteVectors writes packets given in pieces: packet i is the
+// concatenation of pkts[i], a virtio-net header first, written with one
+// writev(2), as a segment.Coalescer produces them. Otherwise it is Write.
+func (q *Queue) WriteVectors(pkts [][][]byte) (n int, err error) {
+	return q.write(writeOp{vecs: pkts})
+}
+
+func (q *Queue) write(op writeOp) (n int, err error) {
+	if len(op.bufs) == 0 && len(op.vecs) == 0 {
+		return 0, nil
+	}
 	q.wmu.Lock()
 	defer q.wmu.Unlock()
-	q.wr.start(bufs, offset)
+	q.wr.start(op)
 	err = q.rc.Write(q.writeFn)
 	n, opErr := q.wr.finish()
 	if err == nil {
@@ -489,38 +499,37 @@ func (op *readOp) err() error {
 	return nil
 }
 
-// writeOp is the state of one Write, filled in by do on the poller's behalf.
+// writeOp is the state of one Write or WriteVectors, filled in by do on
+// the poller's behalf: packet i is bufs[i][offset:] or the pieces vecs[i].
 type writeOp struct {
 	hdrSize int
 	bufs    [][]byte
 	offset  int
+	vecs    [][][]byte
+	iov     []unix.Iovec // kept from one WriteVectors to the next
 	n       int
 	err     error
 }
 
-func (op *writeOp) start(bufs [][]byte, offset int) {
-	*op = writeOp{hdrSize: op.hdrSize, bufs: bufs, offset: offset}
+func (op *writeOp) start(next writeOp) {
+	next.hdrSize, next.iov = op.hdrSize, op.iov
+	*op = next
 }
 
 // do writes packets in order. It returns false, to wait for the fd to
 // become writable, when the device's send buffer is full.
 func (op *writeOp) do(fd uintptr) bool {
-	for op.n < len(op.bufs) {
-		b := op.bufs[op.n]
-		if len(b) < op.offset+op.hdrSize {
-			op.err = fmt.Errorf("%d bytes after the offset, shorter than the %d-byte virtio-net header", len(b)-op.offset, op.hdrSize)
-			return true
-		}
-		m, err := unix.Write(int(fd), b[op.offset:])
+	for op.n < max(len(op.bufs), len(op.vecs)) {
+		m, want, err := op.writeOne(int(fd))
 		switch {
 		case err == unix.EINTR:
 			continue
 		case err == unix.EAGAIN:
 			return false
 		case err != nil:
-			op.err = os.NewSyscallError("write", err)
+			op.err = err
 			return true
-		case m != len(b)-op.offset:
+		case m != want:
 			op.err = io.ErrShortWrite
 			return true
 		}
@@ -529,8 +538,38 @@ func (op *writeOp) do(fd uintptr) bool {
 	return true
 }
 
+// writeOne writes packet op.n and returns how many bytes were written and
+// how many should have been.
+func (op *writeOp) writeOne(fd int) (int, int, error) {
+	if op.vecs == nil {
+		b := op.bufs[op.n]
+		if len(b) < op.offset+op.hdrSize {
+			return 0, 0, fmt.Errorf("%d bytes after the offset, shorter than the %d-byte virtio-net header", len(b)-op.offset, op.hdrSize)
+		}
+		m, err := unix.Write(fd, b[op.offset:])
+		return m, len(b) - op.offset, syscallError("write", err)
+	}
+	want := 0
+	for _, p := range op.vecs[op.n] {
+		want += len(p)
+	}
+	if want < op.hdrSize {
+		return 0, 0, fmt.Errorf("%d bytes, shorter than the %d-byte virtio-net header", want, op.hdrSize)
+	}
+	m, err := writev(fd, op.vecs[op.n], &op.iov)
+	return m, want, syscallError("writev", err)
+}
+
+// syscallError wraps err, but for the errnos do retries.
+func syscallError(op string, err error) error {
+	if err == nil || err == unix.EINTR || err == unix.EAGAIN {
+		return err
+	}
+	return os.NewSyscallError(op, err)
+}
+
 func (op *writeOp) finish() (int, error) {
 	n, err := op.n, op.err
-	op.start(nil, 0)
+	op.start(writeOp{})
 	return n, err
 }

@@ -510,17 +510,27 @@ func TestTUNWrite(t *testing.T) {
 		if n, err := q.Write([][]byte{buildUDP(hs, src, dst, big, 1000)}, 0); n != 1 || err != nil {
 			t.Fatalf("Write(USO super-packet) = %d, %v", n, err)
 		}
+		// The same super-packet in pieces (header, headers and first
+		// datagram, the rest of the payload), as a Coalescer hands it over.
+		uso := buildUDP(hs, src, dst, big, 1000)
+		cut := len(uso) - 7000
+		if n, err := q.WriteVectors([][][]byte{{uso[:hs], uso[hs:cut], uso[cut:]}, {plain}}); n != 2 || err != nil {
+			t.Fatalf("WriteVectors(USO super-packet in 3 pieces, plain) = %d, %v", n, err)
+		}
 		conn.SetReadDeadline(time.Now().Add(readWait))
 		buf := make([]byte, 65536)
 		m, from, err := conn.ReadFromUDPAddrPort(buf)
 		if err != nil || string(buf[:m]) != "hello gsoplane" || from != src {
 			t.Fatalf("receive: %q from %v, %v; want %q from %v", buf[:m], from, err, "hello gsoplane", src)
 		}
-		for i := range 8 {
+		for i := range 16 {
 			m, _, err := conn.ReadFromUDPAddrPort(buf)
 			if err != nil || m != 1000 {
 				t.Fatalf("USO segment %d: %d bytes, %v; want 1000", i, m, err)
 			}
+		}
+		if m, _, err := conn.ReadFromUDPAddrPort(buf); err != nil || string(buf[:m]) != "hello gsoplane" {
+			t.Fatalf("plain packet after the vectors: %q, %v", buf[:m], err)
 		}
 	}
 }
@@ -602,11 +612,16 @@ func TestTUNAllocs(t *testing.T) { // not parallel: AllocsPerRun refuses
 	e := newLoopEnv(t, Config{Offload: true})
 	q := e.tun.Queues()[0]
 	wbufs := [][]byte{loopPacket(e.tun, 100)}
+	hs := e.tun.HeaderSize()
+	vecs := [][][]byte{{wbufs[0][:hs], wbufs[0][hs:]}}
 	rbufs, sizes := newReadBufs(4, bufSize)
 	q.file.SetReadDeadline(time.Now().Add(readWait))
 	var err error
 	allocs := testing.AllocsPerRun(200, func() {
 		if _, err1 := q.Write(wbufs, 0); err1 != nil && err == nil {
+			err = err1
+		}
+		if _, err1 := q.WriteVectors(vecs); err1 != nil && err == nil {
 			err = err1
 		}
 		if _, err1 := q.Read(rbufs, sizes, 0); err1 != nil && err == nil {
@@ -617,7 +632,7 @@ func TestTUNAllocs(t *testing.T) { // not parallel: AllocsPerRun refuses
 		t.Fatal(err)
 	}
 	if allocs != 0 {
-		t.Errorf("Write+Read: %v allocations per run, want 0", allocs)
+		t.Errorf("Write+WriteVectors+Read: %v allocations per run, want 0", allocs)
 	}
 }
 

@@ -1,8 +1,13 @@
-// Package udp holds the halves of a VPN's tunnel for embedders of the
-// pipeline: Sink, a pipeline.Sink that sends every segment as the payload
+// Package udp holds the two halves of a VPN's tunnel for embedders of
+// the pipeline. Sink, a pipeline.Sink, sends every segment as the payload
 // of a UDP datagram on a connected socket, with sendmmsg(2) and
-// UDP_SEGMENT, the way WireGuard sends its tunnel traffic.
+// UDP_SEGMENT, the way WireGuard sends its tunnel traffic. Receiver, a
+// pipeline.Receiver, takes datagrams with recvmmsg(2) and UDP_GRO and
+// hands out the inner packets, which a pipeline.ReturnPath with GRO merges
+// again and writes into a TUN device:
 //
-// It needs Linux (UDP_SEGMENT since 4.18); on other systems NewSink
-// returns an error. It imports pipeline only.
+//	TUN → Forwarder → Sink ==== UDP ==== Receiver → ReturnPath (GRO) → TUN
+//
+// It needs Linux (UDP_SEGMENT since 4.18, UDP_GRO since 5.0); on other
+// systems NewSink and NewReceiver return errors. It imports pipeline only.
 package udp

@@ -1,6 +1,7 @@
 package xsk
 
 import (
+	"encoding/binary"
 	"time"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
@@ -20,9 +21,14 @@ var _ pipeline.Receiver = (*receiver)(nil)
 
 // Receiver returns the socket's receive side as a pipeline.Receiver: each
 // Receive gives the frames of the previous one back to the kernel (fill
-// ring), then returns the frames waiting, waiting up to 10 ms for one.
-// Use one Receiver per socket, from one goroutine.
+// ring), then returns the Ethernet frames waiting, waiting up to 10 ms
+// for one. A frame whose EtherType is not IPv4 or IPv6, or does not match
+// its IP version, comes back with an empty packet (the return path counts
+// it as invalid). Use one Receiver per socket, from one goroutine.
 func (x *Socket) Receiver() pipeline.Receiver { return &receiver{x: x} }
+
+// Headroom is the Ethernet header.
+func (r *receiver) Headroom() int { return ethHdrLen }
 
 func (r *receiver) Receive(frames [][]byte) (int, error) {
 	r.x.recycle(r.addrs)
@@ -39,5 +45,25 @@ func (r *receiver) Receive(frames [][]byte) (int, error) {
 		n = r.x.receive(frames, r.addrs)
 	}
 	r.addrs = r.addrs[:n]
+	for i, f := range frames[:n] {
+		if !ipFrame(f) {
+			frames[i] = f[:ethHdrLen] // within the UMEM frame: an empty packet
+		}
+	}
 	return n, nil
+}
+
+// ipFrame reports whether an Ethernet frame carries IPv4 or IPv6 and its
+// EtherType says the same as the IP version.
+func ipFrame(f []byte) bool {
+	if len(f) <= ethHdrLen {
+		return false
+	}
+	switch binary.BigEndian.Uint16(f[12:14]) {
+	case etherIPv4:
+		return f[ethHdrLen]>>4 == 4
+	case etherIPv6:
+		return f[ethHdrLen]>>4 == 6
+	}
+	return false
 }

@@ -65,3 +65,45 @@ type SinkStats struct {
 
 	GSO bool // whether UDP_SEGMENT is (still) used
 }
+
+// Defaults and limits of a Receiver.
+const (
+	DefaultReceiverMessages = 32 // ReceiverConfig.Messages when 0
+	maxReceiverMessages     = 1024
+	// rxBufSize holds the largest message UDP_GRO makes: 64 KiB of
+	// datagrams.
+	rxBufSize = 1 << 16
+	// udpGROMaxSegments is the most datagrams one UDP_GRO message holds
+	// (UDP_GRO_CNT_MAX).
+	udpGROMaxSegments = 64
+)
+
+// ReceiverConfig configures a Receiver.
+type ReceiverConfig struct {
+	// Headroom is the encapsulation header in front of each inner packet,
+	// such as a VPN's 16-byte data header: at least as long as a
+	// virtio-net header, which the return path writes there once the
+	// datagram has been decapsulated.
+	Headroom int
+	// Decap, if set, checks and decodes one datagram in place: hdr is its
+	// Headroom bytes and pkt the inner packet (decryption, a counter, a
+	// MAC). It returns false to drop the datagram. It runs on the
+	// goroutine that calls Receive (the return path's) and must not keep
+	// hdr or pkt.
+	Decap func(hdr, pkt []byte) bool
+	// Messages is the most messages one recvmmsg call takes, each with a
+	// 64 KiB buffer allocated once; 0 means DefaultReceiverMessages.
+	Messages int
+}
+
+// ReceiverStats is a snapshot of a Receiver's counters.
+type ReceiverStats struct {
+	Datagrams   uint64 // datagrams handed out (each one inner packet)
+	Messages    uint64 // messages received: a datagram, or several coalesced by UDP_GRO
+	GROMessages uint64 // messages of two datagrams or more
+	Syscalls    uint64 // recvmmsg calls that received something
+	Short       uint64 // datagrams shorter than Headroom, dropped
+	Refused     uint64 // datagrams Decap refused, dropped
+	Truncated   uint64 // messages larger than their buffer, dropped
+	GRO         bool   // whether the kernel coalesces with UDP_GRO
+}

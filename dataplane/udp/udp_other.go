@@ -15,3 +15,11 @@ type Sink struct{}
 func NewSink(conn *net.UDPConn, cfg SinkConfig) (*Sink, error) {
 	return nil, fmt.Errorf("udp: sink not supported on %s", runtime.GOOS)
 }
+
+// Receiver receives tunnel datagrams; there is none on this system.
+type Receiver struct{}
+
+// NewReceiver returns an error: UDP_GRO is Linux's.
+func NewReceiver(conn *net.UDPConn, cfg ReceiverConfig) (*Receiver, error) {
+	return nil, fmt.Errorf("udp: receiver not supported on %s", runtime.GOOS)
+}

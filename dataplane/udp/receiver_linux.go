@@ -1,0 +1,213 @@
+package udp
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net"
+	"os"
+	"sync/atomic"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+)
+
+var _ pipeline.Receiver = (*Receiver)(nil)
+
+// Receiver is the receive half of a VPN's tunnel, a pipeline.Receiver:
+// it takes datagrams from a UDP socket with recvmmsg(2), many per system
+// call, and asks the kernel to coalesce runs of them (UDP_GRO), so that
+// one message carries up to 64 datagrams; it cuts them apart again,
+// decapsulates each and hands out the inner packets behind their
+// encapsulation header. Give it to pipeline.NewReturnPath with a TUN queue
+// as the Writer and GRO on: the inner packets are merged again into
+// super-packets and written into the TUN one super-packet per write.
+//
+// Receive blocks (through the Go runtime poller) until a datagram comes;
+// closing the socket ends it with an error wrapping net.ErrClosed. A
+// Receiver is used from one goroutine.
+type Receiver struct {
+	rc       syscall.RawConn
+	headroom int
+	decap    func(hdr, pkt []byte) bool
+	bufs     [][]byte
+	oob      [][]byte
+	msgs     *mmsgs
+	oobLen   int
+	pending  [][]byte // datagrams of the last recvmmsg not handed out yet
+	next     int
+	recvFn   func(fd uintptr) bool // made once, so that Receive does not allocate
+	got      int                   // messages of the last recvmmsg
+	errno    unix.Errno
+	st       receiverCounters
+}
+
+type receiverCounters struct {
+	datagrams, messages, groMessages, syscalls, short, refused, truncated atomic.Uint64
+	gro                                                                   atomic.Bool
+}
+
+// NewReceiver returns a Receiver on conn, a UDP socket bound to the
+// tunnel's local address (connected to the peer or not). It turns UDP_GRO
+// on where the kernel has it (Linux 5.0+); without it every datagram is a
+// message of its own. The caller keeps conn and closes it to stop.
+func NewReceiver(conn *net.UDPConn, cfg ReceiverConfig) (*Receiver, error) {
+	if cfg.Messages == 0 {
+		cfg.Messages = DefaultReceiverMessages
+	}
+	switch {
+	case conn == nil:
+		return nil, fmt.Errorf("udp: receiver: %w: no connection", pipeline.ErrInvalidConfig)
+	case cfg.Headroom < 12 || cfg.Headroom > 1024:
+		return nil, fmt.Errorf("udp: receiver: %w: headroom %d, want 12 to 1024 (room for a virtio-net header)", pipeline.ErrInvalidConfig, cfg.Headroom)
+	case cfg.Messages < 1 || cfg.Messages > maxReceiverMessages:
+		return nil, fmt.Errorf("udp: receiver: %w: %d messages, want 1 to %d", pipeline.ErrInvalidConfig, cfg.Messages, maxReceiverMessages)
+	}
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return nil, fmt.Errorf("udp: receiver: %w", err)
+	}
+	r := &Receiver{rc: rc, headroom: cfg.Headroom, decap: cfg.Decap, oobLen: unix.CmsgSpace(4)}
+	r.bufs, r.oob = make([][]byte, cfg.Messages), make([][]byte, cfg.Messages)
+	mem, oob := make([]byte, cfg.Messages*rxBufSize), make([]byte, cfg.Messages*r.oobLen)
+	for i := range r.bufs {
+		r.bufs[i] = mem[i*rxBufSize : (i+1)*rxBufSize : (i+1)*rxBufSize]
+		r.oob[i] = oob[i*r.oobLen : (i+1)*r.oobLen]
+	}
+	r.msgs = newMmsgs(r.bufs, r.oob)
+	r.pending = make([][]byte, 0, cfg.Messages*udpGROMaxSegments)
+	r.recvFn = r.recv
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_GRO, 1) }); err != nil {
+		return nil, fmt.Errorf("udp: receiver: %w", err)
+	}
+	r.st.gro.Store(serr == nil) // ENOPROTOOPT before Linux 5.0: one datagram per message
+	return r, nil
+}
+
+// Headroom is the encapsulation header, ReceiverConfig.Headroom.
+func (r *Receiver) Headroom() int { return r.headroom }
+
+// Receive hands out up to len(frames) datagrams: frame i is an
+// encapsulation header of Headroom bytes and the inner packet behind it,
+// decapsulated, a view valid until the next Receive. A datagram that is
+// too short or that Decap refused comes back with an empty packet (the
+// return path counts it as invalid).
+func (r *Receiver) Receive(frames [][]byte) (int, error) {
+	if r.next == len(r.pending) {
+		if err := r.fill(); err != nil {
+			return 0, err
+		}
+	}
+	n := copy(frames, r.pending[r.next:])
+	r.next += n
+	for i, f := range frames[:n] {
+		frames[i] = r.open(f)
+	}
+	r.st.datagrams.Add(uint64(n))
+	return n, nil
+}
+
+// open decapsulates one datagram; a refused one keeps only its headroom.
+func (r *Receiver) open(f []byte) []byte {
+	switch {
+	case len(f) < r.headroom:
+		r.st.short.Add(1)
+	case r.decap != nil && !r.decap(f[:r.headroom], f[r.headroom:]):
+		r.st.refused.Add(1)
+	default:
+		return f
+	}
+	return f[:r.headroom] // within its 64 KiB buffer: an empty packet
+}
+
+// fill waits for messages and cuts them into datagrams.
+func (r *Receiver) fill() error {
+	r.pending, r.next = r.pending[:0], 0
+	for len(r.pending) == 0 {
+		if err := r.rc.Read(r.recvFn); err != nil {
+			return fmt.Errorf("udp: receiver: %w", err)
+		}
+		if r.errno != 0 {
+			return fmt.Errorf("udp: receiver: %w", os.NewSyscallError("recvmmsg", r.errno))
+		}
+		r.st.syscalls.Add(1)
+		r.st.messages.Add(uint64(r.got))
+		for k := range r.got {
+			r.split(k)
+		}
+	}
+	return nil
+}
+
+// recv runs recvmmsg for the runtime poller: false waits for the socket
+// to become readable.
+func (r *Receiver) recv(fd uintptr) bool {
+	n, errno := r.msgs.recv(fd, r.oobLen)
+	switch errno {
+	case unix.EAGAIN:
+		return false
+	case unix.EINTR:
+		return r.recv(fd)
+	}
+	r.got, r.errno = max(n, 0), errno
+	return true
+}
+
+// split cuts message k into its datagrams, gso_size bytes each (the last
+// may be shorter), as UDP_GRO says.
+func (r *Receiver) split(k int) {
+	h := &r.msgs.hdrs[k]
+	if h.hdr.Flags&unix.MSG_TRUNC != 0 {
+		r.st.truncated.Add(1)
+		return
+	}
+	msg := r.bufs[k][:h.len]
+	size := groSize(r.oob[k][:h.hdr.Controllen])
+	if size <= 0 || size >= len(msg) {
+		r.pending = append(r.pending, msg)
+		return
+	}
+	r.st.groMessages.Add(1)
+	for len(msg) > 0 {
+		n := min(size, len(msg))
+		r.pending = append(r.pending, msg[:n]) // capacity to the buffer's end: see open
+		msg = msg[n:]
+	}
+}
+
+// groSize returns the segment size of a SOL_UDP/UDP_GRO control message
+// in oob, or 0: struct cmsghdr is a size_t length and two ints, then the
+// int payload, in host byte order.
+func groSize(oob []byte) int {
+	hdr := unix.CmsgLen(0)
+	for len(oob) >= hdr {
+		var l int
+		if unix.SizeofCmsghdr == 16 {
+			l = int(binary.NativeEndian.Uint64(oob))
+		} else {
+			l = int(binary.NativeEndian.Uint32(oob))
+		}
+		level := int32(binary.NativeEndian.Uint32(oob[hdr-8:]))
+		typ := int32(binary.NativeEndian.Uint32(oob[hdr-4:]))
+		if l < hdr || l > len(oob) {
+			return 0
+		}
+		if level == unix.SOL_UDP && typ == unix.UDP_GRO && l >= hdr+4 {
+			return int(binary.NativeEndian.Uint32(oob[hdr:]))
+		}
+		oob = oob[min(len(oob), unix.CmsgSpace(l-hdr)):]
+	}
+	return 0
+}
+
+// Stats returns a snapshot of the receiver's counters.
+func (r *Receiver) Stats() ReceiverStats {
+	c := &r.st
+	return ReceiverStats{
+		Datagrams: c.datagrams.Load(), Messages: c.messages.Load(), GROMessages: c.groMessages.Load(),
+		Syscalls: c.syscalls.Load(), Short: c.short.Load(), Refused: c.refused.Load(),
+		Truncated: c.truncated.Load(), GRO: c.gro.Load(),
+	}
+}
