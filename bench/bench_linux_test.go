@@ -13,7 +13,6 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/gsoplane/gsoplane/internal/netlab"
-	"github.com/gsoplane/gsoplane/internal/netnsutil"
 )
 
 // requireRoot skips unless the test runs as root: the bench builds
@@ -118,7 +117,7 @@ func TestLeftovers(t *testing.T) {
 	// alive: another run.
 	stale, busy := netlab.Prefix+labTag+"-a-4194305-1", netlab.Prefix+labTag+"-a-1-1"
 	for _, name := range []string{stale, busy} {
-		h, err := netnsutil.NewNamed(name)
+		h, err := netlab.NewNamed(name)
 		if err != nil {
 			t.Fatal(err)
 		}

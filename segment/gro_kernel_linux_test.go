@@ -14,7 +14,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/internal/netlab"
-	"github.com/gsoplane/gsoplane/internal/netnsutil"
 )
 
 // The Linux kernel as a differential oracle for Coalesce: the packets of
@@ -101,7 +100,7 @@ func newGROLab(t *testing.T) *groLab {
 			t.Fatalf("%s on %s is %+v, want active=%v", name, groRxIf, f, on)
 		}
 	}
-	if v, err := netnsutil.ReadSysfs(rx.Handle(), sysfs+"gro_flush_timeout"); err != nil || v != fmt.Sprint(groFlushTimeout.Nanoseconds()) {
+	if v, err := rx.ReadSysfs(sysfs + "gro_flush_timeout"); err != nil || v != fmt.Sprint(groFlushTimeout.Nanoseconds()) {
 		t.Fatalf("gro_flush_timeout reads %q (%v)", v, err)
 	}
 

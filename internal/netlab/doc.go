@@ -7,6 +7,10 @@
 // and repeated runs never collide, and namespaces left by a process that
 // died are swept before new ones are made.
 //
+// Its lowest layer runs code on a thread inside a namespace (NS.Run,
+// NewNamed) and reads and writes sysfs as seen from inside one
+// (NS.WriteSysfs, in a private mount namespace, as `ip netns exec` does).
+//
 // Tests use NewT and NewTopologyT, which skip unless root and remove
 // everything in t.Cleanup, and Main, which fails a package whose tests
 // leave a namespace or a file descriptor behind. The bench uses New and

@@ -10,7 +10,6 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/gsoplane/gsoplane/internal/ethtool"
-	"github.com/gsoplane/gsoplane/internal/netnsutil"
 )
 
 func TestMain(m *testing.M) { os.Exit(Main(m)) }
@@ -62,7 +61,7 @@ func TestTopology(t *testing.T) {
 func TestSweepStale(t *testing.T) {
 	RequireRoot(t)
 	stale := Prefix + "sweep-4194305-1" // above pid_max: no such process
-	h, err := netnsutil.NewNamed(stale)
+	h, err := NewNamed(stale)
 	Must(t, err)
 	h.Close()
 	t.Cleanup(func() { netns.DeleteNamed(stale) })

@@ -17,7 +17,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/internal/ethtool"
-	"github.com/gsoplane/gsoplane/internal/netnsutil"
 )
 
 // Prefix starts the name of every namespace the lab creates.
@@ -39,7 +38,7 @@ var sweepOnce sync.Once
 func New(tag string) (*NS, error) {
 	sweepOnce.Do(func() { SweepStale() })
 	name := fmt.Sprintf("%s%s-%d-%d", Prefix, tag, os.Getpid(), seq.Add(1))
-	h, err := netnsutil.NewNamed(name)
+	h, err := NewNamed(name)
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +84,7 @@ func (ns *NS) Netlink() *netlink.Handle { return ns.nl }
 // Run runs fn on the calling goroutine, locked to its thread, inside the
 // namespace. Sockets, TUN devices and AF_XDP sockets opened by fn stay in
 // it; goroutines fn starts do not run in it.
-func (ns *NS) Run(fn func() error) error { return netnsutil.Run(ns.h, fn) }
+func (ns *NS) Run(fn func() error) error { return runIn(ns.h, fn) }
 
 // Start starts cmd inside the namespace: a child inherits the namespace
 // of the thread that forks it.
@@ -197,13 +196,6 @@ func (ns *NS) Sysctl(key, value string) error {
 // ethtool.SetFeatures does.
 func (ns *NS) SetFeatures(name string, want map[string]bool) error {
 	return ns.Run(func() error { return ethtool.SetFeatures(name, want) })
-}
-
-// WriteSysfs writes a sysfs file (such as
-// "/sys/class/net/veth0/gro_flush_timeout") as seen from inside the
-// namespace.
-func (ns *NS) WriteSysfs(path, value string) error {
-	return netnsutil.WriteSysfs(ns.h, path, value)
 }
 
 // Socket opens a socket inside the namespace.

@@ -1,4 +1,4 @@
-package netnsutil
+package netlab
 
 import (
 	"fmt"
@@ -12,12 +12,12 @@ import (
 
 // WriteSysfs writes value to the sysfs file path (an absolute path under
 // /sys, such as /sys/class/net/veth0/gro_flush_timeout) as seen from
-// inside the network namespace ns. sysfs shows the devices of the
-// namespace it was mounted in, so this mounts a fresh one, as `ip netns
-// exec` does, in a private mount namespace of a thread of its own that is
-// thrown away afterwards; the caller's mounts do not change.
-func WriteSysfs(ns netns.NsHandle, path, value string) error {
-	return withSysfs(ns, func() error {
+// inside the namespace. sysfs shows the devices of the namespace it was
+// mounted in, so this mounts a fresh one, as `ip netns exec` does, in a
+// private mount namespace of a thread of its own that is thrown away
+// afterwards; the caller's mounts do not change.
+func (ns *NS) WriteSysfs(path, value string) error {
+	return withSysfs(ns.h, func() error {
 		f, err := os.OpenFile(path, os.O_WRONLY, 0)
 		if err != nil {
 			return err
@@ -31,11 +31,11 @@ func WriteSysfs(ns netns.NsHandle, path, value string) error {
 }
 
 // ReadSysfs returns the contents of the sysfs file path, without the
-// trailing newline, as seen from inside the network namespace ns, the way
-// WriteSysfs writes it.
-func ReadSysfs(ns netns.NsHandle, path string) (string, error) {
+// trailing newline, as seen from inside the namespace, the way WriteSysfs
+// writes it.
+func (ns *NS) ReadSysfs(path string) (string, error) {
 	var value string
-	err := withSysfs(ns, func() error {
+	err := withSysfs(ns.h, func() error {
 		b, err := os.ReadFile(path)
 		value = strings.TrimSuffix(string(b), "\n")
 		return err

@@ -1,4 +1,4 @@
-package netnsutil
+package netlab
 
 import (
 	"fmt"
@@ -6,33 +6,38 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 )
+
+// TestRun checks that Run is inside the namespace and that its caller is
+// back outside afterwards.
+func TestRun(t *testing.T) {
+	ns := NewT(t, "run")
+	inside := func() error {
+		cur, err := netns.Get()
+		if err != nil {
+			return err
+		}
+		defer cur.Close()
+		if !cur.Equal(ns.Handle()) {
+			return fmt.Errorf("not in %s", ns.Name)
+		}
+		return nil
+	}
+	if err := ns.Run(inside); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if inside() == nil {
+		t.Fatal("the caller stayed in the namespace after Run")
+	}
+}
 
 // TestSysfs writes and reads attributes of a veth inside a namespace and
 // checks that neither the host's view of /sys nor its mounts change.
 func TestSysfs(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs CAP_NET_ADMIN: run as root")
-	}
-	name := fmt.Sprintf("gsoplane-sysfs-%d", os.Getpid())
-	ns, err := NewNamed(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ns.Close()
-		if err := netns.DeleteNamed(name); err != nil {
-			t.Errorf("delete netns %s: %v", name, err)
-		}
-	})
+	ns, peer := NewT(t, "sysfs"), NewT(t, "sysfs")
 	dev := fmt.Sprintf("gss%da", os.Getpid())
-	if err := Run(ns, func() error {
-		return netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: dev}, PeerName: dev[:len(dev)-1] + "b"})
-	}); err != nil {
-		t.Fatalf("add veth: %v", err)
-	}
+	Must(t, AddVeth(ns, dev, peer, "gss-b", 0))
 	mounts := sysfsMounts(t)
 
 	attrs := []struct{ file, value string }{
@@ -41,10 +46,10 @@ func TestSysfs(t *testing.T) {
 	}
 	for _, a := range attrs {
 		path := "/sys/class/net/" + dev + "/" + a.file
-		if err := WriteSysfs(ns, path, a.value); err != nil {
+		if err := ns.WriteSysfs(path, a.value); err != nil {
 			t.Fatalf("WriteSysfs: %v", err)
 		}
-		got, err := ReadSysfs(ns, path)
+		got, err := ns.ReadSysfs(path)
 		if err != nil {
 			t.Fatalf("ReadSysfs: %v", err)
 		}
@@ -59,7 +64,7 @@ func TestSysfs(t *testing.T) {
 	if got := sysfsMounts(t); got != mounts {
 		t.Errorf("the host has %d sysfs mounts after the calls, %d before", got, mounts)
 	}
-	if _, err := ReadSysfs(ns, "/sys/class/net/"+dev+"/no-such-attribute"); err == nil {
+	if _, err := ns.ReadSysfs("/sys/class/net/" + dev + "/no-such-attribute"); err == nil {
 		t.Error("ReadSysfs of a missing file did not fail")
 	}
 }
