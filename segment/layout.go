@@ -89,6 +89,28 @@ func (l Layout) SegmentHeader(partial bool) Header {
 	return h
 }
 
+// GSOHeader returns the virtio-net header that describes the whole packet
+// Validate accepted, for a device that segments it itself (a TUN or
+// AF_PACKET socket with a virtio-net header, a NIC with TSO/USO): its GSO
+// type and ECN flag, gso_size, the true header length and, if the input
+// carries a partial checksum, where it is. A packet that fits in one
+// segment gets GSONone.
+func (l Layout) GSOHeader() Header {
+	h := Header{GSOType: l.kind, HdrLen: uint16(l.HdrLen())}
+	if l.kind != GSONone {
+		h.GSOSize = uint16(l.mss)
+		if l.ecn {
+			h.GSOType |= GSOECN
+		}
+	}
+	if l.needsCsum {
+		h.Flags = FlagNeedsCsum
+		h.CsumStart = uint16(l.l3Len)
+		h.CsumOffset = uint16(l.csumOffset)
+	}
+	return h
+}
+
 // HdrLen is the length of the L3 and L4 headers that every TSO/USO segment
 // carries: the true hdr_len recomputed from the packet.
 func (l Layout) HdrLen() int { return l.l3Len + l.l4Len }

@@ -23,6 +23,34 @@ type Frame struct {
 	Buf []byte // the packet goes at Buf[Sink.Headroom():]
 	Len int    // the packet's length, without the headroom
 	ID  uint64 // the sink's handle, such as a UMEM address
+	// Header describes the packet to an OffloadSink: all zero for a
+	// complete packet, NEEDS_CSUM for a partial checksum (OffloadCsum), a
+	// GSO type for a whole super-packet (OffloadGSO).
+	Header segment.Header
+}
+
+// Offload is what an OffloadSink's device finishes itself.
+type Offload int
+
+// What a device may finish.
+const (
+	OffloadNone Offload = iota // nothing: complete segments, checksums included
+	OffloadCsum                // checksums: segments with partial checksums
+	OffloadGSO                 // segmentation: the whole super-packet in one frame
+)
+
+// An OffloadSink is a Sink whose device checksums or segments packets
+// itself, such as an AF_PACKET socket with a virtio-net header per packet
+// on a NIC with TSO. The forwarder asks it per super-packet; with
+// OffloadGSO it still charges the budget every future segment's truesize,
+// released when the frame completes.
+type OffloadSink interface {
+	Sink
+	// Offload says what the device finishes for packets of this layout.
+	Offload(l segment.Layout) Offload
+	// AllocLarge takes a free frame with room for a whole super-packet of
+	// size bytes after the headroom; false when none is free.
+	AllocLarge(size int) (Frame, bool)
 }
 
 // A Sink transmits IP packets from frames it owns and reports when they are
@@ -53,8 +81,9 @@ type Sink interface {
 }
 
 // A Hook sees every segment before it is queued and returns false to drop
-// it, like a netfilter hook. It runs on the forwarder's producer goroutine
-// and must not keep pkt.
+// it, like a netfilter hook; a super-packet an OffloadSink takes whole is
+// seen whole. It runs on the forwarder's producer goroutine and must not
+// keep pkt.
 type Hook func(pkt []byte) bool
 
 // ForwarderConfig configures a Forwarder.

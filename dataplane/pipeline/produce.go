@@ -20,14 +20,16 @@ const maxSuperPacket = 65535 + 40 + segment.HeaderSizeMrg
 // them into the sink's frames and queues the segments. Its buffers are
 // allocated once.
 type producer struct {
-	f      *Forwarder
-	bufs   [][]byte // read buffers
-	sizes  []int
-	frames []Frame // one per segment of the packet at hand
-	segs   [][]byte
-	lens   []int
-	items  []txqueue.Item[Frame]
-	size   int // truesize of one segment
+	f       *Forwarder
+	offload OffloadSink        // the sink, if it offloads
+	partial *segment.Segmenter // cuts with partial checksums, for OffloadCsum
+	bufs    [][]byte           // read buffers
+	sizes   []int
+	frames  []Frame // one per segment of the packet at hand
+	segs    [][]byte
+	lens    []int
+	items   []txqueue.Item[Frame]
+	size    int // truesize of one segment
 }
 
 func newProducer(f *Forwarder) *producer {
@@ -35,15 +37,18 @@ func newProducer(f *Forwarder) *producer {
 	if maxSegs <= 0 {
 		maxSegs = segment.DefaultMaxSegments
 	}
+	offload, _ := f.cfg.Sink.(OffloadSink)
 	p := &producer{
-		f:      f,
-		bufs:   make([][]byte, f.cfg.Batch),
-		sizes:  make([]int, f.cfg.Batch),
-		frames: make([]Frame, maxSegs),
-		segs:   make([][]byte, maxSegs),
-		lens:   make([]int, maxSegs),
-		items:  make([]txqueue.Item[Frame], 0, maxSegs),
-		size:   txqueue.Truesize(f.cfg.FrameSize),
+		f:       f,
+		offload: offload,
+		partial: &segment.Segmenter{Partial: true, MaxSegments: f.cfg.Segmenter.MaxSegments},
+		bufs:    make([][]byte, f.cfg.Batch),
+		sizes:   make([]int, f.cfg.Batch),
+		frames:  make([]Frame, maxSegs),
+		segs:    make([][]byte, maxSegs),
+		lens:    make([]int, maxSegs),
+		items:   make([]txqueue.Item[Frame], 0, maxSegs),
+		size:    txqueue.Truesize(f.cfg.FrameSize),
 	}
 	for i := range p.bufs {
 		p.bufs[i] = make([]byte, maxSuperPacket)
@@ -97,6 +102,13 @@ func (p *producer) forward(ctx context.Context, raw []byte) error {
 			return err
 		}
 	}
+	mode := OffloadNone
+	if p.offload != nil {
+		mode = p.offload.Offload(l)
+	}
+	if mode == OffloadGSO && l.Segments() > 1 {
+		return p.whole(ctx, pkt, l, flow)
+	}
 	frames := p.frames[:l.Segments()]
 	if err := p.alloc(ctx, frames); err == errNoFrames {
 		st.drop(DropNoFrames, 1)
@@ -104,48 +116,103 @@ func (p *producer) forward(ctx context.Context, raw []byte) error {
 	} else if err != nil {
 		return err
 	}
-	return p.split(ctx, pkt, l, frames, flow)
+	return p.split(ctx, pkt, l, frames, flow, mode == OffloadCsum)
 }
 
 // alloc fills frames from the sink, waiting for completions when every
-// frame is in flight. Without a budget (backpressure off) it does not
-// wait, and it gives up when no frame can come back: then it returns
-// errNoFrames and the packet is dropped.
+// frame is in flight (see waitFreed).
 func (p *producer) alloc(ctx context.Context, frames []Frame) error {
 	got := p.f.cfg.Sink.Alloc(frames)
-	if got < len(frames) && p.f.cfg.Budget == nil {
-		p.f.cfg.Sink.Free(frames[:got])
-		return errNoFrames
-	}
 	for got < len(frames) {
-		if st := p.f.cfg.Queue.Stats(); st.Pending == 0 && st.InFlight == 0 {
-			// Nothing will come back: the sink has fewer frames than
-			// this packet has segments.
+		if err := p.waitFreed(ctx); err != nil {
 			p.f.cfg.Sink.Free(frames[:got])
-			return errNoFrames
+			return err
 		}
-		p.f.stats.frameStalls.Add(1)
-		start := time.Now()
-		select {
-		case <-p.f.freed:
-		case <-ctx.Done():
-			p.f.cfg.Sink.Free(frames[:got])
-			return ctx.Err()
-		}
-		p.f.stats.frameStallNanos.Add(uint64(time.Since(start)))
 		got += p.f.cfg.Sink.Alloc(frames[got:])
 	}
 	return nil
 }
 
-// split cuts pkt into frames, runs the hook and queues the segments.
-func (p *producer) split(ctx context.Context, pkt []byte, l segment.Layout, frames []Frame, flow uint64) error {
+// allocLarge takes a frame for a whole super-packet of size bytes from an
+// OffloadSink, waiting like alloc.
+func (p *producer) allocLarge(ctx context.Context, size int) (Frame, error) {
+	for {
+		if f, ok := p.offload.AllocLarge(size); ok {
+			return f, nil
+		}
+		if err := p.waitFreed(ctx); err != nil {
+			return Frame{}, err
+		}
+	}
+}
+
+// waitFreed waits until the sink loop completes frames. Without a budget
+// (backpressure off) it does not wait, and it gives up when no frame can
+// come back (the sink has fewer frames than the packet needs): then it
+// returns errNoFrames and the packet is dropped.
+func (p *producer) waitFreed(ctx context.Context) error {
+	if p.f.cfg.Budget == nil {
+		return errNoFrames
+	}
+	if st := p.f.cfg.Queue.Stats(); st.Pending == 0 && st.InFlight == 0 {
+		return errNoFrames
+	}
+	p.f.stats.frameStalls.Add(1)
+	start := time.Now()
+	select {
+	case <-p.f.freed:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	p.f.stats.frameStallNanos.Add(uint64(time.Since(start)))
+	return nil
+}
+
+// whole hands a super-packet to an OffloadSink in one frame, charged as
+// the segments the device will cut, and queues it.
+func (p *producer) whole(ctx context.Context, pkt []byte, l segment.Layout, flow uint64) error {
+	cfg, st := &p.f.cfg, &p.f.stats
+	f, err := p.allocLarge(ctx, len(pkt))
+	if err == errNoFrames {
+		st.drop(DropNoFrames, 1)
+		return nil
+	} else if err != nil {
+		return err
+	}
+	headroom, segs := cfg.Sink.Headroom(), l.Segments()
+	p.frames[0] = f
+	if len(f.Buf) < headroom+len(pkt) {
+		cfg.Sink.Free(p.frames[:1])
+		st.drop(DropOversize, 1)
+		return nil
+	}
+	f.Len, f.Header = copy(f.Buf[headroom:], pkt), l.GSOHeader()
+	st.segmented(segs)
+	if cfg.Hook != nil && !cfg.Hook(f.Buf[headroom:headroom+f.Len]) {
+		cfg.Sink.Free(p.frames[:1])
+		st.drop(DropHook, segs)
+		return nil
+	}
+	st.offloaded.Add(1)
+	st.segments.Add(uint64(segs))
+	st.bytes.Add(uint64(len(pkt) + (segs-1)*l.HdrLen()))
+	p.items = append(p.items[:0], txqueue.Item[Frame]{Owner: cfg.Budget, Flow: flow, Size: segs * p.size, Value: f})
+	return p.enqueue(ctx)
+}
+
+// split cuts pkt into frames (with partial checksums for an OffloadCsum
+// sink), runs the hook and queues the segments.
+func (p *producer) split(ctx context.Context, pkt []byte, l segment.Layout, frames []Frame, flow uint64, partial bool) error {
 	cfg, st := &p.f.cfg, &p.f.stats
 	headroom := cfg.Sink.Headroom()
 	for i := range frames {
 		p.segs[i] = frames[i].Buf
 	}
-	n, err := cfg.Segmenter.Split(pkt, l, p.segs[:len(frames)], p.lens, headroom)
+	seg, hdr := cfg.Segmenter, segment.Header{}
+	if partial {
+		seg, hdr = p.partial, l.SegmentHeader(true)
+	}
+	n, err := seg.Split(pkt, l, p.segs[:len(frames)], p.lens, headroom)
 	if err != nil { // segments larger than a frame
 		cfg.Sink.Free(frames)
 		st.drop(DropOversize, 1)
@@ -155,7 +222,7 @@ func (p *producer) split(ctx context.Context, pkt []byte, l segment.Layout, fram
 	p.items = p.items[:0]
 	bytes := 0
 	for i := range n {
-		frames[i].Len = p.lens[i]
+		frames[i].Len, frames[i].Header = p.lens[i], hdr
 		if cfg.Hook != nil && !cfg.Hook(frames[i].Buf[headroom:headroom+p.lens[i]]) {
 			cfg.Sink.Free(frames[i : i+1])
 			st.drop(DropHook, 1)

@@ -31,6 +31,17 @@ type Receiver interface {
 	Headroom() int
 }
 
+// A HeaderReceiver is a Receiver whose frames carry the virtio-net header
+// the kernel gave them, such as an AF_PACKET socket with PACKET_VNET_HDR,
+// behind which the kernel's own GRO may have merged packets already:
+// Header(i) is that of frame i of the last Receive. A frame with a GSO
+// type or a partial checksum goes into the writer whole, with its header;
+// the others go on as from any Receiver.
+type HeaderReceiver interface {
+	Receiver
+	Header(i int) segment.Header
+}
+
 // A Writer writes packets, bufs[i][offset:] each, virtio-net header
 // first, in order, and returns how many it wrote; on error, bufs[n] is
 // the packet that failed. tun.Queue is one.
@@ -69,7 +80,7 @@ type ReturnStats struct {
 	Writes       uint64 // packets written, a super-packet counting once
 	SuperPackets uint64 // writes that carried two packets or more
 	Refused      uint64 // super-packets the writer refused (their packets went one by one)
-	Drops        Drops  // DropInvalid: not a valid IP packet; DropWriteError: refused by the writer
+	Drops        Drops  // DropInvalid: refused by the receiver or (without GRO) not a valid IP packet; DropWriteError: refused by the writer
 	// GRO counts what the coalescer merged and why it passed packets
 	// through (zero with GRO off).
 	GRO segment.CoalesceStats
@@ -94,6 +105,7 @@ func (s ReturnStats) Add(o ReturnStats) ReturnStats {
 type ReturnPath struct {
 	cfg       ReturnConfig
 	vw        VectorWriter
+	hr        HeaderReceiver     // the receiver, if it gives headers
 	gro       *segment.Coalescer // nil with GRO off
 	refused   [2]bool            // TCP, UDP: OnRefused was called
 	closed    bool               // the writer said it was closed
@@ -119,6 +131,7 @@ func NewReturnPath(cfg ReturnConfig) (*ReturnPath, error) {
 		return nil, fmt.Errorf("pipeline: %w: receiver headroom %d is shorter than the virtio-net header", ErrInvalidConfig, cfg.Receiver.Headroom())
 	}
 	r := &ReturnPath{cfg: cfg}
+	r.hr, _ = cfg.Receiver.(HeaderReceiver)
 	if !cfg.TCP && !cfg.UDP {
 		return r, nil
 	}
@@ -151,45 +164,100 @@ func (r *ReturnPath) Stats() ReturnStats {
 // Run moves packets until ctx ends or the receiver or the writer is
 // closed (then it returns nil) or the receiver fails.
 func (r *ReturnPath) Run(ctx context.Context) error {
-	frames := make([][]byte, returnBatch)
-	sizes := make([]int, returnBatch)
-	out := make([][]byte, returnBatch)
+	b := &returnBatchBufs{
+		frames: make([][]byte, returnBatch), sizes: make([]int, returnBatch),
+		out: make([][]byte, returnBatch), one: make([][]byte, 1),
+	}
 	for ctx.Err() == nil && !r.closed {
-		n, err := r.cfg.Receiver.Receive(frames)
+		n, err := r.cfg.Receiver.Receive(b.frames)
 		if errors.Is(err, net.ErrClosed) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		m := r.check(frames[:n], sizes)
-		if r.gro != nil {
-			r.writeVectors(r.gro.Coalesce(frames[:m], sizes[:m], r.cfg.Receiver.Headroom()))
-			r.groMu.Lock()
-			r.groStats = r.gro.Stats()
-			r.groMu.Unlock()
-			continue
-		}
-		h := r.cfg.Receiver.Headroom()
-		for i, f := range frames[:m] {
-			hdr := f[h-r.cfg.HeaderSize : h]
-			clear(hdr) // no offload: the kernel checks the checksums
-			out[i] = f[h-r.cfg.HeaderSize : h+sizes[i]]
-		}
-		r.write(out[:m])
+		r.batch(b, n)
 	}
 	return nil
 }
 
-// check keeps the frames holding a valid IP packet, moving them to the
-// front, with each packet's length (trimmed to its IP length: Ethernet
-// pads short frames) in sizes; it returns how many it kept.
+// returnBatchBufs are Run's buffers, allocated once.
+type returnBatchBufs struct {
+	frames [][]byte
+	sizes  []int
+	out    [][]byte
+	one    [][]byte
+}
+
+// batch writes the n frames just received, in order: runs of plain
+// packets through GRO (or one by one), and between them the packets the
+// kernel finished (HeaderReceiver) with their own headers.
+func (r *ReturnPath) batch(b *returnBatchBufs, n int) {
+	start := 0
+	for i := range n {
+		if r.hr == nil {
+			break
+		}
+		if h := r.hr.Header(i); h.GSOType.Kind() != segment.GSONone || h.NeedsCsum() {
+			r.run(b, start, i)
+			r.passKernel(b, b.frames[i], h)
+			start = i + 1
+		}
+	}
+	r.run(b, start, n)
+}
+
+// run writes the plain packets of frames [from, to).
+func (r *ReturnPath) run(b *returnBatchBufs, from, to int) {
+	frames, sizes := b.frames[from:to], b.sizes[from:to]
+	m := r.check(frames, sizes)
+	if m == 0 {
+		return
+	}
+	h := r.cfg.Receiver.Headroom()
+	if r.gro != nil {
+		r.writeVectors(r.gro.Coalesce(frames[:m], sizes[:m], h))
+		r.groMu.Lock()
+		r.groStats = r.gro.Stats()
+		r.groMu.Unlock()
+		return
+	}
+	for i, f := range frames[:m] {
+		hdr := f[h-r.cfg.HeaderSize : h]
+		clear(hdr) // no offload: the kernel checks the checksums
+		b.out[i] = f[h-r.cfg.HeaderSize : h+sizes[i]]
+	}
+	r.write(b.out[:m])
+}
+
+// passKernel writes a packet the kernel merged or left with a partial
+// checksum, behind its own header.
+func (r *ReturnPath) passKernel(b *returnBatchBufs, f []byte, hdr segment.Header) {
+	h := r.cfg.Receiver.Headroom()
+	pkt := ipPacket(f[h:])
+	if len(pkt) == 0 || hdr.Encode(f[h-r.cfg.HeaderSize:h], r.cfg.HeaderSize) != nil {
+		r.invalid.Add(1)
+		return
+	}
+	r.packets.Add(1)
+	r.bytes.Add(uint64(len(pkt)))
+	b.one[0] = f[h-r.cfg.HeaderSize : h+len(pkt)]
+	r.write(b.one)
+}
+
+// check keeps the frames holding an IP packet, moving them to the front,
+// with each packet's length (trimmed to its IP length: Ethernet pads short
+// frames) in sizes; it returns how many it kept. Without GRO a packet must
+// pass segment.Validate; with GRO the coalescer parses every packet
+// itself and passes a malformed one through to the kernel, which drops it
+// (counted as GRO.Malformed), so check only drops what the receiver
+// refused.
 func (r *ReturnPath) check(frames [][]byte, sizes []int) int {
 	h := r.cfg.Receiver.Headroom()
 	m, bytes := 0, 0
 	for _, f := range frames {
 		pkt := ipPacket(f[h:])
-		if _, err := segment.Validate(pkt, segment.Header{}); err != nil {
+		if !r.valid(pkt) {
 			r.invalid.Add(1)
 			continue
 		}
@@ -200,6 +268,15 @@ func (r *ReturnPath) check(frames [][]byte, sizes []int) int {
 	r.packets.Add(uint64(m))
 	r.bytes.Add(uint64(bytes))
 	return m
+}
+
+// valid reports whether pkt may be handed on.
+func (r *ReturnPath) valid(pkt []byte) bool {
+	if r.gro != nil {
+		return len(pkt) > 0
+	}
+	_, err := segment.Validate(pkt, segment.Header{})
+	return err == nil
 }
 
 // ipPacket trims b to the length its IP header gives, if shorter.

@@ -74,6 +74,7 @@ type Stats struct {
 	Bytes          uint64        // IP bytes of the segments queued
 	Transmitted    uint64        // segments the sink took
 	Completed      uint64        // segments the sink reported gone
+	Offloaded      uint64        // super-packets an OffloadSink took whole (counted once in Transmitted and Completed)
 	TxErrors       uint64        // Transmit calls that returned an error
 	FrameStalls    uint64        // times the producer waited for free frames
 	FrameStallTime time.Duration // total time it waited
@@ -91,6 +92,7 @@ type Stats struct {
 type counters struct {
 	superPackets, segments, bytes    atomic.Uint64
 	transmitted, completed, txErrors atomic.Uint64
+	offloaded                        atomic.Uint64
 	frameStalls, frameStallNanos     atomic.Uint64
 	drops                            [NumDropReasons]atomic.Uint64
 	segHist                          [len(SegmentBounds) + 1]atomic.Uint64
@@ -119,6 +121,7 @@ func (c *counters) snapshot() Stats {
 		Bytes:        c.bytes.Load(),
 		Transmitted:  c.transmitted.Load(),
 		Completed:    c.completed.Load(),
+		Offloaded:    c.offloaded.Load(),
 		TxErrors:     c.txErrors.Load(),
 		FrameStalls:  c.frameStalls.Load(),
 	}
@@ -144,6 +147,7 @@ func (s Stats) Add(o Stats) Stats {
 	s.Bytes += o.Bytes
 	s.Transmitted += o.Transmitted
 	s.Completed += o.Completed
+	s.Offloaded += o.Offloaded
 	s.TxErrors += o.TxErrors
 	s.FrameStalls += o.FrameStalls
 	s.FrameStallTime += o.FrameStallTime

@@ -1,0 +1,162 @@
+package pipeline_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"testing"
+
+	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/segment"
+)
+
+// offloadSink is a memSink whose device finishes what mode says, with one
+// large frame for whole super-packets.
+type offloadSink struct {
+	*memSink
+	mode  pipeline.Offload
+	large []byte
+	got   []pipeline.Frame // copies of what was transmitted
+}
+
+func (s *offloadSink) Offload(segment.Layout) pipeline.Offload { return s.mode }
+
+func (s *offloadSink) AllocLarge(size int) (pipeline.Frame, bool) {
+	if s.large == nil {
+		return pipeline.Frame{}, false
+	}
+	f := pipeline.Frame{Buf: s.large, ID: 1 << 20}
+	s.large = nil
+	return f, true
+}
+
+func (s *offloadSink) Free(frames []pipeline.Frame) {
+	for _, f := range frames {
+		if f.ID == 1<<20 {
+			s.large = f.Buf
+			continue
+		}
+		s.memSink.Free([]pipeline.Frame{f})
+	}
+}
+
+func (s *offloadSink) Transmit(frames []pipeline.Frame) (int, error) {
+	for _, f := range frames {
+		c := f
+		c.Buf = bytes.Clone(f.Buf[:f.Len])
+		s.got = append(s.got, c)
+		if f.ID == 1<<20 {
+			s.large = f.Buf // completes at once
+		}
+	}
+	return s.memSink.Transmit(frames)
+}
+
+// TestForwarderOffload: a GSO sink gets the super-packet whole, charged as
+// its segments; a checksum sink gets segments with partial checksums that
+// finish into the full-checksum segments.
+func TestForwarderOffload(t *testing.T) {
+	const payload = 10 * 1448
+	raw := tcpSuperPacket(payload)
+	h, _ := segment.DecodeHeader(raw, segment.HeaderSize)
+	pkt := raw[segment.HeaderSize:]
+	l, err := segment.Validate(pkt, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(mode pipeline.Offload) (*offloadSink, pipeline.Stats) {
+		sink := &offloadSink{memSink: newMemSink(64, 2048), mode: mode, large: make([]byte, 1<<16)}
+		sink.memSink.record = false
+		f, budget, queue := newTestForwarder(t, &sliceSource{pkts: [][]byte{raw}}, sink)
+		if err := runWithin(t, f); !errors.Is(err, io.EOF) {
+			t.Fatalf("Run = %v, want io.EOF", err)
+		}
+		queue.Close()
+		if st := budget.Stats(); st.InFlight != 0 {
+			t.Errorf("mode %d: %d bytes still charged", mode, st.InFlight)
+		}
+		return sink, f.Stats()
+	}
+
+	sink, st := run(pipeline.OffloadGSO)
+	if len(sink.got) != 1 || !bytes.Equal(sink.got[0].Buf, pkt) || sink.got[0].Header != l.GSOHeader() {
+		t.Fatalf("GSO: %d frames, header %+v; want the super-packet whole with %+v", len(sink.got), sink.got[0].Header, l.GSOHeader())
+	}
+	if st.Offloaded != 1 || st.Segments != uint64(l.Segments()) || st.Transmitted != 1 {
+		t.Errorf("GSO stats %+v: want 1 offloaded, %d segments, 1 frame", st, l.Segments())
+	}
+
+	full := make([][]byte, l.Segments())
+	sizes := make([]int, len(full))
+	for i := range full {
+		full[i] = make([]byte, 2048)
+	}
+	if _, err := segment.Split(pkt, h, full, sizes, 0); err != nil {
+		t.Fatal(err)
+	}
+	sink, _ = run(pipeline.OffloadCsum)
+	if len(sink.got) != l.Segments() {
+		t.Fatalf("checksum offload: %d frames, want %d", len(sink.got), l.Segments())
+	}
+	for i, f := range sink.got {
+		seg := f.Buf
+		if f.Header.Flags != segment.FlagNeedsCsum || int(f.Header.CsumStart) != l.L3Len() {
+			t.Fatalf("segment %d: header %+v, want NEEDS_CSUM at the TCP header", i, f.Header)
+		}
+		finishChecksum(seg, f.Header)
+		if !bytes.Equal(seg, full[i][:sizes[i]]) {
+			t.Errorf("segment %d does not finish into the full-checksum segment", i)
+		}
+	}
+}
+
+// finishChecksum completes a TCP partial checksum as a device would: the
+// checksum of everything from csum_start on, the pseudo-header sum in the
+// field included.
+func finishChecksum(pkt []byte, h segment.Header) {
+	start := int(h.CsumStart)
+	c := segment.Checksum(pkt[start:], 0)
+	field := pkt[start+int(h.CsumOffset):]
+	field[0], field[1] = byte(c>>8), byte(c)
+}
+
+// headerReceiver is a frameReceiver that also gives each frame a
+// virtio-net header, as an AF_PACKET socket does.
+type headerReceiver struct {
+	frameReceiver
+	headers []segment.Header
+}
+
+func (r *headerReceiver) Header(i int) segment.Header { return r.headers[i] }
+
+// TestReturnPathKernelHeaders: a packet the kernel merged goes into the
+// writer whole with its header, in its place among the others.
+func TestReturnPathKernelHeaders(t *testing.T) {
+	segs := tcpSegments(t, 3*1448)
+	raw := tcpSuperPacket(3 * 1448)
+	merged := make([]byte, 14+len(raw)-segment.HeaderSize)
+	copy(merged[14:], raw[segment.HeaderSize:])
+	kh, _ := segment.DecodeHeader(raw, segment.HeaderSize)
+	batch := [][]byte{segs[0], merged, segs[1]}
+	rx := &headerReceiver{frameReceiver{batches: [][][]byte{batch}}, []segment.Header{{}, kh, {}}}
+	w := &refusingWriter{}
+	r, err := pipeline.NewReturnPath(pipeline.ReturnConfig{Receiver: rx, Writer: w, HeaderSize: segment.HeaderSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(w.pkts) != 3 {
+		t.Fatalf("%d packets written, want 3", len(w.pkts))
+	}
+	if got, _ := segment.DecodeHeader(w.pkts[1], segment.HeaderSize); got != kh || !bytes.Equal(w.pkts[1][segment.HeaderSize:], raw[segment.HeaderSize:]) {
+		t.Errorf("the kernel's super-packet: header %+v, want %+v, or its bytes changed", got, kh)
+	}
+	for _, i := range []int{0, 2} {
+		if !bytes.Equal(w.pkts[i][segment.HeaderSize:], batch[i][14:]) {
+			t.Errorf("packet %d changed or moved", i)
+		}
+	}
+}
