@@ -58,10 +58,17 @@ func (gw *gateway) counters(c *counters) {
 	c.BudgetInFlight, c.BudgetLimit = st.Budget.InFlight, st.Budget.Limit
 }
 
-// extra are the gateway's whole-run waits: where the forwarder held back.
+// extra are the gateway's whole-run waits (where the forwarder held
+// back) and its kernel crossings: AF_XDP kicks per super-packet read.
 func (gw *gateway) extra() map[string]float64 {
 	st := gw.g.Stats()
-	return waits(st.Forward, st.Budget, st.Queue)
+	m := waits(st.Forward, st.Budget, st.Queue)
+	var kicks uint64
+	for _, x := range st.XSK {
+		kicks += x.Kicks
+	}
+	m["xsk_kicks_per_super_packet"] = float64(kicks) / float64(max(st.Forward.SuperPackets, 1))
+	return m
 }
 
 // waits summarises a forwarder's waits for the JSON "extra" object.

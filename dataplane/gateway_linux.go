@@ -210,7 +210,8 @@ func (g *Gateway) Run(parent context.Context) error {
 		start(len(g.fwds)+i, r.Run)
 	}
 	<-ctx.Done()
-	g.closeInside() // wakes the producers blocked in Read
+	g.closeInside()     // wakes the producers blocked in Read
+	g.xdp.StopReceive() // and the return paths waiting for frames
 	wg.Wait()
 	for i := range errs {
 		if parent.Err() != nil && errors.Is(errs[i], pipeline.ErrSourceClosed) {

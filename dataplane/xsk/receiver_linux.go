@@ -2,14 +2,9 @@ package xsk
 
 import (
 	"encoding/binary"
-	"time"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 )
-
-// rxWait bounds one Receive's wait, so that the return path notices that
-// its context ended.
-const rxWait = 10 * time.Millisecond
 
 // receiver is a socket's receive side as a pipeline.Receiver.
 type receiver struct {
@@ -21,8 +16,9 @@ var _ pipeline.Receiver = (*receiver)(nil)
 
 // Receiver returns the socket's receive side as a pipeline.Receiver: each
 // Receive gives the frames of the previous one back to the kernel (fill
-// ring), then returns the Ethernet frames waiting, waiting up to 10 ms
-// for one. A frame whose EtherType is not IPv4 or IPv6, or does not match
+// ring), then returns the Ethernet frames waiting, waiting (through the
+// Go runtime's netpoller) until one comes, the port stops receiving
+// (Port.StopReceive: then it returns none) or the port is closed. A frame whose EtherType is not IPv4 or IPv6, or does not match
 // its IP version, comes back with an empty packet (the return path counts
 // it as invalid). Use one Receiver per socket, from one goroutine.
 func (x *Socket) Receiver() pipeline.Receiver { return &receiver{x: x} }
@@ -37,9 +33,12 @@ func (r *receiver) Receive(frames [][]byte) (int, error) {
 	}
 	r.addrs = r.addrs[:len(frames)]
 	n := r.x.receive(frames, r.addrs)
-	if n == 0 {
-		if _, err := r.x.waitRX(rxWait); err != nil {
+	for n == 0 {
+		if err := r.x.waitRX(); err != nil {
 			r.addrs = r.addrs[:0]
+			if err == errStopped {
+				return 0, nil
+			}
 			return 0, err
 		}
 		n = r.x.receive(frames, r.addrs)

@@ -164,9 +164,12 @@ func (s *Sink) Complete() (int, error) {
 	return n, nil
 }
 
-// Wait gives the kernel a moment to complete frames: AF_XDP has no event
-// for completions, so this is a short sleep.
+// Wait waits up to d until the kernel has completed transmitted frames,
+// woken by the socket's writable event, and kicks it meanwhile for frames
+// still on the TX ring.
 func (s *Sink) Wait(d time.Duration) error {
-	time.Sleep(min(d, 50*time.Microsecond))
-	return nil
+	if err := s.x.waitCompletions(d); err != ErrClosed {
+		return err
+	}
+	return nil // Complete reports nothing more; the forwarder stops by its queue
 }

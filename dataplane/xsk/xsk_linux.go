@@ -176,6 +176,15 @@ func (p *Port) SetRedirect(prefixes []netip.Prefix) error {
 	return p.prog.setPrefixes(checked)
 }
 
+// StopReceive makes every Receive of the port's sockets' receivers return
+// at once, with no frames, from now on: a return path blocked waiting for
+// frames notices that its context ended. Transmitting goes on until Close.
+func (p *Port) StopReceive() {
+	for _, x := range p.Sockets() {
+		x.stopRX()
+	}
+}
+
 // Close unregisters the sockets, detaches the XDP program if it is still
 // ours, and closes the sockets and the program. It may be called from any
 // goroutine and more than once; the sockets' methods then return
@@ -236,6 +245,8 @@ type Socket struct {
 	txFree     []uint64 // TX frames on the free list (a stack)
 	rxSpare    []uint64 // RX frames not in the fill ring (a stack)
 	txErr      error    // a kick error seen by Complete, for the next Transmit
+	txBudget   int      // frames the kernel sends per kick (XDP_MAX_TX_SKB_BUDGET)
+	poll       poller   // waits through the Go runtime's netpoller
 	st         xskCounters
 	final      Stats // kernel counters read at close
 }
@@ -285,7 +296,8 @@ func (x *Socket) setup(ifindex int, cfg Config) error {
 		return err
 	}
 	x.initFrames(cfg.NumFrames)
-	return nil
+	x.txBudget = setTxBudget(x.fd, min(cfg.RingSize, sinkFrames))
+	return x.poll.init(x)
 }
 
 // mapRings sizes and maps the four rings.
@@ -366,7 +378,7 @@ func (x *Socket) close() error {
 	}
 	x.closed = true
 	x.final = x.kernelStats()
-	err := os.NewSyscallError("close", unix.Close(x.fd))
+	err := x.poll.close(x.fd)
 	x.fd = -1
 	for _, r := range []*xskRing{&x.fill.xskRing, &x.comp.xskRing, &x.rx.xskRing, &x.tx.xskRing} {
 		err = errors.Join(err, r.unmap())
@@ -641,56 +653,6 @@ func (x *Socket) fillFromSpare() {
 	x.rxSpare = x.rxSpare[:top]
 	x.fill.local += uint32(n)
 	x.fill.publishProducer()
-}
-
-// waitAny waits up to timeout (negative: forever) until packets can be
-// received (rx) or the TX ring has room (tx), with poll(2); EINTR is
-// retried. In copy mode the poll also sends what is on the TX ring.
-// Completions do not wake it: a sender waiting for free frames should
-// call complete periodically. The TX ring almost always has room, so a
-// receiver should use WaitRX.
-func (x *Socket) waitAny(timeout time.Duration) (rx, tx bool, err error) {
-	return x.wait(timeout, unix.POLLIN|unix.POLLOUT)
-}
-
-// waitRX waits up to timeout (negative: forever) until packets can be
-// received; it reports whether they can.
-func (x *Socket) waitRX(timeout time.Duration) (bool, error) {
-	rx, _, err := x.wait(timeout, unix.POLLIN)
-	return rx, err
-}
-
-func (x *Socket) wait(timeout time.Duration, events int16) (rx, tx bool, err error) {
-	x.mu.RLock()
-	closed, fd := x.closed, x.fd
-	x.mu.RUnlock()
-	if closed {
-		return false, false, ErrClosed
-	}
-	deadline := time.Now().Add(timeout)
-	for {
-		ms := -1
-		if timeout >= 0 {
-			ms = int((time.Until(deadline) + time.Millisecond - 1) / time.Millisecond)
-			ms = max(ms, 0)
-		}
-		pfd := [1]unix.PollFd{{Fd: int32(fd), Events: events}}
-		_, err := unix.Poll(pfd[:], ms)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return false, false, fmt.Errorf("xsk: queue %d: %w", x.queueID, os.NewSyscallError("poll", err))
-		}
-		ev := pfd[0].Revents
-		if ev&unix.POLLNVAL != 0 {
-			return false, false, ErrClosed
-		}
-		if ev&unix.POLLERR != 0 {
-			return false, false, fmt.Errorf("xsk: queue %d: poll: socket error", x.queueID)
-		}
-		return ev&unix.POLLIN != 0, ev&unix.POLLOUT != 0, nil
-	}
 }
 
 // Stats returns the socket's counters, the kernel's included (as of

@@ -596,7 +596,7 @@ func TestXSKTransmit(t *testing.T) {
 			}
 		}
 		s := x.Stats()
-		t.Logf("queue %d: %+v", x.queueID, s)
+		t.Logf("queue %d: %+v; %d frames per kick at most (%.1f per kick)", x.queueID, s, x.TxBudget(), float64(s.TX)/float64(max(s.Kicks, 1)))
 		if s.Completed != s.TX || x.txFreeCount() != xdpFrames/2 || s.BadFrames != 0 || s.KickErrors != 0 {
 			t.Errorf("queue %d: tx %d completed %d, %d of %d frames free, %d bad frames",
 				x.queueID, s.TX, s.Completed, x.txFreeCount(), xdpFrames/2, s.BadFrames)
@@ -629,7 +629,7 @@ func xdpCheckAllocs(t *testing.T, x *Socket, frame func([]byte, uint32) int) {
 		x.free(addrs[m:k])
 		x.complete()
 	})
-	waitAllocs := testing.AllocsPerRun(50, func() { x.waitAny(0) })
+	waitAllocs := testing.AllocsPerRun(50, func() { x.waitCompletions(time.Microsecond) })
 	if txAllocs != 0 || waitAllocs != 0 {
 		t.Errorf("allocations per call: Alloc+Transmit+Complete %v, Wait %v", txAllocs, waitAllocs)
 	}
@@ -737,8 +737,11 @@ func TestXSKAfterClose(t *testing.T) {
 	}
 	x.recycle(addrs)
 	x.free(addrs)
-	if _, _, err := x.waitAny(time.Millisecond); !errors.Is(err, ErrClosed) {
-		t.Errorf("Wait after Close: %v", err)
+	if err := x.waitRX(); !errors.Is(err, ErrClosed) {
+		t.Errorf("waitRX after Close: %v", err)
+	}
+	if err := x.waitCompletions(time.Millisecond); !errors.Is(err, ErrClosed) {
+		t.Errorf("waitCompletions after Close: %v", err)
 	}
 	_ = x.Stats()
 	if err := p.SetRedirect(nil); !errors.Is(err, ErrClosed) {
