@@ -33,7 +33,7 @@ func TestSmoke(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
 	out := filepath.Join(t.TempDir(), "results.json")
 	var stdout, stderr bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 80*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
 	defer cancel()
 	start := time.Now()
 	code := run(ctx, []string{"-duration", "1s", "-warmup", "300ms", "-runs", "1", "-json", "-out", out}, &stdout, &stderr)
@@ -71,7 +71,8 @@ func TestSmoke(t *testing.T) {
 	for _, want := range []string{
 		"backpressure/on", "backpressure/off",
 		"gso/gsoplane", "gso/no-offload", "gso/kernel",
-		"gro/gro", "gro/no-gro", "gro/kernel", "gro/wireguard-go", "gro/forward", "gro/gro-1q-2s", "gro/gro-2q-2s",
+		"gro/gro", "gro/no-gro", "gro/kernel", "gro/wireguard-go", "gro/forward",
+		"queues/fwd-1q-1f", "queues/fwd-2q-2f", "queues/rev-1q-1f", "queues/rev-2q-2f",
 		"hook/none", "hook/noop", "hook/inspect",
 		"peers/gsoplane", "peers/wireguard-go", "peers/tailscale-split",
 	} {

@@ -11,6 +11,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/gsoplane/gsoplane/dataplane"
 	"github.com/gsoplane/gsoplane/dataplane/tun"
@@ -18,27 +19,10 @@ import (
 
 func groRows() []rowSpec {
 	tcpUnits := units{sent: "bytes", received: "packets at gw-b"}
-	// gw runs streams TCP streams through a gateway configured by cfg,
-	// from B to A (toA) or from A to B.
-	gw := func(name string, cfg dataplane.GatewayConfig, streams int, toA bool) rowSpec {
-		return rowSpec{name: name, units: tcpUnits, retrans: true, start: func(ctx context.Context) (trial, error) {
-			return withLab(func(l *lab) (*labTrial, error) {
-				g, err := startGateway(l, cfg)
-				if err != nil {
-					return nil, err
-				}
-				s, err := startTCPStreams(l, streams, toA, tcpPort)
-				if err != nil {
-					return nil, errors.Join(err, g.stop())
-				}
-				return &labTrial{dp: gwDataplane{gateway: g, reverse: toA}, tr: tcpTraffic{s}, rxAtB: !toA}, nil
-			})
-		}}
-	}
+	gw := gatewayRow
 	on := dataplane.GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true, GRO: true}
-	off, twoQueues := on, on
+	off := on
 	off.GRO = false
-	twoQueues.TUN.Queues = 2
 	return []rowSpec{
 		gw("gro", on, 1, true),
 		gw("no-gro", off, 1, true),
@@ -73,9 +57,25 @@ func groRows() []rowSpec {
 			})
 		}},
 		gw("forward", on, 1, false),
-		gw("gro-1q-2s", on, 2, true),
-		gw("gro-2q-2s", twoQueues, 2, true),
 	}
+}
+
+// gatewayRow runs streams TCP streams through a gateway configured by
+// cfg, from B to A (toA: the return path) or from A to B.
+func gatewayRow(name string, cfg dataplane.GatewayConfig, streams int, toA bool) rowSpec {
+	return rowSpec{name: name, units: units{sent: "bytes", received: "packets at gw-b"}, retrans: true, start: func(ctx context.Context) (trial, error) {
+		return withLab(func(l *lab) (*labTrial, error) {
+			g, err := startGateway(l, cfg)
+			if err != nil {
+				return nil, err
+			}
+			s, err := startTCPStreams(l, streams, toA, tcpPort)
+			if err != nil {
+				return nil, errors.Join(err, g.stop())
+			}
+			return &labTrial{dp: gwDataplane{gateway: g, reverse: toA}, tr: tcpTraffic{s}, rxAtB: !toA}, nil
+		})
+	}}
 }
 
 func groRatios(rows []*rowResult) []ratio {
@@ -85,10 +85,40 @@ func groRatios(rows []*rowResult) []ratio {
 		{"gro", "forward", "TCP throughput, return path with GRO / forward path, same build"},
 		{"gro", "wireguard-go", "TCP B→A throughput, our GRO / wireguard-go's TUN writer"},
 		{"gro", "kernel", "TCP B→A throughput, gsoplane / kernel only (upper bound)"},
-		{"gro-2q-2s", "gro-1q-2s", "two streams B→A, two queues / one queue"},
 	} {
 		if a, b := findRow(rows, c.a), findRow(rows, c.b); a != nil && b != nil {
 			out = append(out, ratioOf(c.a+"/"+c.b, c.text, a, b, false))
+		}
+	}
+	return out
+}
+
+// queuesRows are the gateway with one and two queues (TUN and NIC), with
+// one and two TCP streams, forward (A→B) and reverse (B→A).
+func queuesRows() []rowSpec {
+	var rows []rowSpec
+	for _, dir := range []struct {
+		name string
+		toA  bool
+	}{{"fwd", false}, {"rev", true}} {
+		for _, q := range []int{1, 2} {
+			for _, flows := range []int{1, 2} {
+				cfg := dataplane.GatewayConfig{TUN: tun.Config{Offload: true, Queues: q}, Backpressure: true, GRO: true}
+				rows = append(rows, gatewayRow(fmt.Sprintf("%s-%dq-%df", dir.name, q, flows), cfg, flows, dir.toA))
+			}
+		}
+	}
+	return rows
+}
+
+func queuesRatios(rows []*rowResult) []ratio {
+	var out []ratio
+	for _, dir := range []string{"fwd", "rev"} {
+		for _, flows := range []int{1, 2} {
+			a, b := fmt.Sprintf("%s-2q-%df", dir, flows), fmt.Sprintf("%s-1q-%df", dir, flows)
+			if ra, rb := findRow(rows, a), findRow(rows, b); ra != nil && rb != nil {
+				out = append(out, ratioOf(a+"/"+b, fmt.Sprintf("%d stream(s) %s, two queues / one queue", flows, dir), ra, rb, false))
+			}
 		}
 	}
 	return out

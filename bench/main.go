@@ -13,7 +13,8 @@
 //	gso           TCP stream: gsoplane GSO, TUN without offloads, kernel only
 //	gro           TCP stream B→A through the return path: GRO on and off,
 //	              kernel only, wireguard-go's TUN writer, and the forward
-//	              direction and one or two queues for comparison
+//	              direction for comparison
+//	queues        TCP with one or two queues, one or two streams, both ways
 //	hook          64-byte packets, many flows: no hook, no-op hook, inspecting hook
 //	peers         TCP stream with wireguard-go's TUN reader and Tailscale's
 //	              GSOSplit in place of gsoplane's reader and segmenter
@@ -56,7 +57,7 @@ const (
 )
 
 // scenarioNames lists the scenarios in the order they run.
-var scenarioNames = []string{"backpressure", "gso", "gro", "hook", "peers"}
+var scenarioNames = []string{"backpressure", "gso", "gro", "queues", "hook", "peers"}
 
 // options are the parsed flags.
 type options struct {

@@ -59,7 +59,7 @@ var scenarios = map[string]scenarioDef{
 	"gro": {
 		name: "gro",
 		title: func(o options) string {
-			return "gro: one TCP stream B→A (the return path: NIC → TUN) — GRO on vs off vs kernel only vs wireguard-go's TUN writer; forward and two-queue rows for comparison"
+			return "gro: one TCP stream B→A (the return path: NIC → TUN) — GRO on vs off vs kernel only vs wireguard-go's TUN writer, and the forward direction"
 		},
 		rows:   func(o options) []rowSpec { return groRows() },
 		ratios: func(rows []*rowResult, o options) []ratio { return groRatios(rows) },
@@ -67,8 +67,19 @@ var scenarios = map[string]scenarioDef{
 			"Mpps = packets the return path took from the NIC; pkts/write = packets per TUN write (GRO merges), writes/pkt its inverse;",
 			"forward = the same build's A→B stream (GRO on; its Mpps and pkts/write are the ACKs coming back);",
 			"wireguard-go = its TUN device (CreateTUN with offloads) as the gateway's inside: our return path hands it every",
-			"  packet (writes/pkt 1.0 on our side) and its Device.Write coalesces them itself;",
-			"gro-1q-2s, gro-2q-2s = two streams B→A through one or two TUN and NIC queues.",
+			"  packet (writes/pkt 1.0 on our side) and its Device.Write coalesces them itself.",
+		},
+	},
+	"queues": {
+		name: "queues",
+		title: func(o options) string {
+			return "queues: TCP through the gateway with one or two queues (TUN queues = AF_XDP sockets), one or two streams, forward (A→B) and reverse (B→A)"
+		},
+		rows:   func(o options) []rowSpec { return queuesRows() },
+		ratios: func(rows []*rowResult, o options) []ratio { return queuesRatios(rows) },
+		notes: []string{
+			"Nq = TUN queues (one forwarder each) and AF_XDP sockets (one return path each); Nf = TCP streams.",
+			"The streams' flow hashes decide the queues: two streams may share one.",
 		},
 	},
 	"hook": {
