@@ -47,6 +47,9 @@ type GatewayConfig struct {
 	// of one per packet. It needs the inside's writer to be a
 	// pipeline.VectorWriter (a tun.Queue is).
 	GRO bool
+	// OnDetach is what the gateway does when its XDP program is detached
+	// from outside: attach it again (the default) or stop.
+	OnDetach DetachPolicy
 	// Log receives the gateway's rare events, such as the kernel refusing
 	// a kind of super-packet (GRO then goes on without it); nil: none.
 	Log *slog.Logger
@@ -54,6 +57,17 @@ type GatewayConfig struct {
 	// queued; 0: pipeline.DefaultDrainTime.
 	DrainTimeout time.Duration
 }
+
+// DetachPolicy says what the gateway does when its XDP program is
+// detached from outside (bpftool link detach): without it, traffic from
+// the NIC no longer reaches the gateway.
+type DetachPolicy int
+
+// The detach policies.
+const (
+	DetachReattach DetachPolicy = iota // attach it again, log and count it
+	DetachStop                         // stop: Run returns an error wrapping xsk.ErrDetached
+)
 
 // Host is the inside of a gateway when it is not a TUN device opened by
 // the gateway: a benchmark's or a VPN's own reader and writer.
@@ -74,6 +88,17 @@ type GatewayStats struct {
 	Budget  txqueue.BudgetStats  // summed over the TUN queues' budgets
 	Queue   txqueue.Stats        // summed over their queues
 	XSK     []xsk.Stats          // per AF_XDP socket
+	NIC     NICStats
+}
+
+// NICStats is the NIC as the gateway last saw it.
+type NICStats struct {
+	Up          bool   // up, with a carrier
+	MTU         int    // its MTU
+	Downs       uint64 // times it went down
+	XDPAttached bool   // the XDP program is attached
+	Detaches    uint64 // times the XDP program was found detached from outside
+	Reattaches  uint64 // times it was attached again
 }
 
 // UMEMFrames is the number of UMEM frames, half of them for TX, of each

@@ -28,6 +28,7 @@ type Gateway struct {
 	rets    []*pipeline.ReturnPath
 	budgets []*txqueue.Budget
 	queues  []*txqueue.Queue[pipeline.Frame]
+	mon     *monitor
 }
 
 // inside is one queue of the TUN device or the Host.
@@ -96,6 +97,9 @@ func (g *Gateway) open(cfg GatewayConfig) error {
 		return err
 	}
 	g.xdp = x
+	if g.mon, err = newMonitor(x, cfg, logger(cfg)); err != nil {
+		return err
+	}
 	socks := x.Sockets()
 	if len(g.inside) > len(socks) {
 		return fmt.Errorf("dataplane: %w: %d TUN queues, %d NIC queues", ErrInvalidConfig, len(g.inside), len(socks))
@@ -115,13 +119,18 @@ func (g *Gateway) open(cfg GatewayConfig) error {
 	return nil
 }
 
+// logger is cfg.Log, or a logger that discards.
+func logger(cfg GatewayConfig) *slog.Logger {
+	if cfg.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return cfg.Log
+}
+
 // returnConfig configures the return path from s into w: GRO merges TCP,
 // and UDP too when the TUN device takes USO super-packets.
 func (g *Gateway) returnConfig(cfg GatewayConfig, s *xsk.Socket, w pipeline.Writer) pipeline.ReturnConfig {
-	log := cfg.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log := logger(cfg)
 	uso := g.tun != nil && g.tun.Offloads().Has(tun.OffloadUSO4|tun.OffloadUSO6)
 	return pipeline.ReturnConfig{
 		Receiver: s.Receiver(), Writer: w, HeaderSize: g.headerSize(),
@@ -193,7 +202,7 @@ func (g *Gateway) Run(parent context.Context) error {
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	var wg sync.WaitGroup
-	errs := make([]error, len(g.fwds)+len(g.rets))
+	errs := make([]error, len(g.fwds)+len(g.rets)+1)
 	start := func(i int, run func(context.Context) error) {
 		wg.Add(1)
 		go func() {
@@ -209,6 +218,7 @@ func (g *Gateway) Run(parent context.Context) error {
 	for i, r := range g.rets {
 		start(len(g.fwds)+i, r.Run)
 	}
+	start(len(errs)-1, g.mon.run)
 	<-ctx.Done()
 	g.closeInside()     // wakes the producers blocked in Read
 	g.xdp.StopReceive() // and the return paths waiting for frames
@@ -238,6 +248,9 @@ func (g *Gateway) Close() error {
 	}
 	for _, s := range g.sinks {
 		s.Close()
+	}
+	if g.mon != nil {
+		g.mon.close()
 	}
 	if g.xdp != nil {
 		errs = append(errs, g.xdp.Close())
@@ -274,6 +287,9 @@ func (g *Gateway) Stats() GatewayStats {
 		for _, x := range g.xdp.Sockets() {
 			s.XSK = append(s.XSK, x.Stats())
 		}
+	}
+	if g.mon != nil {
+		s.NIC = g.mon.stats()
 	}
 	return s
 }

@@ -44,6 +44,7 @@ func TestMain(m *testing.M) { os.Exit(netlab.Main(m)) }
 type gwLab struct {
 	*netlab.Topology
 	g    *Gateway
+	done chan error   // Run's result
 	stop func() error // stops and closes the gateway; idempotent
 }
 
@@ -63,8 +64,8 @@ func newGwLab(t testing.TB, cfg GatewayConfig) *gwLab {
 	netlab.Must(t, lab.TUNUp(labTUN))
 
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- lab.g.Run(ctx) }()
+	lab.done = make(chan error, 1)
+	go func() { lab.done <- lab.g.Run(ctx) }()
 	stopped := false
 	lab.stop = func() error {
 		if stopped {
@@ -72,7 +73,13 @@ func newGwLab(t testing.TB, cfg GatewayConfig) *gwLab {
 		}
 		stopped = true
 		cancel()
-		return errors.Join(<-done, lab.g.Close())
+		var err error
+		select {
+		case err = <-lab.done:
+		case <-time.After(10 * time.Second):
+			err = errors.New("Run did not return")
+		}
+		return errors.Join(err, lab.g.Close())
 	}
 	t.Cleanup(func() {
 		if err := lab.stop(); err != nil {

@@ -24,6 +24,7 @@ type config struct {
 	Port     choice
 	XDPMode  choice
 	ZeroCopy bool
+	Detached choice
 
 	Budget       budgetValue
 	TxQueueLen   int
@@ -55,6 +56,7 @@ func newFlagSet(cfg *config) *flag.FlagSet {
 	fs.Usage = func() {}
 	cfg.Port = choice{"auto", []string{"xdp", "packet", "auto"}}
 	cfg.XDPMode = choice{"auto", []string{"auto", "native", "generic"}}
+	cfg.Detached = choice{"reattach", []string{"reattach", "stop"}}
 	cfg.LogLevel = choice{"info", []string{"debug", "info", "warn", "error"}}
 	cfg.LogFormat = choice{"text", []string{"text", "json"}}
 
@@ -72,6 +74,7 @@ func newFlagSet(cfg *config) *flag.FlagSet {
 	fs.Var(&cfg.Port, "port", "NIC port `MODE`: xdp (AF_XDP) or auto (= xdp); packet (AF_PACKET) is not implemented yet")
 	fs.Var(&cfg.XDPMode, "xdp-mode", "XDP attach `MODE`: auto (native, else generic), native or generic")
 	fs.BoolVar(&cfg.ZeroCopy, "zero-copy", false, "bind the AF_XDP sockets in zero-copy mode (the driver must support it)")
+	fs.Var(&cfg.Detached, "xdp-detached", "what to do when the XDP program is detached from outside (`ACTION`): reattach (log, count and attach it again) or stop (exit 1)")
 
 	fs.Var(&cfg.Budget, "budget", "send budget per TUN queue in truesize `BYTES`, 544K to 543M (suffixes K, M, G are powers of 1024), or auto for the self-sizing limit; a fixed budget also sizes the AF_XDP frames")
 	fs.IntVar(&cfg.TxQueueLen, "tx-queue-len", 0, "at most `N` segments queued or in flight per TUN queue, 1 to the TX frames (2048 with -budget auto; needs -queues 1); 0: every TX frame")
@@ -94,7 +97,7 @@ var flagGroups = []struct {
 	names []string
 }{
 	{"TUN side", []string{"tun", "addr", "mtu", "route", "redirect", "queues", "gso", "gro"}},
-	{"NIC side", []string{"nic", "next-hop", "port", "xdp-mode", "zero-copy"}},
+	{"NIC side", []string{"nic", "next-hop", "port", "xdp-mode", "zero-copy", "xdp-detached"}},
 	{"Transmit path", []string{"budget", "tx-queue-len", "backpressure", "drain-timeout"}},
 	{"Observability", []string{"metrics", "pprof", "log-level", "log-format", "v"}},
 	{"Privileges", []string{"user"}},

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -53,10 +54,15 @@ func gatewayConfig(cfg *config) dataplane.GatewayConfig {
 		Backpressure: cfg.Backpressure,
 		Budget:       int(cfg.Budget.bytes),
 		QueueLen:     cfg.TxQueueLen,
-		DrainTimeout: cfg.DrainTimeout,
+		DrainTimeout: sendTime(cfg.DrainTimeout),
 		GRO:          cfg.GRO,
+		OnDetach:     map[string]dataplane.DetachPolicy{"reattach": dataplane.DetachReattach, "stop": dataplane.DetachStop}[cfg.Detached.value],
 	}
 }
+
+// sendTime is the part of -drain-timeout the forwarders spend sending
+// what is queued at a stop; the rest is for the clean-up.
+func sendTime(drain time.Duration) time.Duration { return drain * 4 / 5 }
 
 // configureTUN brings the TUN device up and adds the addresses and
 // routes, recording how to remove each.
@@ -96,17 +102,31 @@ func (g *gateway) addAddr(link netlink.Link, p netip.Prefix) error {
 	return nil
 }
 
-// addRoute routes prefix p into the TUN device.
+// addRoute routes prefix p into the TUN device. Set-up is idempotent: a
+// route left by an earlier run is replaced, not refused; udpfwd removes
+// at exit only a route that was not there before it.
 func (g *gateway) addRoute(link netlink.Link, p netip.Prefix) error {
 	route := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: ipNet(p), Scope: netlink.SCOPE_LINK}
-	if err := netlink.RouteAdd(route); err != nil {
-		if errors.Is(err, unix.EEXIST) {
-			err = fmt.Errorf("a route to it exists already (ip route show %v): %w", p, err)
-		}
+	existed := routeExists(route)
+	if err := netlink.RouteReplace(route); err != nil {
 		return fmt.Errorf("-route %v dev %s: %w", p, link.Attrs().Name, err)
 	}
-	g.undo = append(g.undo, func() error { return netlink.RouteDel(route) })
+	if !existed {
+		g.undo = append(g.undo, func() error { return netlink.RouteDel(route) })
+	}
 	return nil
+}
+
+// routeExists reports whether the main table routes r's destination
+// through r's device already.
+func routeExists(r *netlink.Route) bool {
+	family := netlink.FAMILY_V4
+	if r.Dst.IP.To4() == nil {
+		family = netlink.FAMILY_V6
+	}
+	routes, err := netlink.RouteListFiltered(family, &netlink.Route{Dst: r.Dst, LinkIndex: r.LinkIndex},
+		netlink.RT_FILTER_DST|netlink.RT_FILTER_OIF)
+	return err == nil && len(routes) > 0
 }
 
 func ipNet(p netip.Prefix) *net.IPNet {

@@ -28,6 +28,12 @@ var (
 	descPackets      = desc("packets_total", "Packets handed to the NIC (tun_to_nic), or writes into the TUN, a super-packet counting once (nic_to_tun).", "direction", "port")
 	descBytes        = desc("bytes_total", "IP bytes of the segments queued for the NIC (tun_to_nic) or of the packets received from it (nic_to_tun).", "direction", "port")
 	descGROPass      = desc("gro_passthrough_total", "Packets from the NIC that GRO passed through unmerged, by reason.", "reason")
+	descNICUp        = desc("nic_up", "1 while the NIC is up with a carrier, 0 while it is down (frames wait, the budget holds the senders back).")
+	descNICMTU       = desc("nic_mtu_bytes", "The NIC's MTU.")
+	descNICDowns     = desc("nic_down_total", "Times the NIC went down.")
+	descXDPAttached  = desc("xdp_attached", "1 while the XDP program is attached to the NIC.")
+	descXDPDetached  = desc("xdp_detached_total", "Times the XDP program was found detached from outside.")
+	descXDPReattach  = desc("xdp_reattached_total", "Times it was attached again (-xdp-detached reattach).")
 	descGRORefused   = desc("gro_refused_total", "GRO super-packets the TUN refused; their kind of merge is then off and their packets went one by one.")
 	descCompleted    = desc("tx_completed_total", "Segments the NIC reported sent (TX completions).", "port")
 	descTxErrors     = desc("tx_errors_total", "Transmit calls that failed.", "port")
@@ -58,7 +64,7 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 		descSuperPackets, descSegments, descPackets, descBytes, descCompleted, descTxErrors,
 		descDrops, descXSKEvents, descBudgetUsed, descBudgetLimit, descBudgetPeak, descQueueDepth,
 		descQueueBytes, descQueuePeak, descQueuePeakB, descStalls, descStallTime, descSegsPerSP, descTxLatency,
-		descGROPass, descGRORefused,
+		descGROPass, descGRORefused, descNICUp, descNICMTU, descNICDowns, descXDPAttached, descXDPDetached, descXDPReattach,
 	} {
 		ch <- d
 	}
@@ -71,6 +77,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	e.traffic(s)
 	e.drops(s)
 	e.xsk(s.XSK)
+	e.nic(s.NIC)
 	if c.backpressure {
 		e.budget(s)
 	}
@@ -140,6 +147,23 @@ func (e emitter) xsk(socks []xsk.Stats) {
 		e.counter(descXSKEvents, x.TXInvalid, q, "tx_invalid")
 		e.counter(descXSKEvents, x.KickErrors, q, "kick_error")
 	}
+}
+
+// nic exports the NIC's state as the gateway last saw it.
+func (e emitter) nic(n dataplane.NICStats) {
+	e.gauge(descNICUp, b2i(n.Up))
+	e.gauge(descNICMTU, int64(n.MTU))
+	e.counter(descNICDowns, n.Downs)
+	e.gauge(descXDPAttached, b2i(n.XDPAttached))
+	e.counter(descXDPDetached, n.Detaches)
+	e.counter(descXDPReattach, n.Reattaches)
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func (e emitter) budget(s dataplane.GatewayStats) {

@@ -26,6 +26,7 @@ func TestCollector(t *testing.T) {
 	s.Budget.Limit, s.Budget.InFlight, s.Budget.Stalls, s.Budget.StallTime = 1<<20, 4352, 4, 2*time.Second
 	s.Queue.Pending, s.Queue.PeakHeld = 3, 40
 	s.XSK = []xsk.Stats{{RX: 5}, {RX: 6, RXRingFull: 2}}
+	s.NIC = dataplane.NICStats{Up: true, MTU: 1500, Downs: 2, XDPAttached: true, Detaches: 1, Reattaches: 1}
 
 	rec := httptest.NewRecorder()
 	newHTTPServer(newRegistry(&statsCollector{stats: func() dataplane.GatewayStats { return s }, backpressure: true}), false, slog.New(slog.DiscardHandler)).
@@ -41,6 +42,10 @@ func TestCollector(t *testing.T) {
 		`udpfwd_super_packets_total{direction="nic_to_tun",port="xdp"}`:   2,
 		`udpfwd_gro_passthrough_total{reason="no_payload"}`:               3,
 		`udpfwd_gro_refused_total`:                                        1,
+		`udpfwd_nic_up`:                                                   1,
+		`udpfwd_nic_mtu_bytes`:                                            1500,
+		`udpfwd_nic_down_total`:                                           2,
+		`udpfwd_xdp_detached_total`:                                       1,
 		`udpfwd_packets_total{direction="tun_to_nic",port="xdp"}`:         90,
 		`udpfwd_drops_total{direction="tun_to_nic",reason="hook"}`:        5,
 		`udpfwd_drops_total{direction="tun_to_nic",reason="unresolved"}`:  3,

@@ -44,8 +44,9 @@ func (d *daemon) serve(ctx context.Context, sigs <-chan os.Signal) int {
 }
 
 // drain waits up to -drain-timeout for the dataplane to stop reading and
-// send what is queued, then cleans up. Past the deadline it gives up (exit
-// 1); the XDP program goes with the process.
+// send what is queued (for 4/5 of it: sendTime; what is still queued then
+// is discarded, counted and logged), then cleans up. Past the deadline it
+// gives up (exit 1); the XDP program goes with the process.
 func (d *daemon) drain(runDone <-chan error, failure error) int {
 	t := time.NewTimer(d.cfg.DrainTimeout)
 	defer t.Stop()

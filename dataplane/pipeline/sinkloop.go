@@ -129,9 +129,13 @@ func (s *sender) observe(n int) {
 }
 
 // idle waits when no progress was made: for the queue when nothing is in
-// flight, else for the sink. It reports true when ctx has ended and
-// nothing is left in flight.
+// flight, else for the sink. It reports true when ctx has ended: Run has
+// drained what it could (frames still in flight, on a link that is down,
+// say, are given up; Queue.Close releases their charges).
 func (s *sender) idle(ctx context.Context, progress int) bool {
+	if ctx.Err() != nil {
+		return true
+	}
 	if progress > 0 {
 		return false
 	}

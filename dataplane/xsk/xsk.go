@@ -169,7 +169,7 @@ type Stats struct {
 	TX          uint64 // frames put on the TX ring
 	Completed   uint64 // frames returned by the completion ring
 	Kicks       uint64 // sendto/recvfrom wakeups
-	KickRetries uint64 // wakeups that got EAGAIN, EBUSY, ENOBUFS or EINTR (retried later)
+	KickRetries uint64 // wakeups that got EAGAIN, EBUSY, ENOBUFS, EINTR or ENETDOWN (retried later)
 	KickErrors  uint64 // wakeups that failed otherwise
 	BadFrames   uint64 // frame addresses refused on transmit, recycle or free, and bad ring entries
 

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
@@ -40,6 +41,7 @@ type Port struct {
 	mode    Mode
 	prog    *xdpProgram
 	socks   []*Socket
+	ns      netns.NsHandle // the namespace it was opened in, for Reattach
 	closed  bool
 }
 
@@ -62,14 +64,17 @@ func Open(cfg Config) (*Port, error) {
 		return nil, fmt.Errorf("xsk: port: interface %q: %w", cfg.Ifname, err)
 	}
 	if attached, id := attachedXDP(link); attached {
-		return nil, fmt.Errorf("xsk: port on %s: %w (program ID %d); remove it first (ip link set dev %s xdp off)",
+		return nil, fmt.Errorf("xsk: port on %s: %w (program ID %d): if a BPF link holds it (another gateway or tool), stop that process or detach the link (bpftool link show; bpftool link detach id N), else ip link set dev %s xdp off",
 			cfg.Ifname, ErrAttached, id, cfg.Ifname)
 	}
 	queues, err := xdpQueues(link, cfg.Queues)
 	if err != nil {
 		return nil, err
 	}
-	p := &Port{ifname: cfg.Ifname, ifindex: link.Attrs().Index}
+	p := &Port{ifname: cfg.Ifname, ifindex: link.Attrs().Index, ns: -1}
+	if p.ns, err = netns.Get(); err != nil {
+		return nil, fmt.Errorf("xsk: port on %s: current netns: %w", cfg.Ifname, err)
+	}
 	if err := p.open(link, cfg, queues); err != nil {
 		return nil, errors.Join(err, p.Close())
 	}
@@ -209,6 +214,9 @@ func (p *Port) Close() error {
 	}
 	if p.prog != nil {
 		err = errors.Join(err, p.prog.close())
+	}
+	if p.ns >= 0 {
+		err = errors.Join(err, p.ns.Close())
 	}
 	if err != nil {
 		return fmt.Errorf("xsk: close port on %s: %w", p.ifname, err)
@@ -479,7 +487,7 @@ func (x *Socket) frame(addr uint64) []byte {
 // transmit puts frames from alloc, with the packet lengths lens, on the TX
 // ring, as many as fit, and returns how many it took (the caller keeps the
 // rest). It wakes the kernel with sendto(MSG_DONTWAIT) when the ring asks
-// for it; EAGAIN, EBUSY, ENOBUFS and EINTR only mean "try again" and are
+// for it; EAGAIN, EBUSY, ENOBUFS, EINTR and ENETDOWN only mean "try again" and are
 // counted (KickRetries) and retried by the next transmit or complete.
 // Other errors are returned, wrapped. A frame that is not an allocated TX
 // frame or a length outside 1..FrameSize stops the batch there with
@@ -545,7 +553,9 @@ func (x *Socket) kickResult(op string, e unix.Errno) error {
 	switch e {
 	case 0:
 		return nil
-	case unix.EAGAIN, unix.EBUSY, unix.ENOBUFS, unix.EINTR:
+	case unix.EAGAIN, unix.EBUSY, unix.ENOBUFS, unix.EINTR, unix.ENETDOWN:
+		// ENETDOWN: the link is down; the frames wait on the TX ring
+		// until it is up again (the budget holds the senders back).
 		x.st.kickRetries.Add(1)
 		return nil
 	}

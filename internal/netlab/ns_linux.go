@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/internal/ethtool"
+	"github.com/gsoplane/gsoplane/internal/nsrun"
 )
 
 // Prefix starts the name of every namespace the lab creates.
@@ -84,7 +85,7 @@ func (ns *NS) Netlink() *netlink.Handle { return ns.nl }
 // Run runs fn on the calling goroutine, locked to its thread, inside the
 // namespace. Sockets, TUN devices and AF_XDP sockets opened by fn stay in
 // it; goroutines fn starts do not run in it.
-func (ns *NS) Run(fn func() error) error { return runIn(ns.h, fn) }
+func (ns *NS) Run(fn func() error) error { return nsrun.Run(ns.h, fn) }
 
 // Start starts cmd inside the namespace: a child inherits the namespace
 // of the thread that forks it.

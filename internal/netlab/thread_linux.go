@@ -4,11 +4,9 @@ package netlab
 
 import (
 	"fmt"
-	"os"
 	"runtime"
 
 	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 )
 
 // NewNamed creates the named network namespace name (visible to `ip
@@ -30,27 +28,4 @@ func NewNamed(name string) (netns.NsHandle, error) {
 		return -1, fmt.Errorf("create netns %s: %w", name, err)
 	}
 	return ns, nil
-}
-
-// runIn runs fn on the calling goroutine, locked to its thread, inside ns,
-// and switches the thread back afterwards. A thread that cannot go back
-// stays locked and exits with the goroutine instead of running other code
-// in the wrong namespace.
-func runIn(ns netns.NsHandle, fn func() error) error {
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("current netns: %w", err)
-	}
-	defer func() {
-		if unix.Setns(int(orig), unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread()
-		}
-		orig.Close()
-	}()
-	if err := unix.Setns(int(ns), unix.CLONE_NEWNET); err != nil {
-		return fmt.Errorf("enter netns: %w", os.NewSyscallError("setns", err))
-	}
-	return fn()
 }

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/gsoplane/gsoplane/internal/netlab"
+)
+
+// TestRestartOnExistingTUN: a persistent TUN device left with udpfwd's
+// IPv4 address and route by an earlier run (killed) does not stop the
+// next start; at exit udpfwd removes only what it added itself (the IPv6
+// address and route).
+func TestRestartOnExistingTUN(t *testing.T) {
+	requireRoot(t)
+	a, _ := newLab(t)
+	dev := &netlink.Tuntap{LinkAttrs: netlink.LinkAttrs{Name: labTUN}, Mode: netlink.TUNTAP_MODE_TUN,
+		Flags: netlink.TUNTAP_NO_PI | netlink.TUNTAP_VNET_HDR}
+	// A persistent device, made where the TUN driver sees it: in A.
+	netlab.Must(t, a.Run(func() error { return netlink.LinkAdd(dev) }))
+	netlab.Must(t, a.LinkUp(labTUN))
+	netlab.Must(t, a.AddAddr(labTUN, "198.18.0.1/24")) // left by the earlier run
+	netlab.Must(t, a.AddRoute("198.19.0.0/24", labTUN, ""))
+	p := startUdpfwd(t, a, labEnv, labArgs...)
+	waitReady(t, p, a)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.wait(5 * time.Second); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, p.out.String())
+	}
+	routes := routesVia(t, a, labTUN)
+	if !routes["198.19.0.0/24"] || routes["2001:2:0:19::/64"] {
+		t.Errorf("routes through %s after exit: %v; want the earlier one kept, udpfwd's own removed", labTUN, routes)
+	}
+}
+
+// routesVia lists the destinations routed through the link called name.
+func routesVia(t *testing.T, ns *netlab.NS, name string) map[string]bool {
+	t.Helper()
+	link := ns.LinkT(t, name)
+	out := map[string]bool{}
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		rs, err := ns.Netlink().RouteList(link, fam)
+		netlab.Must(t, err)
+		for _, r := range rs {
+			if r.Dst != nil && !r.Dst.IP.IsLinkLocalUnicast() && !r.Dst.IP.IsMulticast() {
+				out[r.Dst.String()] = true
+			}
+		}
+	}
+	return out
+}
+
+// TestStopStuckQueue: with the NIC down, the queue cannot empty; a stop
+// still completes within -drain-timeout, exits 0 and says how many
+// segments it discarded.
+func TestStopStuckQueue(t *testing.T) {
+	requireRoot(t)
+	a, _ := newLab(t)
+	args := append([]string{"-drain-timeout", "1s"}, labArgs...)
+	p := startUdpfwd(t, a, labEnv, args...)
+	waitReady(t, p, a)
+	netlab.Must(t, a.Netlink().LinkSetDown(a.LinkT(t, labNIC)))
+	c, err := dial(a, "udp", net.JoinHostPort(srv4, "9"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for range 200 { // queued, never sent: the NIC is down
+		c.Write(make([]byte, 1000))
+	}
+	start := time.Now()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	code := p.wait(3 * time.Second)
+	took := time.Since(start)
+	out := p.out.String()
+	if code != 0 || took > 1500*time.Millisecond || !strings.Contains(out, "segments left unsent at stop") {
+		t.Fatalf("exit %d after %v (want 0 within the 1s drain timeout, and the discarded segments logged):\n%s", code, took, out)
+	}
+	t.Logf("stopped in %v with the NIC down", took.Round(time.Millisecond))
+}

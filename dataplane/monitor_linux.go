@@ -1,0 +1,161 @@
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/gsoplane/gsoplane/dataplane/xsk"
+)
+
+// xdpCheckEvery is how often the monitor asks whether the XDP program is
+// still attached: detaching a BPF link from outside sends no netlink
+// notification.
+const xdpCheckEvery = time.Second
+
+// monitor follows the NIC: its link state, MTU and existence from the
+// kernel's link notifications, and whether the XDP program is attached.
+// Link flaps are ordinary: the sinks hold frames while the link is down
+// (the budget holds the senders back) and the monitor logs each change.
+type monitor struct {
+	port    *xsk.Port
+	ifindex int
+	policy  DetachPolicy
+	log     *slog.Logger
+	updates chan netlink.LinkUpdate
+	done    chan struct{} // closing it ends the subscription
+	stop    sync.Once
+
+	mu sync.Mutex
+	st NICStats
+}
+
+// newMonitor subscribes to link updates in the calling thread's network
+// namespace (OpenGateway's).
+func newMonitor(port *xsk.Port, cfg GatewayConfig, log *slog.Logger) (*monitor, error) {
+	m := &monitor{port: port, ifindex: port.Ifindex(), policy: cfg.OnDetach, log: log,
+		updates: make(chan netlink.LinkUpdate, 16), done: make(chan struct{})}
+	link, err := netlink.LinkByIndex(m.ifindex)
+	if err != nil {
+		return nil, fmt.Errorf("dataplane: NIC: %w", err)
+	}
+	m.st = NICStats{Up: linkUp(link), MTU: link.Attrs().MTU, XDPAttached: true}
+	err = netlink.LinkSubscribeWithOptions(m.updates, m.done, netlink.LinkSubscribeOptions{
+		ErrorCallback: func(err error) {
+			select {
+			case <-m.done: // the subscription ends: its socket is closed
+			default:
+				log.Warn("NIC monitor: netlink", "err", err)
+			}
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dataplane: subscribe to link updates: %w", err)
+	}
+	return m, nil
+}
+
+// linkUp reports whether a link is up and has a carrier.
+func linkUp(l netlink.Link) bool {
+	a := l.Attrs()
+	return a.Flags&net.FlagUp != 0 && (a.OperState == netlink.OperUp || a.OperState == netlink.OperUnknown)
+}
+
+// run follows the NIC until ctx ends, or returns the reason the gateway
+// cannot go on: the NIC is gone, or the XDP program was detached and the
+// policy is DetachStop.
+func (m *monitor) run(ctx context.Context) error {
+	defer m.close()
+	tick := time.NewTicker(xdpCheckEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case u, ok := <-m.updates:
+			if !ok {
+				return nil
+			}
+			if err := m.update(u); err != nil {
+				return err
+			}
+		case <-tick.C:
+			if err := m.checkXDP(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// update takes one link notification about the NIC.
+func (m *monitor) update(u netlink.LinkUpdate) error {
+	if int(u.Index) != m.ifindex {
+		return nil
+	}
+	if u.Header.Type == unix.RTM_DELLINK {
+		m.log.Error("the NIC is gone", "ifindex", m.ifindex)
+		return fmt.Errorf("dataplane: the NIC (ifindex %d) was deleted", m.ifindex)
+	}
+	up, mtu := linkUp(u.Link), u.Link.Attrs().MTU
+	m.mu.Lock()
+	was := m.st
+	m.st.Up, m.st.MTU = up, mtu
+	if was.Up && !up {
+		m.st.Downs++
+	}
+	m.mu.Unlock()
+	switch {
+	case was.Up && !up:
+		m.log.Warn("the NIC is down: holding frames until it is up again", "nic", u.Link.Attrs().Name)
+	case !was.Up && up:
+		m.log.Info("the NIC is up again", "nic", u.Link.Attrs().Name)
+	}
+	if mtu != was.MTU {
+		m.log.Info("the NIC's MTU changed", "nic", u.Link.Attrs().Name, "from", was.MTU, "to", mtu)
+	}
+	return nil
+}
+
+// checkXDP makes sure the XDP program is attached, re-attaching it or
+// giving up as the policy says.
+func (m *monitor) checkXDP() error {
+	ok, err := m.port.Attached()
+	if err != nil || ok {
+		return nil // closed: the gateway is stopping
+	}
+	m.mu.Lock()
+	m.st.XDPAttached = false
+	m.st.Detaches++
+	m.mu.Unlock()
+	if m.policy == DetachStop {
+		m.log.Error("the XDP program was detached from outside: stopping (-xdp-detached stop)")
+		return fmt.Errorf("dataplane: %w", xsk.ErrDetached)
+	}
+	m.log.Warn("the XDP program was detached from outside: attaching it again")
+	if err := m.port.Reattach(); err != nil {
+		m.log.Error("cannot attach the XDP program again", "err", err)
+		return errors.Join(fmt.Errorf("dataplane: %w", xsk.ErrDetached), err)
+	}
+	m.mu.Lock()
+	m.st.XDPAttached = true
+	m.st.Reattaches++
+	m.mu.Unlock()
+	return nil
+}
+
+// close ends the subscription; it may be called more than once.
+func (m *monitor) close() { m.stop.Do(func() { close(m.done) }) }
+
+// stats returns the NIC's state as last seen.
+func (m *monitor) stats() NICStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.st
+}

@@ -1,0 +1,57 @@
+package xsk
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"testing"
+
+	"github.com/cilium/ebpf/link"
+)
+
+// TestReattach: a BPF link detached from outside (as bpftool link detach
+// does) is noticed by Attached, and Reattach puts the program back: the
+// redirected traffic flows again.
+func TestReattach(t *testing.T) {
+	n := newXDPNet(t)
+	p := n.open(t, xdpTestConfig())
+	if ok, err := p.Attached(); !ok || err != nil {
+		t.Fatalf("Attached after Open: %v, %v", ok, err)
+	}
+	info, err := p.prog.lnk.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outside, err := link.NewFromID(info.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outside.Close()
+	if err := outside.Detach(); err != nil {
+		t.Fatalf("detach from outside: %v", err)
+	}
+	if ok, err := p.Attached(); ok || err != nil {
+		t.Fatalf("Attached after an outside detach: %v, %v", ok, err)
+	}
+	if attached, _ := n.xdpAttached(t); attached {
+		t.Fatal("the interface still reports an XDP program")
+	}
+	if err := p.Reattach(); err != nil {
+		t.Fatalf("Reattach: %v", err)
+	}
+	if ok, err := p.Attached(); !ok || err != nil {
+		t.Fatalf("Attached after Reattach: %v, %v", ok, err)
+	}
+	n.echo(t) // resolves the peer's neighbours through the kernel
+	c := xdpDialUDP(t, n.peer, netip.MustParseAddrPort("198.18.200.9:9100"))
+	xdpCollect(t, p, []*net.UDPConn{c}, 16) // redirected traffic reaches the sockets again
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Attached(); !errors.Is(err, ErrClosed) {
+		t.Errorf("Attached after Close: %v", err)
+	}
+	if attached, id := n.xdpAttached(t); attached {
+		t.Errorf("program %d left after Close", id)
+	}
+}
