@@ -4,7 +4,7 @@
 # those skip and say why.
 GO ?= go
 
-.PHONY: test deps check bench udpfwd
+.PHONY: test deps check bench udpfwd soak fuzz
 test: deps check
 	$(GO) test -race -count=1 ./...
 
@@ -25,3 +25,17 @@ bench:
 # udpfwd drops capabilities on every thread, which needs a cgo-free build.
 udpfwd:
 	CGO_ENABLED=0 $(GO) build -o udpfwd ./cmd/udpfwd
+
+# Long runs, not in CI. The soak runs the gateway for SOAKTIME under load,
+# link flaps and neighbour churn, and fails if its memory or goroutines
+# grow; fuzz runs every fuzz target for FUZZTIME.
+SOAKTIME ?= 10m
+FUZZTIME ?= 10m
+soak:
+	GSOPLANE_SOAK=$(SOAKTIME) $(GO) test -count=1 -run '^TestSoak$$' -timeout 0 -v ./dataplane
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzSplit$$' -fuzztime $(FUZZTIME) ./segment
+	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./segment
+	$(GO) test -run '^$$' -fuzz '^FuzzCoalesce$$' -fuzztime $(FUZZTIME) ./segment
+	$(GO) test -run '^$$' -fuzz '^FuzzXDPProgram$$' -fuzztime $(FUZZTIME) ./dataplane/xsk

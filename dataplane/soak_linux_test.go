@@ -1,0 +1,226 @@
+package dataplane
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gsoplane/gsoplane/dataplane/tun"
+	"github.com/gsoplane/gsoplane/internal/netlab"
+)
+
+// soakEnv names the soak's duration; without it TestSoak skips. make
+// soak sets it.
+const soakEnv = "GSOPLANE_SOAK"
+
+// Bounds the soak holds the gateway to, after a warm-up: the process's
+// RSS and Go heap may not grow by more than these, nor the goroutines.
+const (
+	soakRSSGrowth  = 64 << 20
+	soakHeapGrowth = 32 << 20
+	soakGoroutines = 8
+)
+
+// TestSoak runs the gateway for GSOPLANE_SOAK (e.g. 10m) under TCP
+// streams both ways, a UDP flood, link flaps every 20 s and neighbour
+// churn (datagrams to thousands of addresses on the NIC's link that never
+// answer), sampling RSS, heap and goroutines every 10 s. It fails if they
+// grow beyond the bounds above, or the gateway stops.
+func TestSoak(t *testing.T) {
+	d, err := time.ParseDuration(os.Getenv(soakEnv))
+	if err != nil || d <= 0 {
+		t.Skipf("a soak: set %s=10m (make soak)", soakEnv)
+	}
+	lab := newGwLab(t, GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true, GRO: true})
+	stop := make(chan struct{})
+	defer close(stop)
+	for _, toA := range []bool{false, true} {
+		go soakTCP(t, lab, toA, stop)
+	}
+	go soakUDP(t, lab, stop)
+	go soakFlaps(t, lab, stop)
+	go soakChurn(t, lab, stop)
+
+	var base soakSample
+	end := time.Now().Add(d)
+	for i := 0; time.Now().Before(end); i++ {
+		time.Sleep(10 * time.Second)
+		select {
+		case err := <-lab.done:
+			t.Fatalf("the gateway stopped: %v", err)
+		default:
+		}
+		s := sample()
+		st := lab.g.Stats()
+		t.Logf("%v: %s; NIC downs %d; forward %d segments, drops %v; return %d packets, drops %v",
+			time.Since(end.Add(-d)).Round(time.Second), s, st.NIC.Downs, st.Forward.Segments, st.Forward.Drops, st.Return.Packets, st.Return.Drops)
+		switch {
+		case i == 2: // after 30 s of warm-up
+			base = s
+		case i > 2:
+			if err := s.grewFrom(base); err != nil {
+				t.Fatalf("%v (base %s)", err, base)
+			}
+		}
+	}
+}
+
+// soakSample is the process's footprint at one moment.
+type soakSample struct {
+	rss, heap  uint64
+	goroutines int
+}
+
+func sample() soakSample {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return soakSample{rss: rss(), heap: m.HeapInuse, goroutines: runtime.NumGoroutine()}
+}
+
+func (s soakSample) String() string {
+	return fmt.Sprintf("RSS %d MiB, heap %d MiB, %d goroutines", s.rss>>20, s.heap>>20, s.goroutines)
+}
+
+// grewFrom says how s exceeds the bounds over base.
+func (s soakSample) grewFrom(base soakSample) error {
+	switch {
+	case s.rss > base.rss+soakRSSGrowth:
+		return fmt.Errorf("RSS grew to %d MiB", s.rss>>20)
+	case s.heap > base.heap+soakHeapGrowth:
+		return fmt.Errorf("heap grew to %d MiB", s.heap>>20)
+	case s.goroutines > base.goroutines+soakGoroutines:
+		return fmt.Errorf("%d goroutines", s.goroutines)
+	}
+	return nil
+}
+
+// rss reads the process's resident set from /proc/self/status.
+func rss() uint64 {
+	b, _ := os.ReadFile("/proc/self/status")
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// soakTCP moves TCP streams of 64 MiB, one after the other, until stop.
+func soakTCP(t *testing.T, lab *gwLab, toA bool, stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		tcpTransferQuiet(lab, toA)
+	}
+}
+
+// tcpTransferQuiet sends 64 MiB over TCP A→B or B→A, ignoring errors
+// (a link flap may reset a connection; the soak is about footprint).
+func tcpTransferQuiet(lab *gwLab, toA bool) {
+	srv, cli, addr := lab.B, lab.A, netip.AddrPortFrom(labSrv4, 5301)
+	if toA {
+		srv, cli, addr = lab.A, lab.B, netip.AddrPortFrom(netlab.App4, 5302)
+	}
+	var ln net.Listener
+	if srv.Run(func() (err error) { ln, err = net.Listen("tcp", addr.String()); return err }) != nil {
+		return
+	}
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			c.SetDeadline(time.Now().Add(time.Minute))
+			buf := make([]byte, 1<<16)
+			for _, err := c.Read(buf); err == nil; _, err = c.Read(buf) {
+			}
+			c.Close()
+		}
+	}()
+	var c net.Conn
+	if cli.Run(func() (err error) { c, err = net.DialTimeout("tcp", addr.String(), 5*time.Second); return err }) != nil {
+		return
+	}
+	c.SetDeadline(time.Now().Add(time.Minute))
+	buf := make([]byte, 1<<20)
+	for range 64 {
+		if _, err := c.Write(buf); err != nil {
+			break
+		}
+	}
+	c.Close()
+}
+
+// soakUDP floods UDP datagrams of random sizes from A to B until stop.
+func soakUDP(t *testing.T, lab *gwLab, stop <-chan struct{}) {
+	var c net.Conn
+	if lab.A.Run(func() (err error) { c, err = net.Dial("udp", netip.AddrPortFrom(labSrv4, 9).String()); return err }) != nil {
+		return
+	}
+	defer c.Close()
+	buf := make([]byte, 1400)
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		c.Write(buf[:1+rand.IntN(len(buf))])
+	}
+}
+
+// soakFlaps takes the NIC down for a second every 20 s.
+func soakFlaps(t *testing.T, lab *gwLab, stop <-chan struct{}) {
+	tick := time.NewTicker(20 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		nic, err := lab.A.Link(netlab.NICA)
+		if err != nil {
+			continue
+		}
+		lab.A.Netlink().LinkSetDown(nic)
+		time.Sleep(time.Second)
+		lab.A.Netlink().LinkSetUp(nic)
+	}
+}
+
+// soakChurn sends datagrams from A to ever new addresses of
+// 198.19.128.0/17, which A routes into the TUN and the gateway takes to
+// be on the NIC's link, where no host answers: each needs a neighbour
+// that never resolves.
+func soakChurn(t *testing.T, lab *gwLab, stop <-chan struct{}) {
+	if lab.A.AddRoute("198.19.128.0/17", labTUN, "") != nil {
+		return
+	}
+	var c *net.UDPConn
+	if lab.A.Run(func() (err error) { c, err = net.ListenUDP("udp", nil); return err }) != nil {
+		return
+	}
+	defer c.Close()
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		n := 1 + i%32000
+		dst := netip.AddrFrom4([4]byte{198, 19, 128 + byte(n>>8), byte(n)})
+		c.WriteToUDPAddrPort([]byte("churn"), netip.AddrPortFrom(dst, 9))
+		time.Sleep(time.Millisecond)
+	}
+}
