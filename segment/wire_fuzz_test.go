@@ -1,0 +1,81 @@
+package segment
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
+
+// FuzzWire: arbitrary bytes, mtu and mss. ForWire never panics; it either
+// refuses with one of its errors or returns a header that validates and
+// splits into packets of at most mtu bytes (with at most mss bytes of TCP
+// payload) that pass the package's invariants; Observe, MSS and Clamp
+// never panic, and Clamp only ever lowers MSS options. The seed corpus is
+// the table cases and testdata/fuzz/FuzzWire.
+func FuzzWire(f *testing.F) {
+	for _, c := range wireCases() {
+		f.Add(c.pkt, uint16(c.mtu), uint16(c.mss))
+	}
+	f.Add(flow4(1).syn(9000), uint16(1500), uint16(0))
+	f.Add(flow6(1).pkt(flagSYN|flagACK, []byte{1, 2, 4, 0x23, 0x28, 1, 1, 1}, 0, partial), uint16(1280), uint16(0))
+	tbl := NewMSSTable(MSSConfig{Flows: 64})
+	s := &Segmenter{MaxSegments: 1 << 12}
+	f.Fuzz(func(t *testing.T, pkt []byte, mtu, mss uint16) {
+		in := bytes.Clone(pkt)
+		h, st, err := s.ForWire(pkt, int(mtu), int(mss))
+		if !bytes.Equal(in, pkt) {
+			t.Fatal("ForWire modified its input")
+		}
+		switch {
+		case err == nil:
+			checkWireSplit(t, s, pkt, h, int(mtu), int(mss))
+		case errors.Is(err, ErrBadChecksum):
+			if st != CsumBad {
+				t.Fatalf("ErrBadChecksum with state %v", st)
+			}
+		case errors.Is(err, ErrTooBig):
+			var tb *TooBigError
+			if !errors.As(err, &tb) || tb.MTU != int(mtu) || len(pkt) <= int(mtu) {
+				t.Fatalf("%v for a %d-byte packet and mtu %d", err, len(pkt), mtu)
+			}
+		case errors.Is(err, ErrInvalid):
+			if _, verr := Validate(pkt, Header{}); verr == nil && !errors.Is(err, ErrTooManySegments) && !errors.Is(err, ErrTransport) {
+				t.Fatalf("%v for a packet Validate accepts", err)
+			}
+		case errors.Is(err, errSmallMTU):
+			if mtu >= MinMTU {
+				t.Fatalf("%v with mtu %d", err, mtu)
+			}
+		default:
+			t.Fatalf("unexpected error %v", err)
+		}
+
+		tbl.Observe(pkt)
+		if m := tbl.MSS(pkt); m < 0 || m > 0xffff {
+			t.Fatalf("MSS %d", m)
+		}
+		c := bytes.Clone(pkt)
+		before := mssOptionsOf(c)
+		if Clamp(c, int(mtu)) {
+			after := mssOptionsOf(c)
+			if len(after) != len(before) || len(c) != len(pkt) {
+				t.Fatalf("Clamp changed the options' shape: %v → %v", before, after)
+			}
+			for i := range after {
+				if after[i] > before[i] {
+					t.Fatalf("Clamp raised an MSS: %v → %v", before, after)
+				}
+			}
+		} else if !bytes.Equal(c, pkt) {
+			t.Fatal("Clamp reported no change but changed the packet")
+		}
+	})
+}
+
+// mssOptionsOf returns the MSS option values of a TCP packet, or nil.
+func mssOptionsOf(pkt []byte) []int {
+	if _, _, _, ok := tcpOf(pkt); !ok {
+		return nil
+	}
+	return mssValues(pkt)
+}
