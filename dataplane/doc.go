@@ -1,8 +1,13 @@
 // Package dataplane is gsoplane's gateway: OpenGateway wires a TUN device
-// (or a Host the caller supplies) and an AF_XDP port on a NIC together
-// with the pipeline. Super-packets read from the TUN are validated,
-// charged to a send budget, cut into AF_XDP frames and sent; packets for
-// the routed prefixes arriving on the NIC are written into the TUN.
+// (or a Host the caller supplies) and a port on a NIC, AF_XDP or
+// AF_PACKET, together with the pipeline. Super-packets read from the TUN
+// are validated, charged to a send budget, cut into the port's frames
+// (or, on AF_PACKET with a NIC that segments, handed over whole) and
+// sent; packets for the routed prefixes arriving on the NIC are written
+// into the TUN. The gateway follows the NIC: a link that goes down holds
+// the frames, an MTU change moves the TUN device's MTU with it, a
+// detached program is attached again; what it cannot forward it answers
+// with ICMP, as a router would.
 //
 // The parts live in packages of their own, which embedders can use
 // without the gateway:
@@ -12,6 +17,9 @@
 //	dataplane/tun       the TUN port (IFF_VNET_HDR, multi-queue, offloads)
 //	dataplane/xsk       the AF_XDP port: sockets, rings, the XDP program,
 //	                    its Sink and Receiver
+//	dataplane/afpacket  the AF_PACKET port: PACKET_VNET_HDR sockets, a
+//	                    fanout group, a tcx ingress filter, its Sink
+//	                    (TSO/USO and checksum offload) and Receiver
 //	dataplane/udp       the VPN halves: a Sink that sends with UDP_SEGMENT
 //
 // Imports flow one way: dataplane → ports → pipeline → segment, txqueue.

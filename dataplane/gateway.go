@@ -1,10 +1,12 @@
 package dataplane
 
 import (
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"time"
 
+	"github.com/gsoplane/gsoplane/dataplane/afpacket"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/dataplane/tun"
 	"github.com/gsoplane/gsoplane/dataplane/xsk"
@@ -28,10 +30,24 @@ type GatewayConfig struct {
 	NIC  string
 	// Routes are the prefixes behind the TUN device: packets arriving on
 	// the NIC for them are taken from the kernel and written into the TUN.
-	Routes   []netip.Prefix
-	NextHop  netip.Addr // the NIC-side gateway; zero: each destination's route through the NIC
-	Mode     xsk.Mode
-	ZeroCopy bool
+	Routes  []netip.Prefix
+	NextHop netip.Addr // the NIC-side gateway; zero: each destination's route through the NIC
+	// Port is the kind of NIC port: AF_XDP, AF_PACKET, or PortAuto
+	// (AF_XDP where the driver runs XDP natively, else AF_PACKET).
+	Port     PortKind
+	Mode     xsk.Mode // AF_XDP: how the XDP program runs
+	ZeroCopy bool     // AF_XDP: zero-copy sockets
+	// PacketGSO says what an AF_PACKET port leaves to the NIC: whole
+	// super-packets, checksums, or nothing (see afpacket.GSOMode).
+	PacketGSO afpacket.GSOMode
+	// RouterAddrs are the gateway's own addresses on the TUN's link, at
+	// most one per IP version, as a router's: the source of the ICMP
+	// errors it writes into the TUN (host unreachable for a next hop that
+	// does not resolve, fragmentation needed or packet too big for a
+	// packet over the NIC's MTU). Not the TUN's own address, which the
+	// host would drop as a martian. Without one for a version, those
+	// errors are not sent (ReplyStats.Silent).
+	RouterAddrs []netip.Addr
 
 	// Backpressure charges segments to a budget and stops reading the TUN
 	// while it is full (the production mode). Off, the queue drops what
@@ -58,15 +74,35 @@ type GatewayConfig struct {
 	DrainTimeout time.Duration
 }
 
-// DetachPolicy says what the gateway does when its XDP program is
-// detached from outside (bpftool link detach): without it, traffic from
-// the NIC no longer reaches the gateway.
+// PortKind is the kind of NIC port a gateway opens.
+type PortKind int
+
+// The port kinds.
+const (
+	PortAuto   PortKind = iota // AF_XDP where the driver runs XDP natively, else AF_PACKET
+	PortXDP                    // AF_XDP (dataplane/xsk)
+	PortPacket                 // AF_PACKET (dataplane/afpacket)
+)
+
+var portNames = [...]string{PortAuto: "auto", PortXDP: "xdp", PortPacket: "packet"}
+
+func (k PortKind) String() string {
+	if k >= 0 && int(k) < len(portNames) {
+		return portNames[k]
+	}
+	return fmt.Sprintf("PortKind(%d)", int(k))
+}
+
+// DetachPolicy says what the gateway does when its port's program (XDP,
+// or tcx ingress for AF_PACKET) is detached from outside (bpftool link
+// detach): without it, traffic from the NIC no longer reaches the
+// gateway, or (AF_PACKET) reaches the host's stack too.
 type DetachPolicy int
 
 // The detach policies.
 const (
 	DetachReattach DetachPolicy = iota // attach it again, log and count it
-	DetachStop                         // stop: Run returns an error wrapping xsk.ErrDetached
+	DetachStop                         // stop: Run returns an error wrapping the port's ErrDetached
 )
 
 // Host is the inside of a gateway when it is not a TUN device opened by
@@ -83,22 +119,32 @@ type Host struct {
 
 // GatewayStats is a snapshot of a gateway's counters.
 type GatewayStats struct {
-	Forward pipeline.Stats       // summed over the forwarders; Drops[DropUnresolved] from the sinks
+	Forward pipeline.Stats       // summed over the forwarders; Drops[DropUnresolved] and [DropNotRouted] from the sinks
 	Return  pipeline.ReturnStats // summed over the return paths
 	Budget  txqueue.BudgetStats  // summed over the TUN queues' budgets
 	Queue   txqueue.Stats        // summed over their queues
-	XSK     []xsk.Stats          // per AF_XDP socket
-	NIC     NICStats
+	// Sent counts the frames the port handed to the NIC (a super-packet
+	// the NIC segments counts once), Completed those the NIC reported
+	// gone; frames a sink dropped (Forward.Drops[DropUnresolved]) are in
+	// neither, though the forwarder's Transmitted and Completed count
+	// them as taken.
+	Sent, Completed uint64
+	XSK             []xsk.Stats         // per AF_XDP socket, with its queue's XDP program counters
+	Packet          []afpacket.Stats    // per AF_PACKET socket
+	Replies         pipeline.ReplyStats // ICMP errors written into the TUN
+	NIC             NICStats
 }
 
 // NICStats is the NIC as the gateway last saw it.
 type NICStats struct {
-	Up          bool   // up, with a carrier
-	MTU         int    // its MTU
-	Downs       uint64 // times it went down
-	XDPAttached bool   // the XDP program is attached
-	Detaches    uint64 // times the XDP program was found detached from outside
-	Reattaches  uint64 // times it was attached again
+	Up         bool   // up, with a carrier
+	MTU        int    // its MTU, which the forwarders hold segments to
+	MTUChanges uint64 // times its MTU changed
+	TUNMTU     int    // the TUN device's MTU, kept within the NIC's (0 with a Host)
+	Downs      uint64 // times it went down
+	Attached   bool   // the port's program (XDP, or tcx for AF_PACKET) is attached
+	Detaches   uint64 // times it was found detached from outside
+	Reattaches uint64 // times it was attached again
 }
 
 // UMEMFrames is the number of UMEM frames, half of them for TX, of each

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"sync"
 
+	"github.com/gsoplane/gsoplane/dataplane/afpacket"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/dataplane/tun"
 	"github.com/gsoplane/gsoplane/dataplane/xsk"
@@ -15,19 +17,21 @@ import (
 )
 
 // Gateway forwards between a TUN device (or a Host) and a NIC:
-// super-packets read from the TUN are segmented into AF_XDP frames (one
-// forwarder per TUN queue), and packets for Routes arriving on the NIC are
-// written into the TUN.
+// super-packets read from the TUN are segmented into the NIC port's
+// frames (one forwarder per TUN queue), and packets for Routes arriving
+// on the NIC are written into the TUN.
 type Gateway struct {
 	tun     *tun.Device // nil with a Host
 	host    *Host
 	inside  []inside
-	xdp     *xsk.Port
-	sinks   []*xsk.Sink
+	nic     *nic
+	sinks   []nicSink
 	fwds    []*pipeline.Forwarder
 	rets    []*pipeline.ReturnPath
 	budgets []*txqueue.Budget
 	queues  []*txqueue.Queue[pipeline.Frame]
+	reply   *pipeline.ICMP
+	mtu     mtuFollower
 	mon     *monitor
 }
 
@@ -37,9 +41,9 @@ type inside struct {
 	w   pipeline.Writer
 }
 
-// OpenGateway opens the TUN device (unless cfg.Host is set) and the
-// AF_XDP port and wires them together. Call it in the network namespace
-// of the devices.
+// OpenGateway opens the TUN device (unless cfg.Host is set) and the NIC
+// port and wires them together. Call it in the network namespace of the
+// devices.
 func OpenGateway(cfg GatewayConfig) (*Gateway, error) {
 	g := &Gateway{host: cfg.Host}
 	if err := g.openInside(cfg); err != nil {
@@ -92,25 +96,31 @@ func (g *Gateway) open(cfg GatewayConfig) error {
 	if len(g.inside) > 1 && cfg.QueueLen > 0 {
 		return fmt.Errorf("dataplane: %w: QueueLen is per TUN queue", ErrInvalidConfig)
 	}
-	x, err := xsk.Open(xsk.Config{Ifname: cfg.NIC, Mode: cfg.Mode, ZeroCopy: cfg.ZeroCopy, Redirect: cfg.Routes, NumFrames: UMEMFrames(cfg.Budget)})
+	log := logger(cfg)
+	n, err := openNIC(cfg, log)
 	if err != nil {
 		return err
 	}
-	g.xdp = x
-	if g.mon, err = newMonitor(x, cfg, logger(cfg)); err != nil {
+	g.nic = n
+	g.reply = pipeline.NewICMP(g.inside[0].w, g.headerSize(), routerAddr(cfg, true), routerAddr(cfg, false))
+	g.mtu = mtuFollower{g: g, log: log}
+	if g.mon, err = newMonitor(n, cfg, log, g.linkUp, g.mtu.follow); err != nil {
 		return err
 	}
-	socks := x.Sockets()
-	if len(g.inside) > len(socks) {
-		return fmt.Errorf("dataplane: %w: %d TUN queues, %d NIC queues", ErrInvalidConfig, len(g.inside), len(socks))
+	if len(g.inside) > len(n.lanes) {
+		return fmt.Errorf("dataplane: %w: %d TUN queues, %d NIC queues", ErrInvalidConfig, len(g.inside), len(n.lanes))
 	}
 	for i, in := range g.inside {
-		if err := g.addForwarder(cfg, in.src, socks[i]); err != nil {
+		if err := g.addForwarder(cfg, in.src, n.lanes[i]); err != nil {
 			return err
 		}
 	}
-	for i, s := range socks {
-		r, err := pipeline.NewReturnPath(g.returnConfig(cfg, s, g.inside[i%len(g.inside)].w))
+	g.linkUp(g.mon.stats().Up)
+	if err := g.mtu.start(g.mon.stats().MTU); err != nil {
+		return err
+	}
+	for i, l := range n.lanes {
+		r, err := pipeline.NewReturnPath(g.returnConfig(cfg, l, g.inside[i%len(g.inside)].w))
 		if err != nil {
 			return err
 		}
@@ -127,13 +137,30 @@ func logger(cfg GatewayConfig) *slog.Logger {
 	return cfg.Log
 }
 
-// returnConfig configures the return path from s into w: GRO merges TCP,
+// linkUp tells the sinks whether the NIC is up.
+func (g *Gateway) linkUp(up bool) {
+	for _, s := range g.sinks {
+		s.SetLinkUp(up)
+	}
+}
+
+// routerAddr returns the first of cfg.RouterAddrs of the IP version.
+func routerAddr(cfg GatewayConfig, v4 bool) netip.Addr {
+	for _, a := range cfg.RouterAddrs {
+		if a = a.Unmap(); a.Is4() == v4 {
+			return a
+		}
+	}
+	return netip.Addr{}
+}
+
+// returnConfig configures the return path from l into w: GRO merges TCP,
 // and UDP too when the TUN device takes USO super-packets.
-func (g *Gateway) returnConfig(cfg GatewayConfig, s *xsk.Socket, w pipeline.Writer) pipeline.ReturnConfig {
+func (g *Gateway) returnConfig(cfg GatewayConfig, l lane, w pipeline.Writer) pipeline.ReturnConfig {
 	log := logger(cfg)
 	uso := g.tun != nil && g.tun.Offloads().Has(tun.OffloadUSO4|tun.OffloadUSO6)
 	return pipeline.ReturnConfig{
-		Receiver: s.Receiver(), Writer: w, HeaderSize: g.headerSize(),
+		Receiver: l.recv, Writer: w, HeaderSize: g.headerSize(),
 		TCP: cfg.GRO, UDP: cfg.GRO && uso,
 		OnRefused: func(kind segment.GSOType, err error) {
 			log.Warn("the TUN device refused a GRO super-packet: this kind of merge is off, its packets go one by one",
@@ -142,22 +169,23 @@ func (g *Gateway) returnConfig(cfg GatewayConfig, s *xsk.Socket, w pipeline.Writ
 	}
 }
 
-// addForwarder wires one TUN queue to one AF_XDP socket.
-func (g *Gateway) addForwarder(cfg GatewayConfig, src pipeline.Source, s *xsk.Socket) error {
-	sink, err := xsk.NewSink(s, g.xdp.Ifindex(), cfg.NextHop)
+// addForwarder wires one TUN queue to one queue of the NIC port.
+func (g *Gateway) addForwarder(cfg GatewayConfig, src pipeline.Source, l lane) error {
+	sink, err := l.newSink()
 	if err != nil {
 		return err
 	}
+	sink.SetReplier(g.reply)
 	g.sinks = append(g.sinks, sink)
-	budget, queue, err := newAccounting(cfg, s)
+	budget, queue, err := newAccounting(cfg, l)
 	if err != nil {
 		return err
 	}
 	g.budgets, g.queues = append(g.budgets, budget), append(g.queues, queue)
 	f, err := pipeline.NewForwarder(pipeline.ForwarderConfig{
-		Source: src, HeaderSize: g.headerSize(), Sink: sink, FrameSize: s.FrameSize(),
+		Source: src, HeaderSize: g.headerSize(), Sink: sink, FrameSize: l.frameSize,
 		Budget: budget, Queue: queue, Hook: cfg.Hook, TxRate: cfg.TxRate, DrainTime: cfg.DrainTimeout,
-		Batch: g.batch(),
+		Batch: g.batch(), Replier: g.reply,
 	})
 	if err != nil {
 		return err
@@ -166,12 +194,12 @@ func (g *Gateway) addForwarder(cfg GatewayConfig, src pipeline.Source, s *xsk.So
 	return nil
 }
 
-// newAccounting returns the budget and the queue in front of s, sized
+// newAccounting returns the budget and the queue in front of l, sized
 // from its TX frames and cfg's Backpressure, Budget and QueueLen: without
 // backpressure no budget and a DropTail queue.
-func newAccounting(cfg GatewayConfig, s *xsk.Socket) (*txqueue.Budget, *txqueue.Queue[pipeline.Frame], error) {
-	frames := s.NumFrames() / 2 // every TX frame is free yet
-	size := txqueue.Truesize(s.FrameSize())
+func newAccounting(cfg GatewayConfig, l lane) (*txqueue.Budget, *txqueue.Queue[pipeline.Frame], error) {
+	frames := l.frames
+	size := txqueue.Truesize(l.frameSize)
 	qlen := frames
 	if cfg.QueueLen > frames {
 		return nil, nil, fmt.Errorf("dataplane: %w: QueueLen %d is more than the %d TX frames", ErrInvalidConfig, cfg.QueueLen, frames)
@@ -220,8 +248,8 @@ func (g *Gateway) Run(parent context.Context) error {
 	}
 	start(len(errs)-1, g.mon.run)
 	<-ctx.Done()
-	g.closeInside()     // wakes the producers blocked in Read
-	g.xdp.StopReceive() // and the return paths waiting for frames
+	g.closeInside()          // wakes the producers blocked in Read
+	g.nic.port.StopReceive() // and the return paths waiting for frames
 	wg.Wait()
 	for i := range errs {
 		if parent.Err() != nil && errors.Is(errs[i], pipeline.ErrSourceClosed) {
@@ -239,8 +267,9 @@ func (g *Gateway) closeInside() error {
 	return g.tun.Close()
 }
 
-// Close detaches the XDP program, closes the sockets and the TUN device
-// (removing it if it was created) and releases what is still queued.
+// Close detaches the port's program, closes the sockets and the TUN
+// device (removing it if it was created) and releases what is still
+// queued.
 func (g *Gateway) Close() error {
 	var errs []error
 	for _, q := range g.queues {
@@ -252,8 +281,9 @@ func (g *Gateway) Close() error {
 	if g.mon != nil {
 		g.mon.close()
 	}
-	if g.xdp != nil {
-		errs = append(errs, g.xdp.Close())
+	g.mtu.close()
+	if g.nic != nil {
+		errs = append(errs, g.nic.port.Close())
 	}
 	errs = append(errs, g.closeInside())
 	return errors.Join(errs...)
@@ -262,8 +292,27 @@ func (g *Gateway) Close() error {
 // TUN returns the gateway's TUN device (nil with a Host).
 func (g *Gateway) TUN() *tun.Device { return g.tun }
 
-// Port returns the gateway's AF_XDP port.
-func (g *Gateway) Port() *xsk.Port { return g.xdp }
+// Port returns the kind of the gateway's NIC port: PortXDP or
+// PortPacket.
+func (g *Gateway) Port() PortKind { return g.nic.kind }
+
+// XDP returns the gateway's AF_XDP port, nil if it has another.
+func (g *Gateway) XDP() *xsk.Port {
+	p, _ := g.nic.port.(*xsk.Port)
+	return p
+}
+
+// Packet returns the gateway's AF_PACKET port, nil if it has another.
+func (g *Gateway) Packet() *afpacket.Port {
+	p, _ := g.nic.port.(*afpacket.Port)
+	return p
+}
+
+// Ifindex returns the NIC's interface index.
+func (g *Gateway) Ifindex() int { return g.nic.port.Ifindex() }
+
+// Queues returns the number of queues of the NIC port.
+func (g *Gateway) Queues() int { return len(g.nic.lanes) }
 
 // Stats returns a snapshot of the gateway's counters.
 func (g *Gateway) Stats() GatewayStats {
@@ -275,7 +324,9 @@ func (g *Gateway) Stats() GatewayStats {
 		s.Return = s.Return.Add(r.Stats())
 	}
 	for _, k := range g.sinks {
-		s.Forward.Drops[pipeline.DropUnresolved] += k.Unresolved()
+		d := k.Drops()
+		s.Forward.Drops[pipeline.DropUnresolved] += d[pipeline.DropUnresolved]
+		s.Forward.Drops[pipeline.DropNotRouted] += d[pipeline.DropNotRouted]
 	}
 	for i, q := range g.queues {
 		s.Queue = s.Queue.Add(q.Stats())
@@ -283,13 +334,15 @@ func (g *Gateway) Stats() GatewayStats {
 			s.Budget = s.Budget.Add(b.Stats())
 		}
 	}
-	if g.xdp != nil {
-		for _, x := range g.xdp.Sockets() {
-			s.XSK = append(s.XSK, x.Stats())
-		}
+	if g.nic != nil {
+		g.nic.stats(&s)
+	}
+	if g.reply != nil {
+		s.Replies = g.reply.Stats()
 	}
 	if g.mon != nil {
 		s.NIC = g.mon.stats()
+		s.NIC.TUNMTU = int(g.mtu.tun.Load())
 	}
 	return s
 }

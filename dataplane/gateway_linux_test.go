@@ -188,6 +188,11 @@ func tcpTransfer(t testing.TB, lab *gwLab, srv netip.Addr, size int64, toA bool)
 	return time.Since(start)
 }
 
+// lost counts the drops of packets that were to go through: all but the
+// host's own link-local traffic into the TUN (MLD reports, router
+// solicitations), which a router does not forward.
+func lost(d pipeline.Drops) uint64 { return d.Total() - d[pipeline.DropNotRouted] }
+
 // TestGatewayTCP moves SHA-256-checked TCP streams both ways, over IPv4
 // and IPv6, with GRO on the return path and without.
 func TestGatewayTCP(t *testing.T) {
@@ -217,7 +222,7 @@ func gatewayTCP(t *testing.T, gro bool) {
 	}
 	st := lab.g.Stats()
 	t.Logf("forward %+v\nreturn %+v\nbudget %+v", st.Forward, st.Return, st.Budget)
-	if st.Forward.Drops.Total() != 0 || st.Return.Drops.Total() != 0 {
+	if lost(st.Forward.Drops) != 0 || st.Return.Drops.Total() != 0 {
 		t.Errorf("the gateway dropped: forward %v, return %v", st.Forward.Drops, st.Return.Drops)
 	}
 	if st.Forward.Segments <= st.Forward.SuperPackets {
@@ -425,7 +430,7 @@ func TestGatewayUDPBackpressure(t *testing.T) {
 		r := udpFlood(t, lab, sends, segs)
 		st := lab.g.Stats()
 		t.Logf("%+v; gateway drops %v, budget stalls %d (%v), peak %d of %d", r, st.Forward.Drops, st.Budget.Stalls, st.Budget.StallTime, st.Budget.Peak, st.Budget.Limit)
-		if r.lost != 0 || st.Forward.Drops.Total() != 0 {
+		if r.lost != 0 || lost(st.Forward.Drops) != 0 {
 			t.Errorf("lost %d datagrams, the gateway dropped %v", r.lost, st.Forward.Drops)
 		}
 		if r.enobufs == 0 || st.Budget.Stalls == 0 {
@@ -449,7 +454,7 @@ func TestGatewayShutdown(t *testing.T) {
 	const budget = 1 << 20 // a fixed budget sizes the UMEM
 	lab := newGwLab(t, GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true, Budget: budget})
 	tcpTransfer(t, lab, labSrv4, 1<<20, false)
-	if got, want := lab.g.Port().Sockets()[0].NumFrames(), UMEMFrames(budget); got != want {
+	if got, want := lab.g.XDP().Sockets()[0].NumFrames(), UMEMFrames(budget); got != want {
 		t.Errorf("%d UMEM frames for a %d-byte budget, want %d", got, budget, want)
 	}
 	if st := lab.g.Stats().Budget; st.Limit != budget {

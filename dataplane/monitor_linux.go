@@ -11,22 +11,24 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
-
-	"github.com/gsoplane/gsoplane/dataplane/xsk"
 )
 
-// xdpCheckEvery is how often the monitor asks whether the XDP program is
-// still attached: detaching a BPF link from outside sends no netlink
-// notification.
-const xdpCheckEvery = time.Second
+// attachCheckEvery is how often the monitor asks whether the port's
+// program is still attached: detaching a BPF link from outside sends no
+// netlink notification.
+const attachCheckEvery = time.Second
 
 // monitor follows the NIC: its link state, MTU and existence from the
-// kernel's link notifications, and whether the XDP program is attached.
-// Link flaps are ordinary: the sinks hold frames while the link is down
-// (the budget holds the senders back) and the monitor logs each change.
+// kernel's link notifications, and whether the port's program is
+// attached. Link flaps are ordinary: the sinks hold frames while the
+// link is down (the budget holds the senders back) and the monitor logs
+// each change; link changes are passed on to onLink, MTU changes to
+// onMTU.
 type monitor struct {
-	port    *xsk.Port
+	nic     *nic
 	ifindex int
+	onLink  func(up bool)
+	onMTU   func(mtu int)
 	policy  DetachPolicy
 	log     *slog.Logger
 	updates chan netlink.LinkUpdate
@@ -39,14 +41,14 @@ type monitor struct {
 
 // newMonitor subscribes to link updates in the calling thread's network
 // namespace (OpenGateway's).
-func newMonitor(port *xsk.Port, cfg GatewayConfig, log *slog.Logger) (*monitor, error) {
-	m := &monitor{port: port, ifindex: port.Ifindex(), policy: cfg.OnDetach, log: log,
+func newMonitor(n *nic, cfg GatewayConfig, log *slog.Logger, onLink func(bool), onMTU func(int)) (*monitor, error) {
+	m := &monitor{nic: n, ifindex: n.port.Ifindex(), onLink: onLink, onMTU: onMTU, policy: cfg.OnDetach, log: log,
 		updates: make(chan netlink.LinkUpdate, 16), done: make(chan struct{})}
 	link, err := netlink.LinkByIndex(m.ifindex)
 	if err != nil {
 		return nil, fmt.Errorf("dataplane: NIC: %w", err)
 	}
-	m.st = NICStats{Up: linkUp(link), MTU: link.Attrs().MTU, XDPAttached: true}
+	m.st = NICStats{Up: linkUp(link), MTU: link.Attrs().MTU, Attached: true}
 	err = netlink.LinkSubscribeWithOptions(m.updates, m.done, netlink.LinkSubscribeOptions{
 		ErrorCallback: func(err error) {
 			select {
@@ -69,11 +71,11 @@ func linkUp(l netlink.Link) bool {
 }
 
 // run follows the NIC until ctx ends, or returns the reason the gateway
-// cannot go on: the NIC is gone, or the XDP program was detached and the
-// policy is DetachStop.
+// cannot go on: the NIC is gone, or the port's program was detached and
+// the policy is DetachStop.
 func (m *monitor) run(ctx context.Context) error {
 	defer m.close()
-	tick := time.NewTicker(xdpCheckEvery)
+	tick := time.NewTicker(attachCheckEvery)
 	defer tick.Stop()
 	for {
 		select {
@@ -87,7 +89,7 @@ func (m *monitor) run(ctx context.Context) error {
 				return err
 			}
 		case <-tick.C:
-			if err := m.checkXDP(); err != nil {
+			if err := m.checkAttached(); err != nil {
 				return err
 			}
 		}
@@ -110,7 +112,13 @@ func (m *monitor) update(u netlink.LinkUpdate) error {
 	if was.Up && !up {
 		m.st.Downs++
 	}
+	if mtu != was.MTU {
+		m.st.MTUChanges++
+	}
 	m.mu.Unlock()
+	if up != was.Up {
+		m.onLink(up)
+	}
 	switch {
 	case was.Up && !up:
 		m.log.Warn("the NIC is down: holding frames until it is up again", "nic", u.Link.Attrs().Name)
@@ -119,32 +127,34 @@ func (m *monitor) update(u netlink.LinkUpdate) error {
 	}
 	if mtu != was.MTU {
 		m.log.Info("the NIC's MTU changed", "nic", u.Link.Attrs().Name, "from", was.MTU, "to", mtu)
+		m.onMTU(mtu)
 	}
 	return nil
 }
 
-// checkXDP makes sure the XDP program is attached, re-attaching it or
-// giving up as the policy says.
-func (m *monitor) checkXDP() error {
-	ok, err := m.port.Attached()
+// checkAttached makes sure the port's program is attached, re-attaching
+// it or giving up as the policy says.
+func (m *monitor) checkAttached() error {
+	ok, err := m.nic.port.Attached()
 	if err != nil || ok {
 		return nil // closed: the gateway is stopping
 	}
 	m.mu.Lock()
-	m.st.XDPAttached = false
+	m.st.Attached = false
 	m.st.Detaches++
 	m.mu.Unlock()
+	prog := m.nic.program
 	if m.policy == DetachStop {
-		m.log.Error("the XDP program was detached from outside: stopping (-xdp-detached stop)")
-		return fmt.Errorf("dataplane: %w", xsk.ErrDetached)
+		m.log.Error("the " + prog + " was detached from outside: stopping (-xdp-detached stop)")
+		return fmt.Errorf("dataplane: %w", m.nic.detached)
 	}
-	m.log.Warn("the XDP program was detached from outside: attaching it again")
-	if err := m.port.Reattach(); err != nil {
-		m.log.Error("cannot attach the XDP program again", "err", err)
-		return errors.Join(fmt.Errorf("dataplane: %w", xsk.ErrDetached), err)
+	m.log.Warn("the " + prog + " was detached from outside: attaching it again")
+	if err := m.nic.port.Reattach(); err != nil {
+		m.log.Error("cannot attach the "+prog+" again", "err", err)
+		return errors.Join(fmt.Errorf("dataplane: %w", m.nic.detached), err)
 	}
 	m.mu.Lock()
-	m.st.XDPAttached = true
+	m.st.Attached = true
 	m.st.Reattaches++
 	m.mu.Unlock()
 	return nil

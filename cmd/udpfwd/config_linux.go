@@ -19,12 +19,13 @@ type config struct {
 	GSO      bool
 	GRO      bool
 
-	NIC      string
-	NextHop  addrValue
-	Port     choice
-	XDPMode  choice
-	ZeroCopy bool
-	Detached choice
+	NIC       string
+	NextHop   addrValue
+	Port      choice
+	PacketGSO choice
+	XDPMode   choice
+	ZeroCopy  bool
+	Detached  choice
 
 	Budget       budgetValue
 	TxQueueLen   int
@@ -55,6 +56,7 @@ func newFlagSet(cfg *config) *flag.FlagSet {
 	fs.SetOutput(io.Discard) // run reports errors and prints the help itself
 	fs.Usage = func() {}
 	cfg.Port = choice{"auto", []string{"xdp", "packet", "auto"}}
+	cfg.PacketGSO = choice{"auto", []string{"auto", "offload", "partial", "full"}}
 	cfg.XDPMode = choice{"auto", []string{"auto", "native", "generic"}}
 	cfg.Detached = choice{"reattach", []string{"reattach", "stop"}}
 	cfg.LogLevel = choice{"info", []string{"debug", "info", "warn", "error"}}
@@ -71,7 +73,8 @@ func newFlagSet(cfg *config) *flag.FlagSet {
 
 	fs.StringVar(&cfg.NIC, "nic", "", "`NAME` of the NIC to transmit on and receive from (required)")
 	fs.Var(&cfg.NextHop, "next-hop", "`ADDR` of the NIC-side gateway for every destination (default: each destination's route through the NIC)")
-	fs.Var(&cfg.Port, "port", "NIC port `MODE`: xdp (AF_XDP) or auto (= xdp); packet (AF_PACKET) is not implemented yet")
+	fs.Var(&cfg.Port, "port", "NIC port `KIND`: xdp (AF_XDP), packet (AF_PACKET) or auto (AF_XDP where the driver runs XDP natively, else AF_PACKET)")
+	fs.Var(&cfg.PacketGSO, "packet-gso", "what an AF_PACKET port leaves to the NIC (`MODE`): auto (whole super-packets where the NIC segments them, else checksums), offload (as auto; fails without TSO/USO), partial (checksums only) or full (nothing)")
 	fs.Var(&cfg.XDPMode, "xdp-mode", "XDP attach `MODE`: auto (native, else generic), native or generic")
 	fs.BoolVar(&cfg.ZeroCopy, "zero-copy", false, "bind the AF_XDP sockets in zero-copy mode (the driver must support it)")
 	fs.Var(&cfg.Detached, "xdp-detached", "what to do when the XDP program is detached from outside (`ACTION`): reattach (log, count and attach it again) or stop (exit 1)")
@@ -97,7 +100,7 @@ var flagGroups = []struct {
 	names []string
 }{
 	{"TUN side", []string{"tun", "addr", "mtu", "route", "redirect", "queues", "gso", "gro"}},
-	{"NIC side", []string{"nic", "next-hop", "port", "xdp-mode", "zero-copy", "xdp-detached"}},
+	{"NIC side", []string{"nic", "next-hop", "port", "packet-gso", "xdp-mode", "zero-copy", "xdp-detached"}},
 	{"Transmit path", []string{"budget", "tx-queue-len", "backpressure", "drain-timeout"}},
 	{"Observability", []string{"metrics", "pprof", "log-level", "log-format", "v"}},
 	{"Privileges", []string{"user"}},

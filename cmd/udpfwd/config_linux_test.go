@@ -77,7 +77,6 @@ func TestParseConfigErrors(t *testing.T) {
 		{[]string{"-nic", "eth0", "-budget", "1G"}, nil, []string{"-budget 1073741824: want auto or 557056"}},
 		{[]string{"-nic", "eth0", "-tx-queue-len", "64", "-queues", "2"}, nil, []string{"-tx-queue-len 64: only with -queues 1"}},
 		{[]string{"-nic", "eth0", "-drain-timeout", "1ms"}, nil, []string{"-drain-timeout 1ms: want 100ms to 10m0s"}},
-		{[]string{"-nic", "eth0", "-port", "packet"}, nil, []string{"-port packet: AF_PACKET is not implemented yet"}},
 		{[]string{"-nic", "eth0", "-metrics", "9464"}, nil, []string{`-metrics "9464": want host:port`}},
 		{[]string{"-nic", "eth0", "-metrics", "", "-pprof"}, nil, []string{"-pprof: needs a -metrics address"}},
 		{[]string{"-nic", "eth0", "extra"}, nil, []string{`unexpected argument "extra"`}},
@@ -86,6 +85,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{[]string{"-nic", "eth0", "-budget", "lots"}, nil, []string{`invalid value "lots" for flag -budget: want auto or a byte count`}},
 		{[]string{"-nic", "eth0", "-addr", "198.18.0.1"}, nil, []string{`invalid value "198.18.0.1" for flag -addr: want ADDRESS/LENGTH`}},
 		{[]string{"-nic", "eth0", "-next-hop", "gw"}, nil, []string{`invalid value "gw" for flag -next-hop: want an IPv4 or IPv6 address`}},
+		{[]string{"-nic", "eth0", "-port", "dpdk"}, nil, []string{`invalid value "dpdk" for flag -port: want xdp, packet or auto`}},
+		{[]string{"-nic", "eth0", "-packet-gso", "tso"}, nil, []string{`invalid value "tso" for flag -packet-gso: want auto, offload, partial or full`}},
 	} {
 		_, err := parseConfig(c.args, env(c.env))
 		if err == nil {
@@ -156,6 +157,33 @@ func TestBudgetValue(t *testing.T) {
 		var b budgetValue
 		if err := b.Set(in); err == nil {
 			t.Errorf("%q: accepted as %d", in, b.bytes)
+		}
+	}
+}
+
+// TestRouterAddrs: the gateway's address on the TUN's link is the first
+// host address of the first -addr prefix of each IP version that is not
+// the TUN's own; a prefix with no room gives none.
+func TestRouterAddrs(t *testing.T) {
+	for _, c := range []struct {
+		addrs string
+		want  string
+	}{
+		{"198.18.0.1/24,2001:2:0:1::1/64", "198.18.0.2 2001:2:0:1::2"},
+		{"198.18.0.9/24,2001:2::2/64,198.18.5.1/24", "198.18.0.1 2001:2::1"},
+		{"198.18.0.1/32,2001:2::1/127", ""},
+		{"198.18.0.1/30", "198.18.0.2"},
+	} {
+		var addrs prefixList
+		if err := addrs.Set(c.addrs); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, a := range routerAddrs(addrs) {
+			got = append(got, a.String())
+		}
+		if g := strings.Join(got, " "); g != c.want {
+			t.Errorf("-addr %s: router addresses %q, want %q", c.addrs, g, c.want)
 		}
 	}
 }

@@ -232,6 +232,9 @@ func checkMetrics(t *testing.T, m map[string]float64, tcpBytes, datagrams, size 
 	t.Helper()
 	fwd := func(name string) float64 { return m[name+`{direction="tun_to_nic",port="xdp"}`] }
 	segs, supers := fwd("udpfwd_segments_total"), fwd("udpfwd_super_packets_total")
+	// The host's own link-local traffic into the TUN (MLD reports and
+	// the like) is not routed: queued, then dropped by the sink.
+	notRouted := m[`udpfwd_drops_total{direction="tun_to_nic",reason="not_routed"}`]
 	t.Logf("tun->nic: %.0f super-packets, %.0f segments, %.0f bytes; nic->tun %.0f packets; budget stalls %.0f",
 		supers, segs, fwd("udpfwd_bytes_total"), m[`udpfwd_packets_total{direction="nic_to_tun",port="xdp"}`],
 		m[`udpfwd_producer_stalls_total{cause="budget"}`])
@@ -239,12 +242,12 @@ func checkMetrics(t *testing.T, m map[string]float64, tcpBytes, datagrams, size 
 		what string
 		ok   bool
 	}{
-		{"no drops", sumMetric(m, "udpfwd_drops_total") == 0},
+		{"no drops but link-local", sumMetric(m, "udpfwd_drops_total") == notRouted},
 		{"segments >= datagrams + TCP bytes/MSS", segs >= float64(datagrams+tcpBytes/1460)},
 		{"bytes >= payload sent", fwd("udpfwd_bytes_total") >= float64(tcpBytes+datagrams*size)},
 		{"GSO: fewer super-packets than segments", supers > 0 && supers < segs/4},
-		{"every segment handed to the NIC", fwd("udpfwd_packets_total") == segs},
-		{"every segment completed", m[`udpfwd_tx_completed_total{port="xdp"}`] == segs},
+		{"every segment handed to the NIC", fwd("udpfwd_packets_total") == segs-notRouted},
+		{"every segment completed", m[`udpfwd_tx_completed_total{port="xdp"}`] == segs-notRouted},
 		{"histogram counts every super-packet", m["udpfwd_segments_per_super_packet_count"] == supers},
 		{"histogram sums every segment", m["udpfwd_segments_per_super_packet_sum"] == segs},
 		{"latency histogram counts every completion", m["udpfwd_tx_completion_latency_seconds_count"] == segs},

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/dataplane"
+	"github.com/gsoplane/gsoplane/dataplane/afpacket"
 	"github.com/gsoplane/gsoplane/dataplane/tun"
 	"github.com/gsoplane/gsoplane/dataplane/xsk"
 )
@@ -34,7 +35,7 @@ func openGateway(cfg *config, log *slog.Logger) (*gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &gateway{Gateway: dg, nic: dg.Port().Ifindex()}
+	g := &gateway{Gateway: dg, nic: dg.Ifindex()}
 	if err := g.configureTUN(cfg); err != nil {
 		return nil, errors.Join(err, g.close())
 	}
@@ -44,11 +45,16 @@ func openGateway(cfg *config, log *slog.Logger) (*gateway, error) {
 // gatewayConfig translates the flags into the dataplane's configuration.
 func gatewayConfig(cfg *config) dataplane.GatewayConfig {
 	modes := map[string]xsk.Mode{"auto": xsk.ModeAuto, "native": xsk.ModeNative, "generic": xsk.ModeGeneric}
+	ports := map[string]dataplane.PortKind{"auto": dataplane.PortAuto, "xdp": dataplane.PortXDP, "packet": dataplane.PortPacket}
+	gso := map[string]afpacket.GSOMode{"auto": afpacket.GSOModeAuto, "offload": afpacket.GSOModeOffload, "partial": afpacket.GSOModePartial, "full": afpacket.GSOModeFull}
 	return dataplane.GatewayConfig{
 		TUN:          tun.Config{Name: cfg.TUN, Queues: cfg.Queues, MTU: cfg.MTU, Offload: cfg.GSO},
 		NIC:          cfg.NIC,
 		Routes:       cfg.redirects(),
 		NextHop:      cfg.NextHop.addr,
+		Port:         ports[cfg.Port.value],
+		PacketGSO:    gso[cfg.PacketGSO.value],
+		RouterAddrs:  routerAddrs(cfg.Addrs),
 		Mode:         modes[cfg.XDPMode.value],
 		ZeroCopy:     cfg.ZeroCopy,
 		Backpressure: cfg.Backpressure,
@@ -58,6 +64,38 @@ func gatewayConfig(cfg *config) dataplane.GatewayConfig {
 		GRO:          cfg.GRO,
 		OnDetach:     map[string]dataplane.DetachPolicy{"reattach": dataplane.DetachReattach, "stop": dataplane.DetachStop}[cfg.Detached.value],
 	}
+}
+
+// routerAddrs returns, for the first -addr of each IP version, the
+// gateway's own address on the TUN's link: the first host address of the
+// prefix that is not the TUN's (198.18.0.2 for 198.18.0.1/24, 2001:2::1
+// for 2001:2::2/64), the source of the ICMP errors the gateway writes
+// into the TUN. A /31, /32, /127 or /128 has none to spare.
+func routerAddrs(addrs prefixList) []netip.Addr {
+	var out []netip.Addr
+	seen := map[bool]bool{}
+	for _, p := range addrs {
+		v4 := p.Addr().Is4()
+		if seen[v4] || p.Bits() >= p.Addr().BitLen()-1 {
+			continue
+		}
+		seen[v4] = true
+		a := p.Masked().Addr().Next() // the network address is not a host's
+		if a == p.Addr() {
+			a = a.Next()
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// portMode describes how the port runs: the XDP program's mode and
+// zero-copy, or the AF_PACKET sink's GSO mode.
+func (g *gateway) portMode(cfg *config) string {
+	if x := g.XDP(); x != nil {
+		return fmt.Sprintf("xdp %v, zero-copy %v", x.Mode(), cfg.ZeroCopy)
+	}
+	return "gso " + cfg.PacketGSO.value
 }
 
 // sendTime is the part of -drain-timeout the forwarders spend sending

@@ -6,15 +6,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gsoplane/gsoplane/dataplane"
+	"github.com/gsoplane/gsoplane/dataplane/afpacket"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/dataplane/xsk"
 )
 
-// Directions and the port label (only AF_XDP exists yet).
+// Directions.
 const (
-	toNIC   = "tun_to_nic"
-	toTUN   = "nic_to_tun"
-	portXDP = "xdp"
+	toNIC = "tun_to_nic"
+	toTUN = "nic_to_tun"
 )
 
 func desc(name, help string, labels ...string) *prometheus.Desc {
@@ -25,20 +25,24 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 var (
 	descSuperPackets = desc("super_packets_total", "Super-packets read from the TUN (tun_to_nic), or written to it by GRO, of two packets or more (nic_to_tun).", "direction", "port")
 	descSegments     = desc("segments_total", "Segments cut and queued for the NIC (tun_to_nic), or valid IP packets received from it (nic_to_tun).", "direction", "port")
-	descPackets      = desc("packets_total", "Packets handed to the NIC (tun_to_nic), or writes into the TUN, a super-packet counting once (nic_to_tun).", "direction", "port")
+	descPackets      = desc("packets_total", "Packets handed to the NIC, a super-packet the NIC segments counting once (tun_to_nic), or writes into the TUN, a super-packet counting once (nic_to_tun).", "direction", "port")
 	descBytes        = desc("bytes_total", "IP bytes of the segments queued for the NIC (tun_to_nic) or of the packets received from it (nic_to_tun).", "direction", "port")
 	descGROPass      = desc("gro_passthrough_total", "Packets from the NIC that GRO passed through unmerged, by reason.", "reason")
 	descNICUp        = desc("nic_up", "1 while the NIC is up with a carrier, 0 while it is down (frames wait, the budget holds the senders back).")
 	descNICMTU       = desc("nic_mtu_bytes", "The NIC's MTU.")
 	descNICDowns     = desc("nic_down_total", "Times the NIC went down.")
-	descXDPAttached  = desc("xdp_attached", "1 while the XDP program is attached to the NIC.")
-	descXDPDetached  = desc("xdp_detached_total", "Times the XDP program was found detached from outside.")
-	descXDPReattach  = desc("xdp_reattached_total", "Times it was attached again (-xdp-detached reattach).")
+	descNICMTUChange = desc("nic_mtu_changes_total", "Times the NIC's MTU changed (the TUN's MTU follows it).")
+	descTUNMTU       = desc("tun_mtu_bytes", "The TUN device's MTU, kept within the NIC's.")
+	descAttached     = desc("program_attached", "1 while the port's program (XDP, or tcx ingress for AF_PACKET) is attached to the NIC.")
+	descDetached     = desc("program_detached_total", "Times the port's program was found detached from outside.")
+	descReattached   = desc("program_reattached_total", "Times it was attached again (-xdp-detached reattach).")
+	descICMP         = desc("icmp_errors_total", "ICMP errors for packets the gateway could not forward (host unreachable, fragmentation needed, packet too big), by outcome: sent into the TUN, rate_limited, silent (a router does not answer that packet, or no router address of its IP version) or failed.", "outcome")
 	descGRORefused   = desc("gro_refused_total", "GRO super-packets the TUN refused; their kind of merge is then off and their packets went one by one.")
-	descCompleted    = desc("tx_completed_total", "Segments the NIC reported sent (TX completions).", "port")
+	descCompleted    = desc("tx_completed_total", "Packets the NIC reported sent (TX completions), a super-packet the NIC segments counting once.", "port")
 	descTxErrors     = desc("tx_errors_total", "Transmit calls that failed.", "port")
 	descDrops        = desc("drops_total", "Packets dropped, by direction and reason (invalid, oversize, no_frames: super-packets; others: segments or packets).", "direction", "reason")
-	descXSKEvents    = desc("xsk_events_total", "AF_XDP socket events from the kernel (XDP_STATISTICS) and kick failures, by RX queue.", "queue", "event")
+	descXSKEvents    = desc("xsk_events_total", "AF_XDP socket events from the kernel (XDP_STATISTICS) and kick failures, and frames the XDP program passed to the kernel instead of the socket, by RX queue.", "queue", "event")
+	descPacketEvents = desc("packet_events_total", "AF_PACKET socket events: frames dropped or refused, the kernel's receive drops and sends retried, by socket.", "queue", "event")
 	descBudgetUsed   = desc("budget_in_use_bytes", "Truesize bytes charged to the send budget and not yet completed (first TUN queue).")
 	descBudgetLimit  = desc("budget_limit_bytes", "Current send budget limit (first TUN queue).")
 	descBudgetPeak   = desc("budget_peak_bytes", "Highest budget use seen (first TUN queue).")
@@ -55,7 +59,8 @@ var (
 // statsCollector exports a gateway's counters, read once per scrape.
 type statsCollector struct {
 	stats        func() dataplane.GatewayStats
-	backpressure bool // there is a budget to report
+	port         string // the port label: xdp or packet
+	backpressure bool   // there is a budget to report
 }
 
 // Describe sends every metric's description.
@@ -64,7 +69,8 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 		descSuperPackets, descSegments, descPackets, descBytes, descCompleted, descTxErrors,
 		descDrops, descXSKEvents, descBudgetUsed, descBudgetLimit, descBudgetPeak, descQueueDepth,
 		descQueueBytes, descQueuePeak, descQueuePeakB, descStalls, descStallTime, descSegsPerSP, descTxLatency,
-		descGROPass, descGRORefused, descNICUp, descNICMTU, descNICDowns, descXDPAttached, descXDPDetached, descXDPReattach,
+		descGROPass, descGRORefused, descNICUp, descNICMTU, descNICDowns, descAttached, descDetached, descReattached,
+		descNICMTUChange, descTUNMTU, descICMP, descPacketEvents,
 	} {
 		ch <- d
 	}
@@ -73,11 +79,13 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect takes one snapshot of the gateway's counters and sends them.
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.stats()
-	e := emitter{ch}
+	e := emitter{ch, c.port}
 	e.traffic(s)
 	e.drops(s)
 	e.xsk(s.XSK)
+	e.packet(s.Packet)
 	e.nic(s.NIC)
+	e.icmp(s.Replies)
 	if c.backpressure {
 		e.budget(s)
 	}
@@ -86,7 +94,10 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // emitter sends const metrics.
-type emitter struct{ ch chan<- prometheus.Metric }
+type emitter struct {
+	ch   chan<- prometheus.Metric
+	port string
+}
 
 func (e emitter) counter(d *prometheus.Desc, v uint64, labels ...string) {
 	e.ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
@@ -97,17 +108,17 @@ func (e emitter) gauge(d *prometheus.Desc, v int64, labels ...string) {
 }
 
 func (e emitter) traffic(s dataplane.GatewayStats) {
-	f, r := s.Forward, s.Return
-	e.counter(descSuperPackets, f.SuperPackets, toNIC, portXDP)
-	e.counter(descSuperPackets, r.SuperPackets, toTUN, portXDP)
-	e.counter(descSegments, f.Segments, toNIC, portXDP)
-	e.counter(descSegments, r.Packets, toTUN, portXDP)
-	e.counter(descPackets, f.Transmitted, toNIC, portXDP)
-	e.counter(descPackets, r.Writes, toTUN, portXDP)
-	e.counter(descBytes, f.Bytes, toNIC, portXDP)
-	e.counter(descBytes, r.Bytes, toTUN, portXDP)
-	e.counter(descCompleted, f.Completed, portXDP)
-	e.counter(descTxErrors, f.TxErrors, portXDP)
+	f, r, port := s.Forward, s.Return, e.port
+	e.counter(descSuperPackets, f.SuperPackets, toNIC, port)
+	e.counter(descSuperPackets, r.SuperPackets, toTUN, port)
+	e.counter(descSegments, f.Segments, toNIC, port)
+	e.counter(descSegments, r.Packets, toTUN, port)
+	e.counter(descPackets, s.Sent, toNIC, port)
+	e.counter(descPackets, r.Writes, toTUN, port)
+	e.counter(descBytes, f.Bytes, toNIC, port)
+	e.counter(descBytes, r.Bytes, toTUN, port)
+	e.counter(descCompleted, s.Completed, port)
+	e.counter(descTxErrors, f.TxErrors, port)
 	e.gro(r)
 }
 
@@ -146,7 +157,31 @@ func (e emitter) xsk(socks []xsk.Stats) {
 		e.counter(descXSKEvents, x.RXFillEmpty, q, "rx_fill_ring_empty")
 		e.counter(descXSKEvents, x.TXInvalid, q, "tx_invalid")
 		e.counter(descXSKEvents, x.KickErrors, q, "kick_error")
+		e.counter(descXSKEvents, x.Oversize, q, "pass_oversize")
+		e.counter(descXSKEvents, x.OtherHost, q, "pass_other_host")
+		e.counter(descXSKEvents, x.NotUnicast, q, "pass_not_unicast")
+		e.counter(descXSKEvents, x.VersionMismatch, q, "pass_version_mismatch")
 	}
+}
+
+func (e emitter) packet(socks []afpacket.Stats) {
+	for i, x := range socks {
+		q := strconv.Itoa(i)
+		e.counter(descPacketEvents, x.Drops.Invalid, q, "rx_invalid")
+		e.counter(descPacketEvents, x.Drops.Truncated, q, "rx_truncated")
+		e.counter(descPacketEvents, x.Drops.Header, q, "rx_header")
+		e.counter(descPacketEvents, x.Drops.Kernel, q, "rx_kernel_drop")
+		e.counter(descPacketEvents, x.Drops.Refused, q, "tx_refused")
+		e.counter(descPacketEvents, x.TXBusy, q, "tx_busy")
+	}
+}
+
+// icmp exports the ICMP errors the gateway answered with.
+func (e emitter) icmp(r pipeline.ReplyStats) {
+	e.counter(descICMP, r.Sent, "sent")
+	e.counter(descICMP, r.Limited, "rate_limited")
+	e.counter(descICMP, r.Silent, "silent")
+	e.counter(descICMP, r.Failed, "failed")
 }
 
 // nic exports the NIC's state as the gateway last saw it.
@@ -154,9 +189,11 @@ func (e emitter) nic(n dataplane.NICStats) {
 	e.gauge(descNICUp, b2i(n.Up))
 	e.gauge(descNICMTU, int64(n.MTU))
 	e.counter(descNICDowns, n.Downs)
-	e.gauge(descXDPAttached, b2i(n.XDPAttached))
-	e.counter(descXDPDetached, n.Detaches)
-	e.counter(descXDPReattach, n.Reattaches)
+	e.counter(descNICMTUChange, n.MTUChanges)
+	e.gauge(descTUNMTU, int64(n.TUNMTU))
+	e.gauge(descAttached, b2i(n.Attached))
+	e.counter(descDetached, n.Detaches)
+	e.counter(descReattached, n.Reattaches)
 }
 
 func b2i(b bool) int64 {

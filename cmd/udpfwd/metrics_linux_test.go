@@ -15,7 +15,8 @@ import (
 // names, labels, and histograms made cumulative with exact sums.
 func TestCollector(t *testing.T) {
 	var s dataplane.GatewayStats
-	s.Forward.SuperPackets, s.Forward.Segments, s.Forward.Transmitted = 10, 95, 90
+	s.Forward.SuperPackets, s.Forward.Segments, s.Forward.Transmitted = 10, 95, 93
+	s.Sent, s.Completed = 90, 88 // Transmitted less the 3 unresolved
 	s.Forward.Drops[pipeline.DropHook] = 5
 	s.Forward.SegmentsPerRead[0], s.Forward.SegmentsPerRead[6], s.Forward.SegmentsPerRead[8] = 2, 7, 1 // 1, ≤64, >128
 	s.Forward.TxLatency[0], s.Forward.TxLatency[len(pipeline.LatencyBounds)] = 80, 10
@@ -25,11 +26,12 @@ func TestCollector(t *testing.T) {
 	s.Return.GRO.NoPayload, s.Return.Refused = 3, 1
 	s.Budget.Limit, s.Budget.InFlight, s.Budget.Stalls, s.Budget.StallTime = 1<<20, 4352, 4, 2*time.Second
 	s.Queue.Pending, s.Queue.PeakHeld = 3, 40
-	s.XSK = []xsk.Stats{{RX: 5}, {RX: 6, RXRingFull: 2}}
-	s.NIC = dataplane.NICStats{Up: true, MTU: 1500, Downs: 2, XDPAttached: true, Detaches: 1, Reattaches: 1}
+	s.XSK = []xsk.Stats{{RX: 5}, {RX: 6, RXRingFull: 2, OtherHost: 7}}
+	s.NIC = dataplane.NICStats{Up: true, MTU: 1400, MTUChanges: 1, TUNMTU: 1400, Downs: 2, Attached: true, Detaches: 1, Reattaches: 1}
+	s.Replies = pipeline.ReplyStats{Sent: 4, Limited: 2, Silent: 1}
 
 	rec := httptest.NewRecorder()
-	newHTTPServer(newRegistry(&statsCollector{stats: func() dataplane.GatewayStats { return s }, backpressure: true}), false, slog.New(slog.DiscardHandler)).
+	newHTTPServer(newRegistry(&statsCollector{stats: func() dataplane.GatewayStats { return s }, port: "xdp", backpressure: true}), false, slog.New(slog.DiscardHandler)).
 		Handler.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	m, err := parseMetrics(rec.Body)
 	if err != nil {
@@ -43,9 +45,16 @@ func TestCollector(t *testing.T) {
 		`udpfwd_gro_passthrough_total{reason="no_payload"}`:               3,
 		`udpfwd_gro_refused_total`:                                        1,
 		`udpfwd_nic_up`:                                                   1,
-		`udpfwd_nic_mtu_bytes`:                                            1500,
+		`udpfwd_nic_mtu_bytes`:                                            1400,
+		`udpfwd_nic_mtu_changes_total`:                                    1,
+		`udpfwd_tun_mtu_bytes`:                                            1400,
+		`udpfwd_program_attached`:                                         1,
+		`udpfwd_icmp_errors_total{outcome="sent"}`:                        4,
+		`udpfwd_icmp_errors_total{outcome="rate_limited"}`:                2,
+		`udpfwd_xsk_events_total{event="pass_other_host",queue="1"}`:      7,
+		`udpfwd_tx_completed_total{port="xdp"}`:                           88,
 		`udpfwd_nic_down_total`:                                           2,
-		`udpfwd_xdp_detached_total`:                                       1,
+		`udpfwd_program_detached_total`:                                   1,
 		`udpfwd_packets_total{direction="tun_to_nic",port="xdp"}`:         90,
 		`udpfwd_drops_total{direction="tun_to_nic",reason="hook"}`:        5,
 		`udpfwd_drops_total{direction="tun_to_nic",reason="unresolved"}`:  3,

@@ -114,8 +114,8 @@ func (d *daemon) logStarted() {
 	d.log.Info("udpfwd started",
 		"tun", g.TUN().Name(), "offloads", g.TUN().Offloads().String(), "queues", len(g.TUN().Queues()),
 		"mtu", g.mtu, "addr", c.Addrs.String(), "route", c.Routes.String(), "redirect", prefixList(c.redirects()).String(),
-		"nic", c.NIC, "next_hop", c.NextHop.String(), "port", portXDP, "xdp_mode", g.Port().Mode().String(),
-		"zero_copy", c.ZeroCopy, "nic_queues", len(g.Port().Sockets()), "gso", c.GSO, "gro", c.GRO,
+		"nic", c.NIC, "next_hop", c.NextHop.String(), "port", g.Port().String(), "port_mode", g.portMode(c),
+		"nic_queues", g.Queues(), "gso", c.GSO, "gro", c.GRO,
 		"budget", c.Budget.String(), "budget_limit", st.Budget.Limit, "tx_queue_len", c.TxQueueLen,
 		"backpressure", c.Backpressure, "drain_timeout", c.DrainTimeout.String(),
 		"metrics", metrics, "pprof", c.Pprof, "user", c.User, "uid", os.Geteuid(), "capabilities", capNames(caps), "pid", os.Getpid())

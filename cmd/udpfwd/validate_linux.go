@@ -73,9 +73,6 @@ func (c *config) validateNIC() problems {
 	case c.NIC == c.TUN:
 		p.add("-nic %q: the same device as -tun", c.NIC)
 	}
-	if c.Port.value == "packet" {
-		p.add("-port packet: AF_PACKET is not implemented yet; use -port xdp (or auto)")
-	}
 	return p
 }
 
@@ -87,7 +84,7 @@ func (c *config) validateTransmit() problems {
 		p.add("-budget %d: want auto or %d (%dKiB) to %d (%dMiB) bytes", b, minBudget, minBudget>>10, maxBudget, maxBudget>>20)
 	}
 	switch txFrames := int64(dataplane.UMEMFrames(int(b))) / 2; {
-	case c.TxQueueLen < 0 || !badBudget && int64(c.TxQueueLen) > txFrames:
+	case c.TxQueueLen < 0 || !badBudget && c.Port.value != "packet" && int64(c.TxQueueLen) > txFrames:
 		p.add("-tx-queue-len %d: want 1 to %d (the TX frames with -budget %v), or 0 for every TX frame", c.TxQueueLen, txFrames, &c.Budget)
 	case c.TxQueueLen > 0 && c.Queues > 1:
 		p.add("-tx-queue-len %d: only with -queues 1 (the dataplane sizes per-queue queues itself)", c.TxQueueLen)

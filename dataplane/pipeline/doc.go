@@ -8,11 +8,18 @@
 // TUN queue.
 //
 // Ports implement the interfaces: dataplane/tun (a Source and a Writer),
-// dataplane/xsk (a Sink and a Receiver on AF_XDP), dataplane/udp (a Sink
-// for VPNs). A VPN embeds the pipeline with its own Source or Sink; the
+// dataplane/xsk (a Sink and a Receiver on AF_XDP), dataplane/afpacket
+// (the same on AF_PACKET, with offloads), dataplane/udp (a Sink for
+// VPNs). A VPN embeds the pipeline with its own Source or Sink; the
 // package example shows one in memory.
 //
+// A packet the forwarder cannot send, it answers as a router does, through
+// a Replier: the ICMP Replier writes fragmentation needed or packet too
+// big (a packet over ForwarderConfig.MTU) and host unreachable (a next
+// hop a port's sink could not resolve) back into the TUN device, within
+// Linux's rate limits.
+//
 // The package is pure Go with no system calls and builds on every OS. It
-// imports only segment and txqueue; ports and the gateway (package
-// dataplane) import it, never the other way round.
+// imports only segment, txqueue and internal/icmperr; ports and the
+// gateway (package dataplane) import it, never the other way round.
 package pipeline

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/gsoplane/gsoplane/segment"
@@ -105,6 +106,13 @@ type ForwarderConfig struct {
 	// TxRate caps the sink's rate in bits per second of IP packets, to
 	// emulate a slower line; 0 → no cap.
 	TxRate int64
+	// MTU, if not 0, is the egress MTU: a packet whose segments would
+	// exceed it is dropped (DropTooBig) and answered with Replier.TooBig,
+	// as a router answers it. SetMTU changes it while running.
+	MTU int
+	// Replier answers the senders of packets dropped as too big; nil:
+	// they are only counted.
+	Replier Replier
 	// DrainTime bounds how long Run, once stopped, waits for the queue to
 	// empty; 0 → DefaultDrainTime.
 	DrainTime time.Duration
@@ -116,6 +124,7 @@ type Forwarder struct {
 	cfg   ForwarderConfig
 	stats counters
 	freed chan struct{} // signalled when the sink loop completes frames
+	mtu   atomic.Int64  // see ForwarderConfig.MTU
 }
 
 // NewForwarder checks cfg and returns a Forwarder.
@@ -127,6 +136,8 @@ func NewForwarder(cfg ForwarderConfig) (*Forwarder, error) {
 		return nil, fmt.Errorf("pipeline: %w: virtio-net header size %d, want %d or %d", ErrInvalidConfig, cfg.HeaderSize, segment.HeaderSize, segment.HeaderSizeMrg)
 	case cfg.FrameSize < cfg.Sink.Headroom()+576:
 		return nil, fmt.Errorf("pipeline: %w: frame size %d too small", ErrInvalidConfig, cfg.FrameSize)
+	case cfg.MTU < 0:
+		return nil, fmt.Errorf("pipeline: %w: MTU %d", ErrInvalidConfig, cfg.MTU)
 	}
 	if cfg.Segmenter == nil {
 		cfg.Segmenter = new(segment.Segmenter)
@@ -137,8 +148,14 @@ func NewForwarder(cfg ForwarderConfig) (*Forwarder, error) {
 	if cfg.DrainTime <= 0 {
 		cfg.DrainTime = DefaultDrainTime
 	}
-	return &Forwarder{cfg: cfg, freed: make(chan struct{}, 1)}, nil
+	f := &Forwarder{cfg: cfg, freed: make(chan struct{}, 1)}
+	f.mtu.Store(int64(cfg.MTU))
+	return f, nil
 }
+
+// SetMTU sets the egress MTU (0: no limit); packets read from then on are
+// held to it. The gateway calls it when the NIC's MTU changes.
+func (f *Forwarder) SetMTU(mtu int) { f.mtu.Store(int64(max(mtu, 0))) }
 
 // Run forwards until ctx ends, the source fails or the sink fails. Then it
 // stops reading, lets the sink loop transmit what was queued (for up to

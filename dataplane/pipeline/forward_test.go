@@ -20,10 +20,7 @@ func newTestForwarder(t *testing.T, src pipeline.Source, sink pipeline.Sink) (*p
 	if err != nil {
 		t.Fatal(err)
 	}
-	queue, err := txqueue.NewQueue[pipeline.Frame](txqueue.QueueConfig{Policy: txqueue.Block, Packets: 256, Bytes: 1024 * size})
-	if err != nil {
-		t.Fatal(err)
-	}
+	queue := newQueue(t)
 	f, err := pipeline.NewForwarder(pipeline.ForwarderConfig{
 		Source: src, HeaderSize: segment.HeaderSize, Sink: sink, FrameSize: 2048, Budget: budget, Queue: queue,
 	})
@@ -31,6 +28,17 @@ func newTestForwarder(t *testing.T, src pipeline.Source, sink pipeline.Sink) (*p
 		t.Fatal(err)
 	}
 	return f, budget, queue
+}
+
+// newQueue returns a Block queue of 256 frames of 2048 bytes.
+func newQueue(t *testing.T) *txqueue.Queue[pipeline.Frame] {
+	t.Helper()
+	size := txqueue.Truesize(2048)
+	queue, err := txqueue.NewQueue[pipeline.Frame](txqueue.QueueConfig{Policy: txqueue.Block, Packets: 256, Bytes: 1024 * size})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return queue
 }
 
 // runWithin runs f and fails the test if it does not return in time.

@@ -96,6 +96,13 @@ func (p *producer) forward(ctx context.Context, raw []byte) error {
 		st.drop(DropInvalid, 1)
 		return nil
 	}
+	if mtu := int(p.f.mtu.Load()); mtu > 0 && l.MaxSegLen() > mtu {
+		st.drop(DropTooBig, 1)
+		if cfg.Replier != nil {
+			cfg.Replier.TooBig(pkt, mtu)
+		}
+		return nil
+	}
 	flow := flowKey(pkt, l)
 	if cfg.Budget != nil {
 		if err := cfg.Budget.Admit(ctx, flow); err != nil {

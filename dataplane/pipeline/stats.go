@@ -21,10 +21,12 @@ const (
 	DropNoFrames                     // a super-packet met no free frames (backpressure off)
 	DropUnresolved                   // a segment's next hop did not resolve (counted by the sink)
 	DropWriteError                   // the return path's writer refused a packet
+	DropTooBig                       // a packet or its segments exceed the egress MTU
+	DropNotRouted                    // a packet a router does not forward: to a multicast, link-local or loopback address (counted by the sink)
 	NumDropReasons                   // the number of reasons
 )
 
-var dropNames = [NumDropReasons]string{"invalid", "oversize", "hook", "queue_full", "no_frames", "unresolved", "write_error"}
+var dropNames = [NumDropReasons]string{"invalid", "oversize", "hook", "queue_full", "no_frames", "unresolved", "write_error", "too_big", "not_routed"}
 
 // String returns the reason's metric label, such as "queue_full".
 func (r DropReason) String() string {

@@ -180,4 +180,13 @@ type Stats struct {
 	RXFillEmpty uint64 // times the fill ring was empty when a packet came
 	TXInvalid   uint64 // invalid TX descriptors
 	TXRingEmpty uint64 // times the TX ring was empty on a wakeup
+
+	// From the XDP program, per queue (filled in by Port.Stats and
+	// Port.ProgramStats; Socket.Stats leaves them zero): frames for the redirect prefixes it
+	// passed to the kernel instead of the socket, by reason, and IP
+	// frames with the wrong version.
+	Oversize        uint64 // longer than a UMEM frame takes (FrameSize - 256 bytes)
+	OtherHost       uint64 // sent to another host's unicast MAC address (the kernel drops them)
+	NotUnicast      uint64 // sent to a broadcast or multicast MAC address
+	VersionMismatch uint64 // any destination: IP version not that of the EtherType (the kernel drops them)
 }

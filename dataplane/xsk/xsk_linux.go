@@ -90,6 +90,7 @@ func (p *Port) open(link netlink.Link, cfg Config, queues []int) error {
 	if err := p.prog.setPrefixes(cfg.Redirect); err != nil {
 		return fmt.Errorf("xsk: port on %s: %w", p.ifname, err)
 	}
+	p.prog.setFrameSize(cfg.FrameSize)
 	for _, q := range queues {
 		x, err := newXSK(p.ifname, p.ifindex, q, cfg)
 		if err != nil {

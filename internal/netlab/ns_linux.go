@@ -34,7 +34,8 @@ var seq atomic.Int64
 
 var sweepOnce sync.Once
 
-// New creates the namespace Prefix+tag+"-PID-N" with lo up. The first
+// New creates the namespace Prefix+tag+"-PID-N" with lo up and IPv6
+// duplicate address detection off for the links made in it. The first
 // call of a process sweeps stale namespaces (see SweepStale).
 func New(tag string) (*NS, error) {
 	sweepOnce.Do(func() { SweepStale() })
@@ -46,6 +47,12 @@ func New(tag string) (*NS, error) {
 	ns := &NS{Name: name, h: h}
 	if ns.nl, err = netlink.NewHandleAt(h); err != nil {
 		return nil, errors.Join(fmt.Errorf("netlink in %s: %w", name, err), ns.Close())
+	}
+	// No duplicate address detection on the links made later: until a
+	// link-local address has passed it (a second or more), IPv6
+	// neighbour discovery sends nothing from that link.
+	if err := ns.Sysctl("net/ipv6/conf/default/accept_dad", "0"); err != nil {
+		return nil, errors.Join(err, ns.Close())
 	}
 	if err := ns.LinkUp("lo"); err != nil {
 		return nil, errors.Join(err, ns.Close())

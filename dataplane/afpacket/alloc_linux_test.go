@@ -1,0 +1,82 @@
+package afpacket
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/internal/netlab"
+)
+
+// TestAllocs: a batch through the sink (Alloc, Transmit, Complete) and a
+// Receive, busy or idle, allocate nothing.
+func TestAllocs(t *testing.T) {
+	l := newLab(t, false)
+	p := l.open(t, Config{Queues: 1})
+	s := p.Sockets()[0]
+	var sink *Sink
+	var err error
+	l.A.Do(t, func() { sink, err = NewSink(s, p.Ifindex(), netlab.NICB4, GSOModeAuto) })
+	netlab.Must(t, err)
+	defer sink.Close()
+	gwA, gwB := l.A.LinkT(t, netlab.NICA), l.B.LinkT(t, netlab.NICB)
+	// UDP to B's discard port; B answers nothing (its ICMP errors are
+	// rate limited, and the receiver below takes only what it sent).
+	pkt := udpFrame(gwB.Attrs().HardwareAddr, gwA.Attrs().HardwareAddr,
+		netip.AddrPortFrom(netlab.NICA4, 1000), netip.AddrPortFrom(netlab.NICB4, 9), 600)[Headroom:]
+	frames := make([]pipeline.Frame, 32)
+	batch := func() {
+		n := sink.Alloc(frames)
+		for i := range frames[:n] {
+			frames[i].Len = copy(frames[i].Buf[Headroom:], pkt)
+		}
+		for k := 0; k < n; {
+			m, err := sink.Transmit(frames[k:n])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if k += m; k < n {
+				sink.Wait(time.Millisecond)
+			}
+		}
+		sink.Complete()
+	}
+	batch() // resolves the next hop
+	if a := testing.AllocsPerRun(100, batch); a != 0 {
+		t.Errorf("sink batch: %v allocations", a)
+	}
+	if st := s.Stats(); st.TX < 100*32 || st.Drops.Total() != 0 {
+		t.Errorf("sink stats %+v", st)
+	}
+
+	r := s.Receiver()
+	in := make([][]byte, rxBatch)
+	frame := udpFrame(gwA.Attrs().HardwareAddr, gwB.Attrs().HardwareAddr,
+		netip.AddrPortFrom(netlab.Srv4, 1000), netip.AddrPortFrom(netlab.App4, 9), 300)
+	var fd int
+	l.B.Do(t, func() { fd = rawTXSocket(t, gwB.Attrs().Index) })
+	busy := func() {
+		for range 8 {
+			if _, err := unix.Write(fd, frame); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for got := 0; got < 8; {
+			n, err := r.Receive(in)
+			if err != nil || n == 0 {
+				t.Fatalf("Receive: %d, %v", n, err)
+			}
+			got += n
+		}
+	}
+	busy()
+	if a := testing.AllocsPerRun(50, busy); a != 0 {
+		t.Errorf("Receive with frames: %v allocations", a)
+	}
+	if a := testing.AllocsPerRun(3, func() { r.Receive(in) }); a != 0 {
+		t.Errorf("idle Receive: %v allocations", a)
+	}
+}

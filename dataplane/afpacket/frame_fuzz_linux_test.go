@@ -1,0 +1,45 @@
+package afpacket
+
+import (
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gsoplane/gsoplane/segment"
+)
+
+// FuzzReceiveFrame feeds the receiver's frame check whatever the kernel
+// might hand over: it never panics, returns either the whole frame or an
+// empty packet, and a header whose csum_start lies in the packet.
+func FuzzReceiveFrame(f *testing.F) {
+	ok := udpFrame(make([]byte, 6), make([]byte, 6), testAddrPort(testSrc4, 1), testAddrPort(testDst4, 2), 80)
+	f.Add(ok, false)
+	gso := append([]byte(nil), ok...)
+	(segment.Header{Flags: segment.FlagNeedsCsum, GSOType: segment.GSOTCPv4, GSOSize: 10, CsumStart: 34, CsumOffset: 16, HdrLen: 60}).Encode(gso, vnetHdrLen)
+	f.Add(gso, false)
+	f.Add(ok[:Headroom+1], true)
+	f.Add([]byte{}, false)
+	f.Fuzz(func(t *testing.T, data []byte, trunc bool) {
+		r := &receiver{s: &Socket{}, bufs: [][]byte{make([]byte, rxBufSize)}, msgs: newMmsgs(1), hdrs: make([]segment.Header, 1)}
+		l := copy(r.bufs[0], data)
+		r.msgs.hdrs[0].len = uint32(l)
+		if trunc {
+			r.msgs.hdrs[0].hdr.Flags = unix.MSG_TRUNC
+		}
+		fr := r.frame(0)
+		h := r.hdrs[0]
+		switch {
+		case len(fr) == Headroom:
+			if h != (segment.Header{}) {
+				t.Fatalf("empty packet with header %+v", h)
+			}
+		case len(fr) == l && l > Headroom && !trunc:
+			pkt := fr[Headroom:]
+			if h.NeedsCsum() && int(h.CsumStart) >= len(pkt) || int(h.HdrLen) > len(pkt) {
+				t.Fatalf("header %+v for a %d-byte packet", h, len(pkt))
+			}
+		default:
+			t.Fatalf("frame of %d bytes from %d (truncated %v)", len(fr), l, trunc)
+		}
+	})
+}

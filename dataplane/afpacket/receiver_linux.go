@@ -1,0 +1,218 @@
+package afpacket
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/segment"
+)
+
+// A socket's Receiver is a pipeline.HeaderReceiver.
+var _ pipeline.HeaderReceiver = (*receiver)(nil)
+
+const (
+	rxBatch = 64 // most frames one recvmmsg takes
+	// rxBufSize holds the virtio-net header, the Ethernet header and the
+	// largest packet GRO makes (64 KiB), rounded up.
+	rxBufSize = (Headroom + 40 + 65535 + 127) &^ 127
+	// rxWait bounds one Receive's wait, so that a return path notices
+	// that its context ended even without StopReceive.
+	rxWait = 50 * time.Millisecond
+)
+
+// receiver is a socket's receive side.
+type receiver struct {
+	s      *Socket
+	mem    []byte
+	bufs   [][]byte
+	msgs   *mmsgs
+	hdrs   []segment.Header
+	n      int // frames of the last Receive
+	want   int // recvFn's argument and results
+	got    int
+	errno  unix.Errno
+	recvFn func(uintptr)
+	waitFn func(uintptr) bool
+}
+
+// Receiver returns the socket's receive side as a
+// pipeline.HeaderReceiver. Each Receive takes up to 64 frames with one
+// recvmmsg(2) into buffers of its own (allocated here, once: some 4 MiB),
+// waiting through the Go runtime poller when none is there, for at most
+// 50 ms (then it returns 0), until the port stops receiving
+// (Port.StopReceive: then it returns 0 at once) or is closed (ErrClosed).
+// The frames are views valid until the next Receive: frame i is the
+// kernel's virtio-net header, the Ethernet header and the IP packet at
+// frame[Headroom:]; Header(i) is that virtio-net header with csum_start
+// and hdr_len counted from the IP header. With GRO on the NIC the kernel
+// hands over super-packets (a GSO type, a partial checksum), which the
+// return path writes into the TUN whole. A frame whose EtherType is not
+// IPv4 or IPv6, or disagrees with its IP version, or that is truncated or
+// too short, comes back with an empty packet (the return path counts it
+// as invalid; Stats counts why). Use one Receiver per socket, from one
+// goroutine.
+func (s *Socket) Receiver() pipeline.HeaderReceiver {
+	r := &receiver{
+		s:    s,
+		mem:  make([]byte, rxBatch*rxBufSize),
+		bufs: make([][]byte, rxBatch),
+		msgs: newMmsgs(rxBatch),
+		hdrs: make([]segment.Header, rxBatch),
+	}
+	for i := range r.bufs {
+		r.bufs[i] = r.mem[i*rxBufSize : (i+1)*rxBufSize : (i+1)*rxBufSize]
+		r.msgs.set(i, r.bufs[i])
+	}
+	r.recvFn, r.waitFn = r.doRecv, r.doRecvOrWait
+	return r
+}
+
+// Headroom is the virtio-net header and the Ethernet header.
+func (r *receiver) Headroom() int { return Headroom }
+
+// Header returns the virtio-net header of frame i of the last Receive.
+func (r *receiver) Header(i int) segment.Header {
+	if i < 0 || i >= r.n {
+		return segment.Header{}
+	}
+	return r.hdrs[i]
+}
+
+func (r *receiver) Receive(frames [][]byte) (int, error) {
+	r.n = 0
+	want := min(len(frames), rxBatch)
+	if want == 0 {
+		return 0, nil
+	}
+	if r.s.closed.Load() {
+		return 0, ErrClosed
+	}
+	r.want = want
+	n, err := r.recv(false)
+	if n == 0 && err == nil && !r.s.stopped.Load() {
+		if derr := r.s.file.SetReadDeadline(time.Now().Add(rxWait)); derr == nil {
+			n, err = r.recv(true)
+		}
+	}
+	if err != nil {
+		return 0, err
+	}
+	r.n = n
+	var bytes, super uint64
+	for i := range n {
+		frames[i] = r.frame(i)
+		bytes += uint64(len(frames[i]) - vnetHdrLen)
+		if r.hdrs[i].GSOType != segment.GSONone {
+			super++
+		}
+	}
+	st := &r.s.st
+	st.rx.Add(uint64(n))
+	st.rxBytes.Add(bytes)
+	st.rxSuper.Add(super)
+	return n, nil
+}
+
+// recv takes what is waiting, or (wait) waits for it through the runtime
+// poller until the read deadline. A packet the kernel could not describe
+// with a virtio-net header is lost, counted, and receiving goes on.
+func (r *receiver) recv(wait bool) (int, error) {
+	for tries := 0; ; tries++ {
+		var err error
+		if wait {
+			err = r.s.rc.Read(r.waitFn)
+		} else {
+			err = r.s.rc.Control(r.recvFn)
+		}
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return 0, nil
+		case err != nil:
+			return 0, ErrClosed
+		}
+		r.s.st.rxCalls.Add(1)
+		if r.got > 0 {
+			return r.got, nil
+		}
+		switch r.errno {
+		case unix.EAGAIN, unix.ENETDOWN:
+			// Nothing waiting; or the device went down (the kernel
+			// reports it once), and receiving resumes when it is up.
+			return 0, nil
+		case unix.EINTR:
+		case unix.EINVAL:
+			// recvmmsg stopped at a packet the kernel could not give
+			// a virtio-net header and reports that the next call.
+			r.s.st.header.Add(1)
+		case unix.EBADF:
+			return 0, ErrClosed
+		default:
+			return 0, fmt.Errorf("afpacket: receive on socket %d: %w", r.s.index, os.NewSyscallError("recvmmsg", r.errno))
+		}
+		if tries > rxBatch {
+			return 0, nil
+		}
+	}
+}
+
+// doRecv is recvFn: one recvmmsg of up to want messages.
+func (r *receiver) doRecv(fd uintptr) { r.got, r.errno = r.msgs.recv(fd, r.want) }
+
+// doRecvOrWait is waitFn: one recvmmsg, and a wait when nothing is there.
+func (r *receiver) doRecvOrWait(fd uintptr) bool {
+	r.doRecv(fd)
+	return r.got > 0 || r.errno != unix.EAGAIN
+}
+
+// frame checks received message i and returns its frame, with an empty
+// packet if it is not a whole IP packet behind an Ethernet header that
+// says so; it decodes the virtio-net header into hdrs[i].
+func (r *receiver) frame(i int) []byte {
+	b := r.bufs[i]
+	l := int(r.msgs.hdrs[i].len)
+	r.hdrs[i] = segment.Header{}
+	empty := b[:Headroom]
+	switch {
+	case r.msgs.hdrs[i].hdr.Flags&unix.MSG_TRUNC != 0 || l > len(b):
+		r.s.st.truncated.Add(1)
+		return empty
+	case l <= Headroom || !ipFrame(b[vnetHdrLen:l]):
+		r.s.st.invalid.Add(1)
+		return empty
+	}
+	h, _ := segment.DecodeHeader(b, vnetHdrLen) // b is long enough
+	pktLen := l - Headroom
+	if h.NeedsCsum() {
+		if h.CsumStart < ethHdrLen || int(h.CsumStart)-ethHdrLen >= pktLen {
+			r.s.st.invalid.Add(1)
+			return empty
+		}
+		h.CsumStart -= ethHdrLen
+	}
+	// hdr_len is a hint (the length of the skb's linear part): keep it
+	// within the IP packet.
+	h.HdrLen = uint16(min(max(int(h.HdrLen)-ethHdrLen, 0), pktLen))
+	r.hdrs[i] = h
+	return b[:l]
+}
+
+// ipFrame reports whether an Ethernet frame carries IPv4 or IPv6 and its
+// EtherType says the same as the IP version.
+func ipFrame(f []byte) bool {
+	if len(f) <= ethHdrLen {
+		return false
+	}
+	switch binary.BigEndian.Uint16(f[12:14]) {
+	case etherIPv4:
+		return f[ethHdrLen]>>4 == 4
+	case etherIPv6:
+		return f[ethHdrLen]>>4 == 6
+	}
+	return false
+}

@@ -1,0 +1,604 @@
+package afpacket
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/internal/ethtool"
+	"github.com/gsoplane/gsoplane/internal/nexthop"
+	"github.com/gsoplane/gsoplane/segment"
+)
+
+// A Sink is a pipeline.OffloadSink.
+var _ pipeline.OffloadSink = (*Sink)(nil)
+
+const (
+	etherIPv4 = 0x0800
+	etherIPv6 = 0x86dd
+	sinkBatch = 64 // most frames one sendmmsg carries
+	// busyWait is how long Wait sleeps after the device refused a frame
+	// (ENOBUFS: its queue was full, and a socket has no event for that).
+	busyWait = 50 * time.Microsecond
+	// gsoRefusals is how many times in a row the kernel may refuse the
+	// same GSO frame with ENOBUFS before the sink takes it for a NIC that
+	// no longer segments (its features changed): the frame is dropped
+	// and the sink cuts every super-packet itself from then on.
+	gsoRefusals = 32
+)
+
+// Frame states.
+const (
+	frameFree uint8 = iota // in the pool
+	frameUser              // allocated: the producer writes it
+	frameSent              // taken by Transmit, not yet reported by Complete
+)
+
+// nic is what the NIC advertises, read once by NewSink.
+type nic struct {
+	tso4, tso6, tsoECN, uso bool // segmentation: TCPv4, TCPv6, TCP with ECN, UDP (USO)
+	csum4, csum6            bool // TCP/UDP checksums over IPv4, IPv6
+	gsoMaxSize, gso4MaxSize int  // skb length limits for GSO (the kernel segments longer ones in software)
+	gsoMaxSegs              int
+}
+
+// Sink is the forwarder's OffloadSink on an AF_PACKET socket. Every frame
+// starts with room for a virtio-net header and an Ethernet header, which
+// Transmit fills in: the header from Frame.Header (csum_start counted from
+// the Ethernet header, as packet sockets count it), the Ethernet
+// destination from the kernel's routing and neighbour tables
+// (internal/nexthop). Transmit sends a batch with one sendmmsg(2); a
+// frame is complete once the kernel has copied it, that is when sendmmsg
+// returned, and Complete reports the frames taken since its last call, in
+// order, and puts them back in the pool. The socket's send buffer holds
+// the skbs until the driver frees them: when it is full, sendmmsg stops
+// (EAGAIN) and Wait waits, through the Go runtime poller, for the socket
+// to become writable; when the device's queue is full (ENOBUFS, the
+// packet socket bypasses the qdisc) Wait sleeps briefly. Both are counted
+// (TXBusy) and the frames are offered again.
+//
+// The frames are allocated once by NewSink: Config.Frames small ones for
+// segments and Config.LargeFrames of LargeFrameSize for whole
+// super-packets (AllocLarge). Alloc and Free may run concurrently with
+// Transmit, Complete and Wait, which one goroutine (the sink loop) calls.
+type Sink struct {
+	s     *Socket
+	neigh *nexthop.Resolver
+	ether *nexthop.Ether // Transmit only
+	reply pipeline.Replier
+	mode  GSOMode
+	nic   nic
+
+	mem       []byte // small frames, then large ones
+	frameSize int
+	nSmall    int
+	nLarge    int
+
+	poolMu sync.Mutex
+	free   []uint32 // free small frames (a stack)
+	freeL  []uint32 // free large frames (a stack)
+	state  []uint8  // per frame
+
+	txMu    sync.Mutex // Transmit, Complete, Wait
+	msgs    *mmsgs
+	ids     []uint32    // frame of each message of the batch at hand
+	done    []uint32    // frames taken since the last Complete, in order
+	busy    bool        // the last send stopped on ENOBUFS
+	held    bool        // the last Transmit stopped at a frame whose next hop is being resolved
+	down    atomic.Bool // see SetLinkUp
+	gsoBusy int         // ENOBUFS in a row on a GSO frame
+	gsoOff  atomic.Bool
+	sendFn  func(uintptr)
+	waitFn  func(uintptr) bool
+	from    int // sendFn's arguments and results
+	to      int
+	sent    int
+	errno   unix.Errno
+	waited  bool
+}
+
+// NewSink returns a Sink transmitting on s, a socket of the interface
+// with index ifindex, to gateway's MAC address or, if gateway is the zero
+// Addr, to the next hop of each destination's route through the
+// interface; mode says which offloads it uses (see GSOMode). It reads the
+// NIC's features now: make a new Sink after changing them. Call it in the
+// interface's network namespace: it starts a next-hop resolver there
+// (internal/nexthop: netlink sockets and goroutines). Close it when done
+// (the Socket belongs to its port).
+func NewSink(s *Socket, ifindex int, gateway netip.Addr, mode GSOMode) (*Sink, error) {
+	if mode < GSOModeAuto || mode > GSOModeFull {
+		return nil, fmt.Errorf("afpacket: sink: %w: mode %v", pipeline.ErrInvalidConfig, mode)
+	}
+	if s == nil || s.closed.Load() {
+		return nil, fmt.Errorf("afpacket: sink: %w", ErrClosed)
+	}
+	lnk, err := netlink.LinkByIndex(ifindex)
+	if err != nil {
+		return nil, fmt.Errorf("afpacket: sink: interface %d: %w", ifindex, err)
+	}
+	a := lnk.Attrs()
+	if len(a.HardwareAddr) != 6 {
+		return nil, fmt.Errorf("afpacket: sink: %s has no Ethernet address", a.Name)
+	}
+	feats, err := ethtool.Features(a.Name)
+	if err != nil {
+		return nil, fmt.Errorf("afpacket: sink: features of %s: %w", a.Name, err)
+	}
+	k := readNIC(feats, a)
+	if mode == GSOModeOffload && !(k.tso4 || k.tso6 || k.uso) {
+		return nil, fmt.Errorf("afpacket: sink on %s: %w (ethtool -K %s tso on)", a.Name, ErrNoOffload, a.Name)
+	}
+	neigh, err := nexthop.New(nexthop.Config{Ifindex: ifindex, Gateway: gateway})
+	if err != nil {
+		return nil, fmt.Errorf("afpacket: sink on %s: %w", a.Name, err)
+	}
+	if gateway.IsValid() {
+		neigh.Lookup(gateway)
+	}
+	cfg := s.port.cfg
+	sk := &Sink{
+		s: s, neigh: neigh, ether: nexthop.NewEther(neigh, [6]byte(a.HardwareAddr)), mode: mode, nic: k,
+		frameSize: cfg.FrameSize, nSmall: cfg.Frames, nLarge: cfg.LargeFrames,
+		mem:   make([]byte, cfg.Frames*cfg.FrameSize+cfg.LargeFrames*LargeFrameSize),
+		free:  make([]uint32, 0, cfg.Frames),
+		freeL: make([]uint32, 0, cfg.LargeFrames),
+		state: make([]uint8, cfg.Frames+cfg.LargeFrames),
+		msgs:  newMmsgs(sinkBatch),
+		ids:   make([]uint32, sinkBatch),
+		done:  make([]uint32, 0, cfg.Frames+cfg.LargeFrames),
+	}
+	for i := cfg.Frames - 1; i >= 0; i-- { // Alloc hands out frame 0 first
+		sk.free = append(sk.free, uint32(i))
+	}
+	for i := cfg.LargeFrames - 1; i >= 0; i-- {
+		sk.freeL = append(sk.freeL, uint32(cfg.Frames+i))
+	}
+	// Method values made once, so that Transmit and Wait do not allocate.
+	sk.sendFn, sk.waitFn = sk.doSend, sk.doWait
+	return sk, nil
+}
+
+// readNIC reads the offloads and GSO limits the NIC advertises.
+func readNIC(f map[string]ethtool.Feature, a *netlink.LinkAttrs) nic {
+	on := func(name string) bool { return f[name].Active }
+	generic := on("tx-checksum-ip-generic") || on("tx-checksum-hw") // NETIF_F_HW_CSUM
+	k := nic{
+		tso4: on("tx-tcp-segmentation"), tso6: on("tx-tcp6-segmentation"),
+		tsoECN: on("tx-tcp-ecn-segmentation"), uso: on("tx-udp-segmentation"),
+		csum4: generic || on("tx-checksum-ipv4"), csum6: generic || on("tx-checksum-ipv6"),
+		gsoMaxSize: int(a.GSOMaxSize), gso4MaxSize: int(a.GSOIPv4MaxSize), gsoMaxSegs: int(a.GSOMaxSegs),
+	}
+	// Kernels that do not report the limits have the legacy ones.
+	if k.gsoMaxSize == 0 {
+		k.gsoMaxSize = 65536
+	}
+	if k.gso4MaxSize == 0 {
+		k.gso4MaxSize = k.gsoMaxSize
+	}
+	if k.gsoMaxSegs == 0 {
+		k.gsoMaxSegs = 65535
+	}
+	return k
+}
+
+// SetReplier sets who answers the senders of packets whose next hop
+// failed to resolve (nil: nobody). Call it before the sink is used.
+func (s *Sink) SetReplier(r pipeline.Replier) { s.reply = r }
+
+// SetLinkUp tells the sink whether the NIC is up. While it is down,
+// Transmit takes nothing: the frames wait in the queue and the budget
+// holds the senders back, rather than their next hops, which the kernel
+// forgets on a link that goes down, failing to resolve.
+func (s *Sink) SetLinkUp(up bool) { s.down.Store(!up) }
+
+// Close stops the sink's next-hop resolver; the Socket belongs to its
+// port.
+func (s *Sink) Close() { s.neigh.Close() }
+
+// Headroom is the virtio-net header and the Ethernet header, which
+// Transmit fills in.
+func (s *Sink) Headroom() int { return Headroom }
+
+// FrameSize is the size of a small frame, headroom included: the
+// forwarder's FrameSize (a whole super-packet is charged as the segments
+// the NIC cuts, each a small frame's truesize).
+func (s *Sink) FrameSize() int { return s.frameSize }
+
+// Mode returns the sink's GSO mode.
+func (s *Sink) Mode() GSOMode { return s.mode }
+
+// GSOOff reports whether the sink stopped handing whole super-packets to
+// the NIC because the kernel kept refusing them (see Transmit).
+func (s *Sink) GSOOff() bool { return s.gsoOff.Load() }
+
+// Offload says what the NIC finishes for packets of layout l, per the
+// sink's mode (see GSOMode).
+func (s *Sink) Offload(l segment.Layout) pipeline.Offload {
+	if s.mode == GSOModeFull {
+		return pipeline.OffloadNone
+	}
+	if s.mode != GSOModePartial && l.Segments() > 1 && !s.gsoOff.Load() && s.segments(l) {
+		return pipeline.OffloadGSO
+	}
+	if s.checksums(l) {
+		return pipeline.OffloadCsum
+	}
+	return pipeline.OffloadNone
+}
+
+// segments reports whether the NIC segments the super-packet l itself:
+// its kind (and ECN) is one the NIC does, the packet carries the partial
+// checksum the NIC completes, and it is within the device's GSO limits. A
+// GSO frame the NIC cannot take would need the kernel's software GSO,
+// which a qdisc-bypassing packet socket does not get: __dev_direct_xmit
+// drops the segment list validate_xmit_skb makes.
+func (s *Sink) segments(l segment.Layout) bool {
+	k := &s.nic
+	var kind bool
+	switch l.Kind() {
+	case segment.GSOTCPv4:
+		kind = k.tso4 && (!l.ECN() || k.tsoECN)
+	case segment.GSOTCPv6:
+		kind = k.tso6 && (!l.ECN() || k.tsoECN)
+	case segment.GSOUDPL4:
+		kind = k.uso
+	}
+	size := ethHdrLen + l.HdrLen() + l.PayloadLen()
+	limit := k.gsoMaxSize
+	if !l.IPv6() {
+		limit = k.gso4MaxSize
+	}
+	return kind && l.NeedsCsum() && s.nLarge > 0 && size < limit && l.Segments() <= k.gsoMaxSegs &&
+		Headroom+size-ethHdrLen <= LargeFrameSize
+}
+
+// checksums reports whether the NIC completes TCP/UDP checksums of l's IP
+// version.
+func (s *Sink) checksums(l segment.Layout) bool {
+	if l.Proto() != unix.IPPROTO_TCP && l.Proto() != unix.IPPROTO_UDP || l.Kind() == segment.GSOUDP {
+		return false
+	}
+	if l.IPv6() {
+		return s.nic.csum6
+	}
+	return s.nic.csum4
+}
+
+// frame returns the memory of frame id.
+func (s *Sink) frame(id uint32) []byte {
+	if int(id) < s.nSmall {
+		off := int(id) * s.frameSize
+		return s.mem[off : off+s.frameSize : off+s.frameSize]
+	}
+	off := s.nSmall*s.frameSize + (int(id)-s.nSmall)*LargeFrameSize
+	return s.mem[off : off+LargeFrameSize : off+LargeFrameSize]
+}
+
+// Alloc takes free small frames.
+func (s *Sink) Alloc(frames []pipeline.Frame) int {
+	s.poolMu.Lock()
+	defer s.poolMu.Unlock()
+	n := min(len(frames), len(s.free))
+	for i := range n {
+		id := s.free[len(s.free)-1-i]
+		s.state[id] = frameUser
+		frames[i] = pipeline.Frame{Buf: s.frame(id), ID: uint64(id)}
+	}
+	s.free = s.free[:len(s.free)-n]
+	return n
+}
+
+// AllocLarge takes a free frame for a whole super-packet of size bytes
+// after the headroom; false when none is free. (A packet too large even
+// for it gets one anyway, and the forwarder drops it as oversize.)
+func (s *Sink) AllocLarge(size int) (pipeline.Frame, bool) {
+	s.poolMu.Lock()
+	defer s.poolMu.Unlock()
+	if len(s.freeL) == 0 {
+		return pipeline.Frame{}, false
+	}
+	id := s.freeL[len(s.freeL)-1]
+	s.freeL = s.freeL[:len(s.freeL)-1]
+	s.state[id] = frameUser
+	return pipeline.Frame{Buf: s.frame(id), ID: uint64(id)}, true
+}
+
+// Free returns allocated frames that will not be sent; frames that are
+// not allocated are ignored.
+func (s *Sink) Free(frames []pipeline.Frame) {
+	s.poolMu.Lock()
+	defer s.poolMu.Unlock()
+	for _, f := range frames {
+		if f.ID < uint64(len(s.state)) && s.state[f.ID] == frameUser {
+			s.release(uint32(f.ID))
+		}
+	}
+}
+
+// release puts frame id back in the pool (poolMu held).
+func (s *Sink) release(id uint32) {
+	s.state[id] = frameFree
+	if int(id) < s.nSmall {
+		s.free = append(s.free, id)
+	} else {
+		s.freeL = append(s.freeL, id)
+	}
+}
+
+// Transmit sends frames in order, at most 64 per call, and returns how
+// many it took: sent, or dropped and counted (a next hop the kernel
+// could not resolve, or is still resolving after a brief hold, see
+// Unresolved; a frame the kernel refused). It stops early when the
+// socket's send buffer or the device's queue is full, the link is down,
+// or a frame is held for its next hop (nexthop.HoldTime at most, once per
+// destination); the rest is offered again after Wait. A whole super-packet the kernel refuses 32 times in a row
+// (ENOBUFS: the NIC's features changed and it no longer segments, see
+// GSOOff) is dropped, and the sink cuts every super-packet itself from
+// then on. A frame that is not an allocated frame, or whose length does
+// not fit it, stops the batch with ErrBadFrame; a closed socket, with
+// ErrClosed; an interface that is gone, with the kernel's error.
+func (s *Sink) Transmit(frames []pipeline.Frame) (int, error) {
+	s.txMu.Lock()
+	defer s.txMu.Unlock()
+	if s.s.closed.Load() {
+		return 0, ErrClosed
+	}
+	s.busy, s.held = false, false
+	s.ether.Forget()
+	if s.down.Load() {
+		return 0, nil
+	} // ask the resolver at least once per batch: it marks the entry in use
+	n := min(len(frames), sinkBatch)
+	taken := 0
+	for taken < n {
+		batch := frames[taken:n]
+		m, stop, err := s.prepare(batch)
+		if m > 0 {
+			k, full, serr := s.send(m)
+			taken += k
+			if serr != nil || full {
+				return taken, serr
+			}
+		}
+		if err != nil {
+			return taken, err
+		}
+		switch stop {
+		case nexthop.Hold:
+			s.held = true
+			return taken, nil
+		case nexthop.Drop, nexthop.Unreachable, nexthop.NotRouted:
+			s.drop(batch[m], stop)
+			taken++
+		}
+	}
+	return taken, nil
+}
+
+// prepare writes the virtio-net and Ethernet headers of frames until one
+// is bad or is not to be sent (its next hop is not resolved), and points
+// the messages at them; it returns how many are ready and what to do
+// with the one it stopped at (Send if none).
+func (s *Sink) prepare(frames []pipeline.Frame) (int, nexthop.Action, error) {
+	good, err := s.check(frames)
+	for i, f := range frames[:good] {
+		id := uint32(f.ID)
+		b := s.frame(id)
+		if a := s.ether.Header(b[vnetHdrLen:Headroom], b[Headroom:Headroom+f.Len]); a != nexthop.Send {
+			return i, a, nil
+		}
+		h := f.Header
+		if h.NeedsCsum() {
+			h.CsumStart += ethHdrLen // packet sockets count from the Ethernet header
+		}
+		if h.HdrLen != 0 {
+			h.HdrLen = uint16(min(int(h.HdrLen)+ethHdrLen, ethHdrLen+f.Len))
+		}
+		h.Encode(b[:vnetHdrLen], vnetHdrLen)
+		s.msgs.set(i, b[:Headroom+f.Len])
+		s.ids[i] = id
+	}
+	return good, nexthop.Send, err
+}
+
+// check returns how many frames from the front are allocated frames with
+// a length that fits them, and the error about the first that is not.
+func (s *Sink) check(frames []pipeline.Frame) (int, error) {
+	s.poolMu.Lock()
+	defer s.poolMu.Unlock()
+	for i, f := range frames {
+		if f.ID >= uint64(len(s.state)) || s.state[f.ID] != frameUser {
+			return i, fmt.Errorf("afpacket: transmit: frame %d: %w", f.ID, ErrBadFrame)
+		}
+		if f.Len <= 0 || Headroom+f.Len > len(s.frame(uint32(f.ID))) {
+			return i, fmt.Errorf("afpacket: transmit: frame %d length %d: %w", f.ID, f.Len, ErrBadFrame)
+		}
+	}
+	return len(frames), nil
+}
+
+// send sends the m prepared messages and returns how many frames it took
+// (sent or refused) and whether to stop the batch (a full send buffer or
+// device queue).
+func (s *Sink) send(m int) (taken int, stop bool, err error) {
+	defer s.msgs.clear(m)
+	for taken < m {
+		s.from, s.to = taken, m
+		if cerr := s.s.rc.Control(s.sendFn); cerr != nil {
+			return taken, true, ErrClosed
+		}
+		s.s.st.txCalls.Add(1)
+		if s.sent > 0 {
+			s.account(taken, taken+s.sent)
+			taken += s.sent
+			s.gsoBusy = 0
+			continue
+		}
+		switch s.errno {
+		case unix.EINTR:
+		case unix.EAGAIN:
+			s.s.st.txBusy.Add(1)
+			return taken, true, nil
+		case unix.ENOBUFS:
+			// The device's queue was full, or (with a GSO frame) the
+			// NIC does not segment it: a packet socket that bypasses
+			// the qdisc gets no software GSO, the kernel drops the
+			// packet and says ENOBUFS either way.
+			if s.frame(s.ids[taken])[1] != 0 {
+				if s.gsoBusy++; s.gsoBusy >= gsoRefusals {
+					s.gsoOff.Store(true)
+					s.gsoBusy = 0
+					s.s.st.rf.Add(1)
+					s.finish(s.ids[taken])
+					taken++
+					continue
+				}
+			}
+			s.s.st.txBusy.Add(1)
+			s.busy = true
+			return taken, true, nil
+		case unix.ENETDOWN:
+			// The link is down: hold the frames, as for a full queue,
+			// until it is up again (or the forwarder gives up on them).
+			s.s.st.txBusy.Add(1)
+			s.busy = true
+			return taken, true, nil
+		case unix.EINVAL, unix.EMSGSIZE, unix.EFAULT, unix.EPROTONOSUPPORT:
+			// The kernel refused this frame (a header it cannot
+			// use): it is dropped, not fatal.
+			s.s.st.rf.Add(1)
+			s.finish(s.ids[taken])
+			taken++
+		case unix.EBADF:
+			return taken, true, ErrClosed
+		default:
+			return taken, true, fmt.Errorf("afpacket: transmit on socket %d: %w", s.s.index, os.NewSyscallError("sendmmsg", s.errno))
+		}
+	}
+	return taken, false, nil
+}
+
+// doSend is sendFn: one sendmmsg of messages [from, to).
+func (s *Sink) doSend(fd uintptr) { s.sent, s.errno = s.msgs.send(fd, s.from, s.to) }
+
+// account counts the frames of messages [from, to) as sent.
+func (s *Sink) account(from, to int) {
+	var bytes, super, partial uint64
+	s.poolMu.Lock()
+	for i := from; i < to; i++ {
+		id := s.ids[i]
+		b := s.frame(id)
+		bytes += uint64(s.msgs.iovs[i].Len) - vnetHdrLen
+		if b[1] != 0 { // gso_type
+			super++
+		} else if b[0]&segment.FlagNeedsCsum != 0 {
+			partial++
+		}
+		s.state[id] = frameSent
+		s.done = append(s.done, id)
+	}
+	s.poolMu.Unlock()
+	st := &s.s.st
+	st.tx.Add(uint64(to - from))
+	st.txBytes.Add(bytes)
+	st.txSuper.Add(super)
+	st.txPartial.Add(partial)
+}
+
+// finish marks frame id taken: Complete reports it and frees it.
+func (s *Sink) finish(id uint32) {
+	s.poolMu.Lock()
+	s.state[id] = frameSent
+	s.poolMu.Unlock()
+	s.done = append(s.done, id)
+}
+
+// drop drops a frame without a next hop and, if the resolution failed
+// (a), answers its sender; Complete reports the frame like a sent one,
+// so that its charge is released.
+func (s *Sink) drop(f pipeline.Frame, a nexthop.Action) {
+	if a == nexthop.Unreachable && s.reply != nil {
+		s.reply.Unreachable(s.frame(uint32(f.ID))[Headroom : Headroom+f.Len])
+	}
+	if a == nexthop.NotRouted {
+		s.s.st.notRouted.Add(1)
+	} else {
+		s.s.st.unresolved.Add(1)
+	}
+	s.finish(uint32(f.ID))
+}
+
+// Drops returns how many frames the sink dropped, by reason:
+// DropUnresolved (a next hop the kernel could not resolve, or was still
+// resolving after the hold) and DropNotRouted.
+func (s *Sink) Drops() pipeline.Drops {
+	var d pipeline.Drops
+	d[pipeline.DropUnresolved], d[pipeline.DropNotRouted] = s.s.st.unresolved.Load(), s.s.st.notRouted.Load()
+	return d
+}
+
+// Complete returns how many frames Transmit took since the last call,
+// in order; their frames are free again. Frames are complete once the
+// kernel has copied them, so this never waits.
+func (s *Sink) Complete() (int, error) {
+	s.txMu.Lock()
+	defer s.txMu.Unlock()
+	n := len(s.done)
+	if n == 0 {
+		return 0, nil
+	}
+	s.poolMu.Lock()
+	for _, id := range s.done {
+		s.release(id)
+	}
+	s.poolMu.Unlock()
+	s.done = s.done[:0]
+	return n, nil
+}
+
+// Wait waits up to d until the socket can take frames again: for its
+// send buffer to drain (the runtime poller wakes it when the socket
+// becomes writable), briefly after the device's queue was full or the
+// link down, or until the next hop of a held frame may have resolved.
+func (s *Sink) Wait(d time.Duration) error {
+	s.txMu.Lock()
+	defer s.txMu.Unlock()
+	if s.s.closed.Load() {
+		return nil // Complete reports nothing more; the forwarder stops by its queue
+	}
+	switch {
+	case s.held:
+		s.ether.Wait(d)
+		return nil
+	case s.down.Load():
+		time.Sleep(d)
+		return nil
+	}
+	if s.busy || d <= 0 {
+		time.Sleep(min(d, busyWait))
+		return nil
+	}
+	if err := s.s.file.SetWriteDeadline(time.Now().Add(d)); err != nil {
+		return nil
+	}
+	s.waited = false
+	s.s.rc.Write(s.waitFn) // a deadline or a closed socket ends it too
+	return nil
+}
+
+// doWait is waitFn: the first call asks the poller to wait for the
+// socket to become writable, the call after the wakeup ends the wait.
+func (s *Sink) doWait(uintptr) bool {
+	if s.waited {
+		return true
+	}
+	s.waited = true
+	return false
+}

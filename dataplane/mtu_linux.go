@@ -1,0 +1,78 @@
+package dataplane
+
+import (
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/vishvananda/netlink"
+)
+
+// mtuFollower holds the forwarders and the TUN device to the NIC's MTU.
+// The forwarders drop what exceeds it and answer the sender as a router
+// would (pipeline.ForwarderConfig.MTU); the TUN device's MTU is lowered
+// to the NIC's, so that the host sizes its packets and super-packets'
+// segments to fit, and raised back, never above what it was at open,
+// when the NIC's grows again.
+type mtuFollower struct {
+	g    *Gateway
+	log  *slog.Logger
+	nl   *netlink.Handle // in the gateway's network namespace
+	want int             // the TUN device's MTU at open
+	tun  atomic.Int64    // the TUN device's MTU now
+}
+
+// start reads the TUN device's MTU and applies the NIC's. Call it in the
+// gateway's network namespace.
+func (m *mtuFollower) start(nicMTU int) error {
+	if m.g.tun != nil {
+		h, err := netlink.NewHandle()
+		if err != nil {
+			return fmt.Errorf("dataplane: netlink: %w", err)
+		}
+		m.nl = h
+		l, err := h.LinkByIndex(m.g.tun.Index())
+		if err != nil {
+			return fmt.Errorf("dataplane: TUN device %s: %w", m.g.tun.Name(), err)
+		}
+		m.want = l.Attrs().MTU
+		m.tun.Store(int64(m.want))
+	}
+	return m.apply(nicMTU)
+}
+
+// follow is the monitor's callback when the NIC's MTU changes.
+func (m *mtuFollower) follow(nicMTU int) {
+	if err := m.apply(nicMTU); err != nil {
+		m.log.Error("cannot follow the NIC's MTU", "err", err)
+	}
+}
+
+// apply holds the forwarders to nicMTU and sets the TUN device's MTU to
+// the lower of nicMTU and its MTU at open.
+func (m *mtuFollower) apply(nicMTU int) error {
+	for _, f := range m.g.fwds {
+		f.SetMTU(nicMTU)
+	}
+	if m.nl == nil {
+		return nil
+	}
+	mtu := min(m.want, nicMTU)
+	if int(m.tun.Load()) == mtu {
+		return nil
+	}
+	l := &netlink.Tuntap{LinkAttrs: netlink.LinkAttrs{Index: m.g.tun.Index(), Name: m.g.tun.Name()}}
+	if err := m.nl.LinkSetMTU(l, mtu); err != nil {
+		return fmt.Errorf("dataplane: set the MTU of %s to %d: %w", m.g.tun.Name(), mtu, err)
+	}
+	m.log.Info("the TUN device's MTU follows the NIC's", "tun", m.g.tun.Name(), "mtu", mtu, "nic_mtu", nicMTU)
+	m.tun.Store(int64(mtu))
+	return nil
+}
+
+// close releases the netlink handle.
+func (m *mtuFollower) close() {
+	if m.nl != nil {
+		m.nl.Close()
+	}
+}

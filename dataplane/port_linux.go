@@ -1,0 +1,139 @@
+package dataplane
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/gsoplane/gsoplane/dataplane/afpacket"
+	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/xsk"
+	"github.com/gsoplane/gsoplane/segment"
+	"github.com/gsoplane/gsoplane/txqueue"
+)
+
+// nicPort is the gateway's side of the NIC: an AF_XDP or an AF_PACKET
+// port, each with a program in the kernel that steers the routed
+// prefixes' packets to it.
+type nicPort interface {
+	Ifindex() int
+	Attached() (bool, error)
+	Reattach() error
+	StopReceive()
+	Close() error
+}
+
+// nicSink is what the gateway needs of a port's sink.
+type nicSink interface {
+	pipeline.Sink
+	SetReplier(r pipeline.Replier)
+	SetLinkUp(up bool)
+	Drops() pipeline.Drops
+	Close()
+}
+
+// nic is the open port and what the gateway needs of each of its queues.
+type nic struct {
+	port     nicPort
+	kind     PortKind // PortXDP or PortPacket
+	program  string   // the kernel program that steers packets, for logs
+	detached error    // the port's ErrDetached
+	lanes    []lane
+}
+
+// lane is one queue of the NIC port.
+type lane struct {
+	recv      pipeline.Receiver
+	frameSize int // of a TX frame, for truesize
+	frames    int // TX frames: the most segments in flight
+	newSink   func() (nicSink, error)
+}
+
+// openNIC opens the port cfg asks for. PortAuto tries AF_XDP with the
+// program in the driver and falls back to AF_PACKET, saying why.
+func openNIC(cfg GatewayConfig, log *slog.Logger) (*nic, error) {
+	switch cfg.Port {
+	case PortXDP:
+		return openXDP(cfg, cfg.Mode)
+	case PortPacket:
+		return openPacket(cfg)
+	case PortAuto:
+		mode := cfg.Mode
+		if mode == xsk.ModeAuto {
+			mode = xsk.ModeNative
+		}
+		n, err := openXDP(cfg, mode)
+		if err == nil {
+			log.Info("NIC port: AF_XDP", "nic", cfg.NIC, "xdp_mode", mode.String())
+			return n, nil
+		}
+		if errors.Is(err, ErrInvalidConfig) || errors.Is(err, xsk.ErrAttached) {
+			return nil, err
+		}
+		log.Info("NIC port: AF_PACKET, since AF_XDP is not available", "nic", cfg.NIC, "xdp_mode", mode.String(), "why", err.Error())
+		return openPacket(cfg)
+	}
+	return nil, fmt.Errorf("dataplane: %w: port %v", ErrInvalidConfig, cfg.Port)
+}
+
+// openXDP opens an AF_XDP port.
+func openXDP(cfg GatewayConfig, mode xsk.Mode) (*nic, error) {
+	x, err := xsk.Open(xsk.Config{Ifname: cfg.NIC, Mode: mode, ZeroCopy: cfg.ZeroCopy, Redirect: cfg.Routes, NumFrames: UMEMFrames(cfg.Budget)})
+	if err != nil {
+		return nil, err
+	}
+	n := &nic{port: x, kind: PortXDP, program: "XDP program", detached: xsk.ErrDetached}
+	for _, s := range x.Sockets() {
+		n.lanes = append(n.lanes, lane{
+			recv: s.Receiver(), frameSize: s.FrameSize(), frames: s.NumFrames() / 2, // every TX frame is free yet
+			newSink: func() (nicSink, error) { return xsk.NewSink(s, x.Ifindex(), cfg.NextHop) },
+		})
+	}
+	return n, nil
+}
+
+// openPacket opens an AF_PACKET port.
+func openPacket(cfg GatewayConfig) (*nic, error) {
+	p, err := afpacket.Open(afpacket.Config{Ifname: cfg.NIC, Redirect: cfg.Routes, Frames: packetFrames(cfg.Budget)})
+	if err != nil {
+		return nil, err
+	}
+	n := &nic{port: p, kind: PortPacket, program: "tcx ingress program", detached: afpacket.ErrDetached}
+	for _, s := range p.Sockets() {
+		n.lanes = append(n.lanes, lane{
+			recv: s.Receiver(), frameSize: s.FrameSize(), frames: s.Frames() + s.LargeFrames(),
+			newSink: func() (nicSink, error) { return afpacket.NewSink(s, p.Ifindex(), cfg.NextHop, cfg.PacketGSO) },
+		})
+	}
+	return n, nil
+}
+
+// packetFrames is the number of small TX frames of each AF_PACKET socket
+// for a fixed budget: as UMEMFrames, with frames of at least
+// afpacket.MinFrameSize; 0 (the default) without one.
+func packetFrames(budget int) int {
+	if budget <= 0 {
+		return 0
+	}
+	size := txqueue.Truesize(afpacket.MinFrameSize)
+	return min((budget+size-1)/size+segment.DefaultMaxSegments, afpacket.MaxFrames)
+}
+
+// stats fills in the per-socket counters of the port.
+func (n *nic) stats(s *GatewayStats) {
+	switch p := n.port.(type) {
+	case *xsk.Port:
+		s.XSK = p.Stats()
+		for _, x := range s.XSK {
+			s.Sent += x.TX
+			s.Completed += x.Completed
+		}
+	case *afpacket.Port:
+		for _, k := range p.Sockets() {
+			st := k.Stats()
+			s.Packet = append(s.Packet, st)
+			s.Sent += st.TX
+			s.Completed += st.TX // complete once the kernel has copied it
+		}
+	}
+}

@@ -1,0 +1,148 @@
+package nexthop
+
+import (
+	"bytes"
+	"net/netip"
+	"testing"
+	"time"
+)
+
+// ipv4To returns a minimal IPv4 header to dst.
+func ipv4To(dst netip.Addr) []byte {
+	p := make([]byte, 20)
+	p[0] = 0x45
+	copy(p[16:20], dst.AsSlice())
+	return p
+}
+
+// resolve makes the fake kernel answer for dst with mac.
+func resolve(r *Resolver, dst netip.Addr, mac [6]byte) {
+	r.setHop(dst, dst)
+	r.settle(dst, neigh{kind: usable, mac: mac}, false)
+}
+
+// TestEther writes headers for IPv4 and IPv6 packets as their next hops
+// resolve and change, and refuses what is not IP.
+func TestEther(t *testing.T) {
+	r := newTestResolver(t, Config{})
+	src := [6]byte{2, 0, 0, 0, 0, 1}
+	e := NewEther(r, src)
+	v4 := ipv4To(addr(1))
+	v6 := make([]byte, 40)
+	v6[0] = 0x60
+	copy(v6[24:40], []byte{0x20, 0x01, 0, 2, 15: 1})
+	eth := make([]byte, EtherLen)
+	if a := e.Header(eth, v4); a != Hold {
+		t.Fatalf("first packet: %v, want hold", a)
+	}
+	resolve(r, addr(1), macA)
+	if a := e.Header(eth, v4); a != Send {
+		t.Fatalf("after the kernel answered: %v, want send", a)
+	}
+	want := append(append(macA[:], src[:]...), 0x08, 0x00)
+	if !bytes.Equal(eth, want) {
+		t.Errorf("IPv4 header % x, want % x", eth, want)
+	}
+	r.settle(addr(1), neigh{kind: usable, mac: macB}, false) // the peer's MAC changed
+	if e.Header(eth, v4); !bytes.Equal(eth[:6], macB[:]) {
+		t.Errorf("after a MAC change: destination % x, want % x", eth[:6], macB)
+	}
+	for _, bad := range [][]byte{nil, make([]byte, 19), {0x45}, make([]byte, 64)} {
+		if a := e.Header(eth, bad); a != Unreachable {
+			t.Errorf("not an IP packet (% x): %v, want unreachable", bad, a)
+		}
+	}
+	if a := e.Header(eth, v6); a != Hold {
+		t.Errorf("IPv6 packet to a new destination: %v, want hold", a)
+	}
+}
+
+// TestEtherHold: a pending destination holds the batch for HoldTime,
+// then its frames are dropped; holds draw on a bucket of HoldBurst that
+// refills at HoldShare percent of the time, and a destination that
+// resolves early gives back what it did not use; a failed one is
+// unreachable.
+func TestEtherHold(t *testing.T) {
+	r := newTestResolver(t, Config{})
+	e := NewEther(r, [6]byte{})
+	start := time.Unix(1000, 0)
+	now := start
+	e.now = func() time.Time { return now }
+	eth := make([]byte, EtherLen)
+	step := func(d time.Duration, n int, want Action) {
+		t.Helper()
+		now = now.Add(d)
+		if a := e.Header(eth, ipv4To(addr(n))); a != want {
+			t.Errorf("at +%v, destination %d: %v, want %v", now.Sub(start), n, a, want)
+		}
+	}
+	step(0, 1, Hold)
+	step(HoldTime-1, 1, Hold)
+	step(1, 1, Drop) // the hold is over
+	holds := int(HoldBurst / HoldTime)
+	for n := 2; n <= holds; n++ { // the bucket's other holds
+		step(0, n, Hold)
+		step(HoldTime, n, Drop)
+	}
+	step(0, holds+1, Drop)                                                               // the bucket is empty, but for the refill
+	refill := (HoldTime - time.Duration(holds)*HoldTime*HoldShare/100) * 100 / HoldShare // to refill what the drop lacked
+	step(refill, holds+2, Hold)
+	resolve(r, addr(holds+2), macA)
+	step(HoldTime/5, holds+2, Send) // resolved early: 4/5 of the hold back
+	if want := HoldTime * 4 / 5; e.credit != want {
+		t.Errorf("credit after an early resolution: %v, want %v", e.credit, want)
+	}
+	for _, dst := range []string{"224.0.0.22", "ff02::16", "169.254.1.1", "fe80::1", "127.0.0.1", "0.0.0.0"} {
+		pkt := ipv4To(netip.MustParseAddr("198.18.0.1"))
+		if a := netip.MustParseAddr(dst); a.Is6() {
+			pkt = make([]byte, 40)
+			pkt[0] = 0x60
+			copy(pkt[24:40], a.AsSlice())
+		} else {
+			copy(pkt[16:20], a.AsSlice())
+		}
+		if a := e.Header(eth, pkt); a != NotRouted {
+			t.Errorf("to %s: %v, want not routed", dst, a)
+		}
+	}
+	r.setHop(addr(1), addr(1))
+	r.settle(addr(1), neigh{kind: failed}, false)
+	step(0, 1, Unreachable)
+}
+
+// TestEtherWait: Wait returns when the resolver learns something, or when
+// the hold or d ends.
+func TestEtherWait(t *testing.T) {
+	r := newTestResolver(t, Config{})
+	e := NewEther(r, [6]byte{})
+	eth, pkt := make([]byte, EtherLen), ipv4To(addr(3))
+	if e.Header(eth, pkt) != Hold {
+		t.Fatal("want a hold")
+	}
+	start := time.Now()
+	e.Wait(time.Millisecond)
+	if d := time.Since(start); d < time.Millisecond {
+		t.Errorf("Wait(1ms) returned after %v", d)
+	}
+	go func() { time.Sleep(time.Millisecond); resolve(r, addr(3), macA) }()
+	start = time.Now()
+	e.Wait(time.Hour)
+	if d := time.Since(start); d >= HoldTime+time.Second {
+		t.Errorf("Wait returned after %v: past the hold", d)
+	}
+	if e.Header(eth, pkt) != Send {
+		t.Error("not resolved after the wait")
+	}
+}
+
+// TestEtherAllocs: a resolved destination costs no allocation.
+func TestEtherAllocs(t *testing.T) {
+	r := newTestResolver(t, Config{})
+	e := NewEther(r, [6]byte{})
+	pkt, eth := ipv4To(addr(2)), make([]byte, EtherLen)
+	e.Header(eth, pkt)
+	resolve(r, addr(2), macA)
+	if a := testing.AllocsPerRun(100, func() { e.Forget(); e.Header(eth, pkt) }); a != 0 {
+		t.Errorf("%v allocations per header, want 0", a)
+	}
+}
