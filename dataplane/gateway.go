@@ -27,9 +27,19 @@ type GatewayConfig struct {
 	// Host, if set, replaces the TUN device with the caller's own source
 	// of super-packets and writer for returning packets (one queue).
 	Host *Host
-	NIC  string
-	// Routes are the prefixes behind the TUN device: packets arriving on
-	// the NIC for them are taken from the kernel and written into the TUN.
+	// Ingress, if set, replaces the TUN device with a network device,
+	// such as the veth of a container whose side does TSO, or a
+	// jumbo-frame link: packets for IngressRoutes arriving on it go out
+	// of the NIC, and packets for Routes arriving on the NIC go out of
+	// it, each cut to the egress MTU as Linux forwards
+	// (pipeline.WireSource; TCP to the flow's MSS, SYNs clamped to the
+	// smaller MTU). Its port is of the same kind as the NIC's.
+	Ingress       string
+	IngressRoutes []netip.Prefix
+	NIC           string
+	// Routes are the prefixes behind the TUN device (or the ingress
+	// device): packets arriving on the NIC for them are taken from the
+	// kernel and written into the TUN.
 	Routes  []netip.Prefix
 	NextHop netip.Addr // the NIC-side gateway; zero: each destination's route through the NIC
 	// Port is the kind of NIC port: AF_XDP, AF_PACKET, or PortAuto
@@ -46,7 +56,9 @@ type GatewayConfig struct {
 	// does not resolve, fragmentation needed or packet too big for a
 	// packet over the NIC's MTU). Not the TUN's own address, which the
 	// host would drop as a martian. Without one for a version, those
-	// errors are not sent (ReplyStats.Silent).
+	// errors are not sent (ReplyStats.Silent). With an ingress device,
+	// the default is its addresses, and the errors go through the host's
+	// stack (raw sockets), which routes them.
 	RouterAddrs []netip.Addr
 
 	// Backpressure charges segments to a budget and stops reading the TUN
@@ -119,7 +131,9 @@ type Host struct {
 
 // GatewayStats is a snapshot of a gateway's counters.
 type GatewayStats struct {
-	Forward pipeline.Stats       // summed over the forwarders; Drops[DropUnresolved] and [DropNotRouted] from the sinks
+	Forward pipeline.Stats       // toward the NIC, summed over the forwarders; Drops[DropUnresolved] and [DropNotRouted] from the sinks
+	Reverse pipeline.Stats       // toward the ingress device (GatewayConfig.Ingress), the same way
+	Wire    pipeline.WireStats   // the packets from the ingress device and from the NIC toward it
 	Return  pipeline.ReturnStats // summed over the return paths
 	Budget  txqueue.BudgetStats  // summed over the TUN queues' budgets
 	Queue   txqueue.Stats        // summed over their queues

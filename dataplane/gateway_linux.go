@@ -16,17 +16,19 @@ import (
 	"github.com/gsoplane/gsoplane/txqueue"
 )
 
-// Gateway forwards between a TUN device (or a Host) and a NIC:
-// super-packets read from the TUN are segmented into the NIC port's
-// frames (one forwarder per TUN queue), and packets for Routes arriving
-// on the NIC are written into the TUN.
+// Gateway forwards between a TUN device (or a Host, or an ingress
+// device) and a NIC: super-packets read from the TUN are segmented into
+// the NIC port's frames (one forwarder per TUN queue), and packets for
+// Routes arriving on the NIC are written into the TUN.
 type Gateway struct {
-	tun     *tun.Device // nil with a Host
+	tun     *tun.Device // nil with a Host or an ingress device
 	host    *Host
 	inside  []inside
+	ingress *nic // GatewayConfig.Ingress's port
+	raw     *rawWriter
 	nic     *nic
-	sinks   []nicSink
-	fwds    []*pipeline.Forwarder
+	out     path // toward the NIC
+	back    path // toward the ingress device
 	rets    []*pipeline.ReturnPath
 	budgets []*txqueue.Budget
 	queues  []*txqueue.Queue[pipeline.Frame]
@@ -35,19 +37,70 @@ type Gateway struct {
 	mon     *monitor
 }
 
+// path is the forwarders toward one port.
+type path struct {
+	fwds  []*pipeline.Forwarder
+	sinks []nicSink
+	wires []*pipeline.WireSource // their sources, when packets come from a wire
+}
+
+// add runs a forwarder from src, whose virtio-net headers are hdrSize
+// bytes, to a sink on l (see newForwarder).
+func (p *path) add(g *Gateway, cfg GatewayConfig, src pipeline.Source, hdrSize int, l lane) error {
+	sink, err := l.newSink()
+	if err != nil {
+		return err
+	}
+	sink.SetReplier(g.reply)
+	p.sinks = append(p.sinks, sink)
+	f, err := g.newForwarder(cfg, src, hdrSize, sink, l)
+	if err != nil {
+		return err
+	}
+	p.fwds = append(p.fwds, f)
+	return nil
+}
+
+// stats sums the forwarders' counters and the sinks' drops.
+func (p *path) stats() (pipeline.Stats, pipeline.WireStats) {
+	var s pipeline.Stats
+	var w pipeline.WireStats
+	for _, f := range p.fwds {
+		s = s.Add(f.Stats())
+	}
+	for _, k := range p.sinks {
+		d := k.Drops()
+		s.Drops[pipeline.DropUnresolved] += d[pipeline.DropUnresolved]
+		s.Drops[pipeline.DropNotRouted] += d[pipeline.DropNotRouted]
+	}
+	for _, x := range p.wires {
+		w.Add(x.Stats())
+	}
+	return s, w
+}
+
+// close stops the sinks' next-hop resolvers.
+func (p *path) close() {
+	for _, s := range p.sinks {
+		s.Close()
+	}
+}
+
 // inside is one queue of the TUN device or the Host.
 type inside struct {
 	src pipeline.Source
 	w   pipeline.Writer
 }
 
-// OpenGateway opens the TUN device (unless cfg.Host is set) and the NIC
-// port and wires them together. Call it in the network namespace of the
-// devices.
+// OpenGateway opens the TUN device (unless cfg.Host or cfg.Ingress is
+// set) and the NIC port and wires them together. Call it in the network
+// namespace of the devices.
 func OpenGateway(cfg GatewayConfig) (*Gateway, error) {
 	g := &Gateway{host: cfg.Host}
-	if err := g.openInside(cfg); err != nil {
-		return nil, err
+	if cfg.Ingress == "" {
+		if err := g.openInside(cfg); err != nil {
+			return nil, err
+		}
 	}
 	if err := g.open(cfg); err != nil {
 		return nil, errors.Join(err, g.Close())
@@ -102,22 +155,34 @@ func (g *Gateway) open(cfg GatewayConfig) error {
 		return err
 	}
 	g.nic = n
-	g.reply = pipeline.NewICMP(g.inside[0].w, g.headerSize(), routerAddr(cfg, true), routerAddr(cfg, false))
 	g.mtu = mtuFollower{g: g, log: log}
 	if g.mon, err = newMonitor(n, cfg, log, g.linkUp, g.mtu.follow); err != nil {
 		return err
 	}
+	if cfg.Ingress != "" {
+		err = g.openIngress(cfg, log)
+	} else {
+		err = g.wireInside(cfg)
+	}
+	if err != nil {
+		return err
+	}
+	g.linkUp(g.mon.stats().Up)
+	return g.mtu.start(g.mon.stats().MTU)
+}
+
+// wireInside runs a forwarder from each TUN queue (or the Host) to a NIC
+// queue, and a return path from each NIC queue into the inside.
+func (g *Gateway) wireInside(cfg GatewayConfig) error {
+	n := g.nic
+	g.reply = pipeline.NewICMP(g.inside[0].w, g.headerSize(), routerAddr(cfg, true), routerAddr(cfg, false))
 	if len(g.inside) > len(n.lanes) {
 		return fmt.Errorf("dataplane: %w: %d TUN queues, %d NIC queues", ErrInvalidConfig, len(g.inside), len(n.lanes))
 	}
 	for i, in := range g.inside {
-		if err := g.addForwarder(cfg, in.src, n.lanes[i]); err != nil {
+		if err := g.out.add(g, cfg, in.src, g.headerSize(), n.lanes[i]); err != nil {
 			return err
 		}
-	}
-	g.linkUp(g.mon.stats().Up)
-	if err := g.mtu.start(g.mon.stats().MTU); err != nil {
-		return err
 	}
 	for i, l := range n.lanes {
 		r, err := pipeline.NewReturnPath(g.returnConfig(cfg, l, g.inside[i%len(g.inside)].w))
@@ -137,16 +202,19 @@ func logger(cfg GatewayConfig) *slog.Logger {
 	return cfg.Log
 }
 
-// linkUp tells the sinks whether the NIC is up.
+// linkUp tells the NIC's sinks whether it is up.
 func (g *Gateway) linkUp(up bool) {
-	for _, s := range g.sinks {
+	for _, s := range g.out.sinks {
 		s.SetLinkUp(up)
 	}
 }
 
 // routerAddr returns the first of cfg.RouterAddrs of the IP version.
-func routerAddr(cfg GatewayConfig, v4 bool) netip.Addr {
-	for _, a := range cfg.RouterAddrs {
+func routerAddr(cfg GatewayConfig, v4 bool) netip.Addr { return firstOf(cfg.RouterAddrs, v4) }
+
+// firstOf returns the first of addrs of the IP version.
+func firstOf(addrs []netip.Addr, v4 bool) netip.Addr {
+	for _, a := range addrs {
 		if a = a.Unmap(); a.Is4() == v4 {
 			return a
 		}
@@ -169,29 +237,19 @@ func (g *Gateway) returnConfig(cfg GatewayConfig, l lane, w pipeline.Writer) pip
 	}
 }
 
-// addForwarder wires one TUN queue to one queue of the NIC port.
-func (g *Gateway) addForwarder(cfg GatewayConfig, src pipeline.Source, l lane) error {
-	sink, err := l.newSink()
-	if err != nil {
-		return err
-	}
-	sink.SetReplier(g.reply)
-	g.sinks = append(g.sinks, sink)
+// newForwarder returns a forwarder from src to sink, a sink on l, with
+// its own budget and queue.
+func (g *Gateway) newForwarder(cfg GatewayConfig, src pipeline.Source, hdrSize int, sink nicSink, l lane) (*pipeline.Forwarder, error) {
 	budget, queue, err := newAccounting(cfg, l)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	g.budgets, g.queues = append(g.budgets, budget), append(g.queues, queue)
-	f, err := pipeline.NewForwarder(pipeline.ForwarderConfig{
-		Source: src, HeaderSize: g.headerSize(), Sink: sink, FrameSize: l.frameSize,
+	return pipeline.NewForwarder(pipeline.ForwarderConfig{
+		Source: src, HeaderSize: hdrSize, Sink: sink, FrameSize: l.frameSize,
 		Budget: budget, Queue: queue, Hook: cfg.Hook, TxRate: cfg.TxRate, DrainTime: cfg.DrainTimeout,
 		Batch: g.batch(), Replier: g.reply,
 	})
-	if err != nil {
-		return err
-	}
-	g.fwds = append(g.fwds, f)
-	return nil
 }
 
 // newAccounting returns the budget and the queue in front of l, sized
@@ -230,7 +288,8 @@ func (g *Gateway) Run(parent context.Context) error {
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	var wg sync.WaitGroup
-	errs := make([]error, len(g.fwds)+len(g.rets)+1)
+	runs := append(append([]*pipeline.Forwarder(nil), g.out.fwds...), g.back.fwds...)
+	errs := make([]error, len(runs)+len(g.rets)+1)
 	start := func(i int, run func(context.Context) error) {
 		wg.Add(1)
 		go func() {
@@ -240,11 +299,11 @@ func (g *Gateway) Run(parent context.Context) error {
 			}
 		}()
 	}
-	for i, f := range g.fwds {
+	for i, f := range runs {
 		start(i, f.Run)
 	}
 	for i, r := range g.rets {
-		start(len(g.fwds)+i, r.Run)
+		start(len(runs)+i, r.Run)
 	}
 	start(len(errs)-1, g.mon.run)
 	<-ctx.Done()
@@ -259,12 +318,18 @@ func (g *Gateway) Run(parent context.Context) error {
 	return errors.Join(errs...)
 }
 
-// closeInside closes the TUN device or the Host.
+// closeInside closes the TUN device or the Host, or stops receiving on
+// the ingress device.
 func (g *Gateway) closeInside() error {
-	if g.host != nil {
+	switch {
+	case g.host != nil:
 		return g.host.Close()
+	case g.tun != nil:
+		return g.tun.Close()
+	case g.ingress != nil:
+		g.ingress.port.StopReceive()
 	}
-	return g.tun.Close()
+	return nil
 }
 
 // Close detaches the port's program, closes the sockets and the TUN
@@ -275,15 +340,19 @@ func (g *Gateway) Close() error {
 	for _, q := range g.queues {
 		q.Close()
 	}
-	for _, s := range g.sinks {
-		s.Close()
-	}
+	g.out.close()
+	g.back.close()
 	if g.mon != nil {
 		g.mon.close()
 	}
 	g.mtu.close()
-	if g.nic != nil {
-		errs = append(errs, g.nic.port.Close())
+	for _, n := range []*nic{g.nic, g.ingress} {
+		if n != nil {
+			errs = append(errs, n.port.Close())
+		}
+	}
+	if g.raw != nil {
+		g.raw.close()
 	}
 	errs = append(errs, g.closeInside())
 	return errors.Join(errs...)
@@ -317,16 +386,13 @@ func (g *Gateway) Queues() int { return len(g.nic.lanes) }
 // Stats returns a snapshot of the gateway's counters.
 func (g *Gateway) Stats() GatewayStats {
 	var s GatewayStats
-	for _, f := range g.fwds {
-		s.Forward = s.Forward.Add(f.Stats())
-	}
+	var in, back pipeline.WireStats
+	s.Forward, in = g.out.stats()
+	s.Reverse, back = g.back.stats()
+	s.Wire = in
+	s.Wire.Add(back)
 	for _, r := range g.rets {
 		s.Return = s.Return.Add(r.Stats())
-	}
-	for _, k := range g.sinks {
-		d := k.Drops()
-		s.Forward.Drops[pipeline.DropUnresolved] += d[pipeline.DropUnresolved]
-		s.Forward.Drops[pipeline.DropNotRouted] += d[pipeline.DropNotRouted]
 	}
 	for i, q := range g.queues {
 		s.Queue = s.Queue.Add(q.Stats())

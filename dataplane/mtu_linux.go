@@ -51,8 +51,11 @@ func (m *mtuFollower) follow(nicMTU int) {
 // apply holds the forwarders to nicMTU and sets the TUN device's MTU to
 // the lower of nicMTU and its MTU at open.
 func (m *mtuFollower) apply(nicMTU int) error {
-	for _, f := range m.g.fwds {
+	for _, f := range m.g.out.fwds {
 		f.SetMTU(nicMTU)
+	}
+	for _, w := range m.g.out.wires {
+		w.SetMTU(nicMTU)
 	}
 	if m.nl == nil {
 		return nil

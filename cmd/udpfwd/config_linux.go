@@ -19,6 +19,9 @@ type config struct {
 	GSO      bool
 	GRO      bool
 
+	Ingress         string
+	IngressRedirect prefixList
+
 	NIC       string
 	NextHop   addrValue
 	Port      choice
@@ -66,6 +69,8 @@ func newFlagSet(cfg *config) *flag.FlagSet {
 	fs.Var(&cfg.Addrs, "addr", "`PREFIX` to put on the TUN device, e.g. 198.18.0.1/24; repeatable or comma-separated")
 	fs.IntVar(&cfg.MTU, "mtu", 0, "MTU of the TUN device in `BYTES`, 576 to 65535 and at most the NIC's; 0 leaves it")
 	fs.Var(&cfg.Routes, "route", "destination `PREFIX` to route into the TUN device (ip route add PREFIX dev TUN); repeatable or comma-separated")
+	fs.StringVar(&cfg.Ingress, "ingress", "", "`NAME` of a network device to forward from instead of a TUN device (a container's veth, a jumbo-frame link): packets for -ingress-redirect arriving on it go out of -nic, cut to its MTU; packets for -redirect arriving on -nic go out of it")
+	fs.Var(&cfg.IngressRedirect, "ingress-redirect", "destination `PREFIX` behind -nic: packets to it arriving on -ingress are forwarded; repeatable or comma-separated (required with -ingress)")
 	fs.Var(&cfg.Redirect, "redirect", "destination `PREFIX` behind the TUN device: packets to it arriving on the NIC go into the TUN; repeatable or comma-separated (default: the networks of -addr)")
 	fs.IntVar(&cfg.Queues, "queues", 1, "`N` TUN queues, one forwarder each, 1 to 256 and at most the NIC's RX queues")
 	fs.BoolVar(&cfg.GSO, "gso", true, "take TCP/UDP super-packets from the TUN and segment them here (false: the kernel segments before the TUN)")
@@ -100,6 +105,7 @@ var flagGroups = []struct {
 	names []string
 }{
 	{"TUN side", []string{"tun", "addr", "mtu", "route", "redirect", "queues", "gso", "gro"}},
+	{"Ingress device (instead of the TUN)", []string{"ingress", "ingress-redirect"}},
 	{"NIC side", []string{"nic", "next-hop", "port", "packet-gso", "xdp-mode", "zero-copy", "xdp-detached"}},
 	{"Transmit path", []string{"budget", "tx-queue-len", "backpressure", "drain-timeout"}},
 	{"Observability", []string{"metrics", "pprof", "log-level", "log-format", "v"}},

@@ -36,6 +36,9 @@ func openGateway(cfg *config, log *slog.Logger) (*gateway, error) {
 		return nil, err
 	}
 	g := &gateway{Gateway: dg, nic: dg.Ifindex()}
+	if cfg.Ingress != "" {
+		return g, nil
+	}
 	if err := g.configureTUN(cfg); err != nil {
 		return nil, errors.Join(err, g.close())
 	}
@@ -48,21 +51,23 @@ func gatewayConfig(cfg *config) dataplane.GatewayConfig {
 	ports := map[string]dataplane.PortKind{"auto": dataplane.PortAuto, "xdp": dataplane.PortXDP, "packet": dataplane.PortPacket}
 	gso := map[string]afpacket.GSOMode{"auto": afpacket.GSOModeAuto, "offload": afpacket.GSOModeOffload, "partial": afpacket.GSOModePartial, "full": afpacket.GSOModeFull}
 	return dataplane.GatewayConfig{
-		TUN:          tun.Config{Name: cfg.TUN, Queues: cfg.Queues, MTU: cfg.MTU, Offload: cfg.GSO},
-		NIC:          cfg.NIC,
-		Routes:       cfg.redirects(),
-		NextHop:      cfg.NextHop.addr,
-		Port:         ports[cfg.Port.value],
-		PacketGSO:    gso[cfg.PacketGSO.value],
-		RouterAddrs:  routerAddrs(cfg.Addrs),
-		Mode:         modes[cfg.XDPMode.value],
-		ZeroCopy:     cfg.ZeroCopy,
-		Backpressure: cfg.Backpressure,
-		Budget:       int(cfg.Budget.bytes),
-		QueueLen:     cfg.TxQueueLen,
-		DrainTimeout: sendTime(cfg.DrainTimeout),
-		GRO:          cfg.GRO,
-		OnDetach:     map[string]dataplane.DetachPolicy{"reattach": dataplane.DetachReattach, "stop": dataplane.DetachStop}[cfg.Detached.value],
+		TUN:           tun.Config{Name: cfg.TUN, Queues: cfg.Queues, MTU: cfg.MTU, Offload: cfg.GSO},
+		NIC:           cfg.NIC,
+		Routes:        cfg.redirects(),
+		Ingress:       cfg.Ingress,
+		IngressRoutes: cfg.IngressRedirect,
+		NextHop:       cfg.NextHop.addr,
+		Port:          ports[cfg.Port.value],
+		PacketGSO:     gso[cfg.PacketGSO.value],
+		RouterAddrs:   routerAddrs(cfg.Addrs),
+		Mode:          modes[cfg.XDPMode.value],
+		ZeroCopy:      cfg.ZeroCopy,
+		Backpressure:  cfg.Backpressure,
+		Budget:        int(cfg.Budget.bytes),
+		QueueLen:      cfg.TxQueueLen,
+		DrainTimeout:  sendTime(cfg.DrainTimeout),
+		GRO:           cfg.GRO,
+		OnDetach:      map[string]dataplane.DetachPolicy{"reattach": dataplane.DetachReattach, "stop": dataplane.DetachStop}[cfg.Detached.value],
 	}
 }
 

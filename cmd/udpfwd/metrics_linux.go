@@ -11,7 +11,7 @@ import (
 	"github.com/gsoplane/gsoplane/dataplane/xsk"
 )
 
-// Directions.
+// Directions; with -ingress, ingress_to_nic and nic_to_ingress.
 const (
 	toNIC = "tun_to_nic"
 	toTUN = "nic_to_tun"
@@ -42,6 +42,7 @@ var (
 	descTxErrors     = desc("tx_errors_total", "Transmit calls that failed.", "port")
 	descDrops        = desc("drops_total", "Packets dropped, by direction and reason (invalid, oversize, no_frames: super-packets; others: segments or packets).", "direction", "reason")
 	descXSKEvents    = desc("xsk_events_total", "AF_XDP socket events from the kernel (XDP_STATISTICS) and kick failures, and frames the XDP program passed to the kernel instead of the socket, by RX queue.", "queue", "event")
+	descWire         = desc("wire_packets_total", "With -ingress, packets from a wire (both directions) by what was done: received, cut (larger than the egress MTU), clamped (SYN MSS lowered), too_big (refused, answered with ICMP), bad_checksum, invalid.", "event")
 	descPacketEvents = desc("packet_events_total", "AF_PACKET socket events: frames dropped or refused, the kernel's receive drops and sends retried, by socket.", "queue", "event")
 	descBudgetUsed   = desc("budget_in_use_bytes", "Truesize bytes charged to the send budget and not yet completed (first TUN queue).")
 	descBudgetLimit  = desc("budget_limit_bytes", "Current send budget limit (first TUN queue).")
@@ -60,6 +61,7 @@ var (
 type statsCollector struct {
 	stats        func() dataplane.GatewayStats
 	port         string // the port label: xdp or packet
+	ingress      bool   // -ingress: the inside is a network device
 	backpressure bool   // there is a budget to report
 }
 
@@ -70,7 +72,7 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 		descDrops, descXSKEvents, descBudgetUsed, descBudgetLimit, descBudgetPeak, descQueueDepth,
 		descQueueBytes, descQueuePeak, descQueuePeakB, descStalls, descStallTime, descSegsPerSP, descTxLatency,
 		descGROPass, descGRORefused, descNICUp, descNICMTU, descNICDowns, descAttached, descDetached, descReattached,
-		descNICMTUChange, descTUNMTU, descICMP, descPacketEvents,
+		descNICMTUChange, descTUNMTU, descICMP, descPacketEvents, descWire,
 	} {
 		ch <- d
 	}
@@ -80,8 +82,12 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.stats()
 	e := emitter{ch, c.port}
-	e.traffic(s)
-	e.drops(s)
+	if c.ingress {
+		e.ingress(s)
+	} else {
+		e.traffic(s)
+		e.drops(s)
+	}
 	e.xsk(s.XSK)
 	e.packet(s.Packet)
 	e.nic(s.NIC)
@@ -120,6 +126,34 @@ func (e emitter) traffic(s dataplane.GatewayStats) {
 	e.counter(descCompleted, s.Completed, port)
 	e.counter(descTxErrors, f.TxErrors, port)
 	e.gro(r)
+}
+
+// ingress exports the traffic of a gateway with -ingress: forwarders in
+// both directions, from packets received on a wire.
+func (e emitter) ingress(s dataplane.GatewayStats) {
+	for _, d := range []struct {
+		dir string
+		f   pipeline.Stats
+	}{{"ingress_to_nic", s.Forward}, {"nic_to_ingress", s.Reverse}} {
+		e.counter(descSuperPackets, d.f.SuperPackets, d.dir, e.port)
+		e.counter(descSegments, d.f.Segments, d.dir, e.port)
+		e.counter(descPackets, d.f.Transmitted-d.f.Drops[pipeline.DropUnresolved]-d.f.Drops[pipeline.DropNotRouted], d.dir, e.port)
+		e.counter(descBytes, d.f.Bytes, d.dir, e.port)
+		for r := range pipeline.NumDropReasons {
+			e.counter(descDrops, d.f.Drops[r], d.dir, r.String())
+		}
+	}
+	e.counter(descCompleted, s.Completed, e.port)
+	w := s.Wire
+	for _, v := range []struct {
+		event string
+		n     uint64
+	}{
+		{"received", w.Packets}, {"cut", w.Cut}, {"clamped", w.Clamped},
+		{"too_big", w.TooBig}, {"bad_checksum", w.BadChecksum}, {"invalid", w.Invalid},
+	} {
+		e.counter(descWire, v.n, v.event)
+	}
 }
 
 // gro exports the return path's coalescing: why packets were not merged,

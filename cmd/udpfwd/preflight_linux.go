@@ -28,10 +28,17 @@ func preflight(cfg *config) (*account, error) {
 			p.add("%v", err)
 		}
 	}
-	p.merge(checkMemlock(cfg))
+	if cfg.Port.value == "xdp" {
+		p.merge(checkMemlock(cfg))
+		p.merge(checkAFXDP())
+	}
+	p.merge(checkDevice(cfg, "-nic", cfg.NIC))
 	p.merge(checkNIC(cfg))
-	p.merge(checkTUN(cfg))
-	p.merge(checkAFXDP())
+	if cfg.Ingress != "" {
+		p.merge(checkDevice(cfg, "-ingress", cfg.Ingress))
+	} else {
+		p.merge(checkTUN(cfg))
+	}
 	return acct, p.err("cannot start")
 }
 
@@ -56,25 +63,37 @@ func checkMemlock(cfg *config) problems {
 		lim.Cur>>10, umem>>10)}
 }
 
-// checkNIC checks that the NIC exists here, is Ethernet, has no XDP
-// program and has enough queues and a large enough MTU.
-func checkNIC(cfg *config) problems {
+// checkDevice checks that the device a port opens on (flag's) exists
+// here, is Ethernet and, for AF_XDP, has no XDP program.
+func checkDevice(cfg *config, flag, name string) problems {
 	var p problems
-	link, err := netlink.LinkByName(cfg.NIC)
+	link, err := netlink.LinkByName(name)
 	if errors.As(err, new(netlink.LinkNotFoundError)) {
-		p.add("-nic %q: no such interface in this network namespace (see ip link show)", cfg.NIC)
+		p.add("%s %q: no such interface in this network namespace (see ip link show)", flag, name)
 		return p
 	} else if err != nil {
-		p.add("-nic %q: %v", cfg.NIC, err)
+		p.add("%s %q: %v", flag, name, err)
 		return p
 	}
 	a := link.Attrs()
 	if len(a.HardwareAddr) != 6 {
-		p.add("-nic %q: not an Ethernet device (%s)", cfg.NIC, link.Type())
+		p.add("%s %q: not an Ethernet device (%s)", flag, name, link.Type())
 	}
-	if a.Xdp != nil && a.Xdp.Attached {
-		p.add("-nic %q: an XDP program (ID %d) is already attached; remove it first: ip link set dev %s xdp off", cfg.NIC, a.Xdp.ProgId, cfg.NIC)
+	if a.Xdp != nil && a.Xdp.Attached && cfg.Port.value != "packet" {
+		p.add("%s %q: an XDP program (ID %d) is already attached; if a BPF link holds it (another gateway), stop that process or detach it (bpftool link show; bpftool link detach id N), else ip link set dev %s xdp off; or use -port packet",
+			flag, name, a.Xdp.ProgId, name)
 	}
+	return p
+}
+
+// checkNIC checks that the NIC has enough queues and a large enough MTU.
+func checkNIC(cfg *config) problems {
+	var p problems
+	link, err := netlink.LinkByName(cfg.NIC)
+	if err != nil {
+		return p // checkDevice said why
+	}
+	a := link.Attrs()
 	if a.NumRxQueues > 0 && cfg.Queues > a.NumRxQueues {
 		p.add("-queues %d: %s has %d RX queues", cfg.Queues, cfg.NIC, a.NumRxQueues)
 	}

@@ -111,12 +111,15 @@ func (d *daemon) logStarted() {
 	if d.ln != nil {
 		metrics = d.ln.Addr().String()
 	}
-	d.log.Info("udpfwd started",
-		"tun", g.TUN().Name(), "offloads", g.TUN().Offloads().String(), "queues", len(g.TUN().Queues()),
-		"mtu", g.mtu, "addr", c.Addrs.String(), "route", c.Routes.String(), "redirect", prefixList(c.redirects()).String(),
+	inside := []any{"ingress", c.Ingress, "ingress_redirect", c.IngressRedirect.String()}
+	if t := g.TUN(); t != nil {
+		inside = []any{"tun", t.Name(), "offloads", t.Offloads().String(), "queues", len(t.Queues()),
+			"mtu", g.mtu, "addr", c.Addrs.String(), "route", c.Routes.String()}
+	}
+	d.log.Info("udpfwd started", append(inside, "redirect", prefixList(c.redirects()).String(),
 		"nic", c.NIC, "next_hop", c.NextHop.String(), "port", g.Port().String(), "port_mode", g.portMode(c),
 		"nic_queues", g.Queues(), "gso", c.GSO, "gro", c.GRO,
 		"budget", c.Budget.String(), "budget_limit", st.Budget.Limit, "tx_queue_len", c.TxQueueLen,
 		"backpressure", c.Backpressure, "drain_timeout", c.DrainTimeout.String(),
-		"metrics", metrics, "pprof", c.Pprof, "user", c.User, "uid", os.Geteuid(), "capabilities", capNames(caps), "pid", os.Getpid())
+		"metrics", metrics, "pprof", c.Pprof, "user", c.User, "uid", os.Geteuid(), "capabilities", capNames(caps), "pid", os.Getpid())...)
 }

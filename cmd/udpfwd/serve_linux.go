@@ -74,7 +74,7 @@ func (d *daemon) startHTTP() <-chan error {
 	if d.ln == nil {
 		return errc
 	}
-	reg := newRegistry(&statsCollector{stats: d.gw.Stats, port: d.gw.Port().String(), backpressure: d.cfg.Backpressure})
+	reg := newRegistry(&statsCollector{stats: d.gw.Stats, port: d.gw.Port().String(), ingress: d.cfg.Ingress != "", backpressure: d.cfg.Backpressure})
 	d.srv = newHTTPServer(reg, d.cfg.Pprof, d.log)
 	go func() {
 		if err := d.srv.Serve(d.ln); !errors.Is(err, http.ErrServerClosed) {

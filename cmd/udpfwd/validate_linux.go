@@ -38,7 +38,11 @@ var (
 // touching the system.
 func (c *config) validate() problems {
 	var p problems
-	p.merge(c.validateTUN())
+	if c.Ingress != "" {
+		p.merge(c.validateIngress())
+	} else {
+		p.merge(c.validateTUN())
+	}
 	p.merge(c.validateNIC())
 	p.merge(c.validateTransmit())
 	p.merge(c.validateObservability())
@@ -60,6 +64,27 @@ func (c *config) validateTUN() problems {
 	if c.Queues < 1 || c.Queues > tun.MaxQueues {
 		p.add("-queues %d: want 1 to %d", c.Queues, tun.MaxQueues)
 	}
+	return p
+}
+
+// validateIngress checks -ingress and the flags that go with it; the TUN
+// flags other than -redirect do not.
+func (c *config) validateIngress() problems {
+	var p problems
+	if msg := ifNameProblem(c.Ingress); msg != "" {
+		p.add("-ingress %q: %s", c.Ingress, msg)
+	}
+	if c.Ingress == c.NIC {
+		p.add("-ingress %q: the same device as -nic", c.Ingress)
+	}
+	if len(c.Redirect) == 0 || len(c.IngressRedirect) == 0 {
+		p.add("-ingress needs -redirect (the prefixes behind it) and -ingress-redirect (those behind -nic)")
+	}
+	if len(c.Addrs) > 0 || len(c.Routes) > 0 || c.MTU != 0 {
+		p.add("-addr, -route and -mtu configure the TUN device: not with -ingress")
+	}
+	p.merge(networkProblems("-redirect", c.Redirect))
+	p.merge(networkProblems("-ingress-redirect", c.IngressRedirect))
 	return p
 }
 

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gsoplane/gsoplane/internal/netlab"
+)
+
+// ingressArgs run udpfwd between gw-c (the ingress device, C behind it)
+// and gw-a (B behind it).
+var ingressArgs = []string{"-nic", labNIC, "-ingress", netlab.Ingress,
+	"-redirect", "198.18.0.0/24,2001:2:0:1::/64", "-ingress-redirect", "198.19.0.0/24,2001:2:0:19::/64",
+	"-next-hop", netlab.NICB4.String(), "-log-format", "json"}
+
+// startIngress builds the topology with C behind a veth of the given MTU
+// and starts udpfwd with -ingress in A.
+func startIngress(t *testing.T, mtu int) *netlab.Topology {
+	t.Helper()
+	requireRoot(t)
+	tp := netlab.NewTopologyT(t, "ingress")
+	netlab.Must(t, tp.AddIngress(mtu, 2))
+	p := startUdpfwd(t, tp.A, nil, ingressArgs...)
+	waitReady(t, p, tp.A)
+	t.Cleanup(func() {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		if code := p.wait(5 * time.Second); code != 0 {
+			t.Errorf("exit %d:\n%s", code, p.out.String())
+		}
+	})
+	return tp
+}
+
+// TestIngress forwards between a container's veth (TSO on, as veths
+// have it) and the NIC: SHA-256-checked TCP both ways over IPv4 and IPv6.
+func TestIngress(t *testing.T) {
+	tp := startIngress(t, 1500)
+	tcpStream(t, tp.C, tp.B, net.JoinHostPort(srv4, "5201"), 32<<20)
+	tcpStream(t, tp.C, tp.B, net.JoinHostPort(srv6, "5202"), 8<<20)
+	tcpStream(t, tp.B, tp.C, net.JoinHostPort(netlab.App4.String(), "5203"), 32<<20)
+	m := scrapeIdle(t, tp.A, "127.0.0.1:9464")
+	for _, dir := range []string{"ingress_to_nic", "nic_to_ingress"} {
+		if m[`udpfwd_segments_total{direction="`+dir+`",port="xdp"}`] == 0 {
+			t.Errorf("no segments %s", dir)
+		}
+	}
+	t.Logf("wire: received %v, cut %v, clamped %v", m[`udpfwd_wire_packets_total{event="received"}`],
+		m[`udpfwd_wire_packets_total{event="cut"}`], m[`udpfwd_wire_packets_total{event="clamped"}`])
+}
+
+// TestIngressJumbo forwards from a jumbo-frame link (MTU 9000) to the
+// 1500-byte NIC: TCP's SYNs are clamped to MSS 1460 and the stream goes
+// through intact; a datagram with DF that does not fit is refused with
+// ICMP fragmentation needed (IPv4) or packet too big (IPv6), from which
+// the sender's kernel learns the path MTU.
+func TestIngressJumbo(t *testing.T) {
+	tp := startIngress(t, 9000)
+	tcpStream(t, tp.C, tp.B, net.JoinHostPort(srv4, "5201"), 16<<20)
+	for _, srv := range []netip.Addr{netlab.Srv4, netlab.Srv6} {
+		if mtu := pathMTU(t, tp.C, srv, 3000); mtu != 1500 {
+			t.Errorf("%v: path MTU %d after a 3000-byte datagram, want 1500", srv, mtu)
+		}
+	}
+	m := scrapeIdle(t, tp.A, "127.0.0.1:9464")
+	if m[`udpfwd_wire_packets_total{event="clamped"}`] == 0 || m[`udpfwd_wire_packets_total{event="too_big"}`] < 2 ||
+		m[`udpfwd_icmp_errors_total{outcome="sent"}`] < 2 {
+		t.Errorf("clamped %v SYNs, %v too big, %v ICMP errors sent: want the SYNs clamped and both datagrams answered",
+			m[`udpfwd_wire_packets_total{event="clamped"}`], m[`udpfwd_wire_packets_total{event="too_big"}`], m[`udpfwd_icmp_errors_total{outcome="sent"}`])
+	}
+}
+
+// pathMTU sends a UDP datagram of size bytes (IP) that must not be
+// fragmented from ns to srv, until the kernel knows a smaller path MTU,
+// and returns it.
+func pathMTU(t *testing.T, ns *netlab.NS, srv netip.Addr, size int) int {
+	t.Helper()
+	c, err := dial(ns, "udp", net.JoinHostPort(srv.String(), "9"))
+	netlab.Must(t, err)
+	defer c.Close()
+	level, opt, mtuOpt, do, hdrs := unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_MTU, unix.IP_PMTUDISC_DO, 28
+	if srv.Is6() {
+		level, opt, mtuOpt, do, hdrs = unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_MTU, unix.IPV6_PMTUDISC_DO, 48
+	}
+	raw, err := c.(*net.UDPConn).SyscallConn()
+	netlab.Must(t, err)
+	var serr error
+	raw.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), level, opt, do) })
+	netlab.Must(t, serr)
+	mtu := 0
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if _, err := c.Write(make([]byte, size-hdrs)); err != nil && !errors.Is(err, unix.EMSGSIZE) {
+			t.Fatalf("send: %v", err)
+		}
+		raw.Control(func(fd uintptr) { mtu, serr = unix.GetsockoptInt(int(fd), level, mtuOpt) })
+		netlab.Must(t, serr)
+		if mtu < size {
+			break
+		}
+	}
+	return mtu
+}

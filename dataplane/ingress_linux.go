@@ -1,0 +1,87 @@
+package dataplane
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/segment"
+)
+
+// openIngress opens the ingress device's port and wires both directions
+// through forwarders that read packets from a wire (pipeline.WireSource):
+// ingress queue i to NIC queue i, and NIC queue i back to ingress queue
+// i, each packet cut to its egress MTU. One MSS table serves both
+// directions: each side's SYNs bound the other's segments. The ICMP
+// errors go through the host's stack, which routes them to their
+// destination on either side.
+func (g *Gateway) openIngress(cfg GatewayConfig, log *slog.Logger) error {
+	if len(cfg.IngressRoutes) == 0 {
+		return fmt.Errorf("dataplane: %w: an ingress device needs IngressRoutes", ErrInvalidConfig)
+	}
+	icfg := cfg // NextHop is the NIC side's: behind the ingress, destinations are on link or routed
+	icfg.NIC, icfg.Routes, icfg.NextHop = cfg.Ingress, cfg.IngressRoutes, netip.Addr{}
+	in, err := openNIC(icfg, log)
+	if err != nil {
+		return err
+	}
+	g.ingress = in
+	inMTU, routers, err := linkOf(cfg.Ingress)
+	if err != nil {
+		return err
+	}
+	if len(cfg.RouterAddrs) > 0 {
+		routers = cfg.RouterAddrs
+	}
+	if g.raw, err = openRaw(); err != nil {
+		return err
+	}
+	g.reply = pipeline.NewICMP(g.raw, 0, firstOf(routers, true), firstOf(routers, false))
+	nicMTU := g.mon.stats().MTU
+	mss := segment.NewMSSTable(segment.MSSConfig{})
+	for i := range min(len(in.lanes), len(g.nic.lanes)) {
+		if err := g.out.addWire(g, cfg, in.lanes[i], g.nic.lanes[i], nicMTU, inMTU, mss); err != nil {
+			return err
+		}
+		if err := g.back.addWire(g, cfg, g.nic.lanes[i], in.lanes[i], inMTU, nicMTU, mss); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addWire runs a forwarder from the packets received on from, cut to
+// mtu, to a sink on to.
+func (p *path) addWire(g *Gateway, cfg GatewayConfig, from, to lane, mtu, fromMTU int, mss *segment.MSSTable) error {
+	w, err := pipeline.NewWireSource(pipeline.WireConfig{
+		Receiver: from.recv, MTU: mtu, IngressMTU: fromMTU, MSS: mss, Clamp: true, Replier: g.reply,
+	})
+	if err != nil {
+		return err
+	}
+	p.wires = append(p.wires, w)
+	return p.add(g, cfg, w, segment.HeaderSize, to)
+}
+
+// linkOf returns the MTU and the global unicast addresses of the device
+// called name.
+func linkOf(name string) (int, []netip.Addr, error) {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		return 0, nil, fmt.Errorf("dataplane: ingress device %q: %w", name, err)
+	}
+	addrs, err := netlink.AddrList(l, netlink.FAMILY_ALL)
+	if err != nil {
+		return 0, nil, fmt.Errorf("dataplane: addresses of %s: %w", name, err)
+	}
+	var out []netip.Addr
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap().IsGlobalUnicast() {
+			out = append(out, ip.Unmap())
+		}
+	}
+	return l.Attrs().MTU, out, nil
+}

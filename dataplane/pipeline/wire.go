@@ -1,0 +1,185 @@
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/gsoplane/gsoplane/segment"
+)
+
+// WireConfig configures a WireSource.
+type WireConfig struct {
+	// Receiver is the ingress port: packets as they arrived on its link,
+	// whole (a multi-buffer AF_XDP socket hands over a 64 KiB GSO frame
+	// from a veth peer, or a jumbo frame, as one packet).
+	Receiver Receiver
+	// MTU is the egress MTU the packets are cut to (SetMTU changes it);
+	// IngressMTU the ingress link's, for Clamp.
+	MTU, IngressMTU int
+	// MSS remembers what each TCP flow's SYN and SYN-ACK announced, so
+	// that a segment never exceeds what its receiver agreed to. Share one
+	// table between the two directions of a gateway: each direction's
+	// SYNs set the MSS of the other's data. Nil: cut at the MTU.
+	MSS *segment.MSSTable
+	// Clamp lowers the MSS option of the SYNs it forwards to the smaller
+	// of MTU and IngressMTU (segment.Clamp), so that senders send what
+	// fits and little needs cutting.
+	Clamp bool
+	// Replier answers the senders of packets too big to be cut
+	// (fragmentation needed, packet too big); nil: only counted.
+	Replier Replier
+	// Segmenter bounds the segments per packet (MaxSegments); nil: the
+	// default.
+	Segmenter *segment.Segmenter
+}
+
+// WireStats counts what a WireSource did.
+type WireStats struct {
+	Packets     uint64 // packets read from the Receiver
+	Cut         uint64 // larger than the MTU, handed on to be cut
+	Clamped     uint64 // SYNs whose MSS option was lowered
+	TooBig      uint64 // refused: a router may not cut them (DF, IPv6 other than TCP); answered
+	BadChecksum uint64 // packets with a bad transport checksum: those that fit pass on, those to be cut are dropped
+	Invalid     uint64 // refused by the receiver, not IP, or that do not parse
+}
+
+// WireSource is a Source of packets received from a network port, such
+// as an AF_XDP socket on the link of a host whose NIC does TSO, or a
+// jumbo-frame link: each packet gets the virtio-net header that makes the
+// forwarder cut it to the egress MTU the way Linux forwards
+// (segment.ForWire: TCP to the flow's MSS, IPv4 UDP without DF into
+// fragments), and a packet a router must refuse instead is answered and
+// counted. Read waits as its Receiver waits; it copies each packet once,
+// into the forwarder's buffer.
+type WireSource struct {
+	cfg    WireConfig
+	mtu    atomic.Int64
+	frames [][]byte
+
+	packets, cut, clamped, tooBig, badCsum, invalid atomic.Uint64
+}
+
+// NewWireSource checks cfg and returns a WireSource. The forwarder that
+// reads it takes HeaderSize segment.HeaderSize.
+func NewWireSource(cfg WireConfig) (*WireSource, error) {
+	switch {
+	case cfg.Receiver == nil:
+		return nil, fmt.Errorf("pipeline: %w: a WireSource needs a Receiver", ErrInvalidConfig)
+	case cfg.MTU < segment.MinMTU || cfg.MTU > 65535:
+		return nil, fmt.Errorf("pipeline: %w: MTU %d", ErrInvalidConfig, cfg.MTU)
+	case cfg.Receiver.Headroom() < 0:
+		return nil, fmt.Errorf("pipeline: %w: negative headroom", ErrInvalidConfig)
+	}
+	if cfg.Segmenter == nil {
+		cfg.Segmenter = new(segment.Segmenter)
+	}
+	w := &WireSource{cfg: cfg}
+	w.mtu.Store(int64(cfg.MTU))
+	return w, nil
+}
+
+// SetMTU changes the egress MTU; values below segment.MinMTU are ignored.
+func (w *WireSource) SetMTU(mtu int) {
+	if mtu >= segment.MinMTU {
+		w.mtu.Store(int64(mtu))
+	}
+}
+
+// Read receives a batch and writes each packet it passes on behind its
+// virtio-net header at bufs[i][offset:]. A packet longer than its buffer
+// is lost with an error wrapping ErrPacketTruncated. It returns 0 and no
+// error when the Receiver had nothing, or nothing worth passing on.
+func (w *WireSource) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	n := min(len(bufs), len(sizes))
+	if len(w.frames) < n {
+		w.frames = make([][]byte, n)
+	}
+	got, err := w.cfg.Receiver.Receive(w.frames[:n])
+	if got == 0 {
+		return 0, err
+	}
+	w.packets.Add(uint64(got))
+	head, out := w.cfg.Receiver.Headroom(), 0
+	var terr error
+	for _, f := range w.frames[:got] {
+		pkt := ipPacket(f[min(head, len(f)):])
+		if len(pkt) == 0 {
+			w.invalid.Add(1)
+			continue
+		}
+		buf := bufs[out][offset:]
+		if len(buf) < segment.HeaderSize+len(pkt) {
+			terr = fmt.Errorf("pipeline: wire packet of %d bytes: %w", len(pkt), ErrPacketTruncated)
+			continue
+		}
+		if m := w.prepare(buf, pkt); m > 0 {
+			sizes[out] = m
+			out++
+		}
+	}
+	return out, errors.Join(terr, err)
+}
+
+// prepare writes pkt's virtio-net header and pkt into buf and returns
+// their length, or 0 if pkt does not go on.
+func (w *WireSource) prepare(buf, pkt []byte) int {
+	mtu := int(w.mtu.Load())
+	p := buf[segment.HeaderSize : segment.HeaderSize+copy(buf[segment.HeaderSize:], pkt)]
+	if w.cfg.Clamp && segment.Clamp(p, min(mtu, w.ingressMTU(mtu))) {
+		w.clamped.Add(1)
+	}
+	mss := 0
+	if t := w.cfg.MSS; t != nil {
+		t.Observe(p)
+		mss = t.MSS(p)
+	}
+	h, cs, err := w.cfg.Segmenter.ForWire(p, mtu, mss)
+	if cs == segment.CsumBad {
+		w.badCsum.Add(1)
+	}
+	switch {
+	case errors.Is(err, segment.ErrTooBig):
+		w.tooBig.Add(1)
+		if w.cfg.Replier != nil {
+			w.cfg.Replier.TooBig(p, mtu)
+		}
+		return 0
+	case errors.Is(err, segment.ErrBadChecksum):
+		return 0
+	case err != nil:
+		w.invalid.Add(1)
+		return 0
+	}
+	if len(p) > mtu {
+		w.cut.Add(1)
+	}
+	h.Encode(buf, segment.HeaderSize)
+	return segment.HeaderSize + len(p)
+}
+
+// ingressMTU is the ingress link's MTU, or mtu if it is not known.
+func (w *WireSource) ingressMTU(mtu int) int {
+	if w.cfg.IngressMTU > 0 {
+		return w.cfg.IngressMTU
+	}
+	return mtu
+}
+
+// Stats returns a snapshot of the counters.
+func (w *WireSource) Stats() WireStats {
+	return WireStats{
+		Packets: w.packets.Load(), Cut: w.cut.Load(), Clamped: w.clamped.Load(),
+		TooBig: w.tooBig.Load(), BadChecksum: w.badCsum.Load(), Invalid: w.invalid.Load(),
+	}
+}
+
+// Add adds o's counters to s.
+func (s *WireStats) Add(o WireStats) {
+	s.Packets += o.Packets
+	s.Cut += o.Cut
+	s.Clamped += o.Clamped
+	s.TooBig += o.TooBig
+	s.BadChecksum += o.BadChecksum
+	s.Invalid += o.Invalid
+}
