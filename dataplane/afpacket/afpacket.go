@@ -7,16 +7,17 @@ import (
 	"net/netip"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/internal/ethernet"
+	"github.com/gsoplane/gsoplane/internal/prefix"
 	"github.com/gsoplane/gsoplane/segment"
 )
 
 // Sizes of what the port puts in front of every packet.
 const (
 	vnetHdrLen = segment.HeaderSize // struct virtio_net_hdr, both directions
-	ethHdrLen  = 14
 	// Headroom is the virtio-net header and the Ethernet header in front
 	// of every packet, both directions: a packet is at frame[Headroom:].
-	Headroom = vnetHdrLen + ethHdrLen
+	Headroom = vnetHdrLen + ethernet.HeaderLen
 )
 
 // Defaults and limits of Config.
@@ -115,7 +116,7 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.LargeFrames < 0 {
 		cfg.LargeFrames = 0
 	}
-	prefixes, err := checkPrefixes(cfg.Redirect)
+	prefixes, err := prefix.Normalize(cfg.Redirect, maxPrefixes)
 	if err != nil {
 		return bad("%v", err)
 	}
@@ -133,31 +134,6 @@ func orDefault(v, def int) int {
 // frameSizeFor is the small frame size for an interface MTU.
 func frameSizeFor(mtu int) int {
 	return max(MinFrameSize, (Headroom+mtu+63)&^63)
-}
-
-// checkPrefixes checks and masks redirect prefixes (IPv4-mapped IPv6 ones
-// become IPv4).
-func checkPrefixes(in []netip.Prefix) ([]netip.Prefix, error) {
-	out := make([]netip.Prefix, 0, len(in))
-	var n4, n6 int
-	for _, p := range in {
-		if !p.IsValid() {
-			return nil, fmt.Errorf("redirect prefix %q is not valid", p)
-		}
-		if p.Addr().Is4In6() && p.Bits() >= 96 {
-			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
-		}
-		if p.Addr().Is4() {
-			n4++
-		} else {
-			n6++
-		}
-		out = append(out, p.Masked())
-	}
-	if n4 > maxPrefixes || n6 > maxPrefixes {
-		return nil, fmt.Errorf("more than %d redirect prefixes of one family", maxPrefixes)
-	}
-	return out, nil
 }
 
 // GSOMode says which offloads a Sink uses; Sink.Offload applies it per

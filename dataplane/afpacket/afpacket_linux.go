@@ -18,6 +18,7 @@ import (
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/internal/ethtool"
 	"github.com/gsoplane/gsoplane/internal/nsrun"
+	"github.com/gsoplane/gsoplane/internal/prefix"
 )
 
 // ethPAll is htons(ETH_P_ALL): the socket's protocol. A socket bound to
@@ -155,7 +156,7 @@ func (p *Port) FanoutID() uint16 { return p.fanout }
 // SetRedirect replaces the redirect prefixes: afterwards exactly these
 // destinations go to the sockets and not to the host's stack.
 func (p *Port) SetRedirect(prefixes []netip.Prefix) error {
-	checked, err := checkPrefixes(prefixes)
+	checked, err := prefix.Normalize(prefixes, maxPrefixes)
 	if err != nil {
 		return fmt.Errorf("afpacket: %w: %v", pipeline.ErrInvalidConfig, err)
 	}

@@ -17,11 +17,8 @@ func TestAllocs(t *testing.T) {
 	l := newLab(t, false)
 	p := l.open(t, Config{Queues: 1})
 	s := p.Sockets()[0]
-	var sink *Sink
-	var err error
-	l.A.Do(t, func() { sink, err = NewSink(s, p.Ifindex(), netlab.NICB4, GSOModeAuto) })
+	sink, err := l.newSink(t, s, netlab.NICB4, GSOModeAuto)
 	netlab.Must(t, err)
-	defer sink.Close()
 	gwA, gwB := l.A.LinkT(t, netlab.NICA), l.B.LinkT(t, netlab.NICB)
 	// UDP to B's discard port; B answers nothing (its ICMP errors are
 	// rate limited, and the receiver below takes only what it sent).

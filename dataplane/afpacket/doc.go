@@ -117,5 +117,6 @@
 // works in the network namespace of the calling thread. On other systems
 // Open returns an error. It imports pipeline, segment and internal
 // packages; the gateway (package dataplane) and embedders import it.
-// Package unsafe is used only in afpacket_unsafe_linux.go.
+// It uses no package unsafe of its own: its sendmmsg(2) and recvmmsg(2)
+// batches are internal/mmsg's.
 package afpacket

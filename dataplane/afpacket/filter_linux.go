@@ -13,7 +13,6 @@ package afpacket
 // before it runs the filter, and tcx pushes it for its programs.
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -22,6 +21,9 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/gsoplane/gsoplane/internal/ethernet"
+	"github.com/gsoplane/gsoplane/internal/prefix"
 )
 
 // Offsets in struct __sk_buff, return codes and packet offsets.
@@ -36,15 +38,13 @@ const (
 	tcxDrop        = 2  // TCX_DROP
 	filterKeep     = -1 // a socket filter's snap length: the whole packet
 	filterDrop     = 0
-	ipv4DstOff     = ethHdrLen + 16
-	ipv6NextHdrOff = ethHdrLen + 6
-	ipv6DstOff     = ethHdrLen + 24
-	icmpv6TypeOff  = ethHdrLen + 40
+	ipv4DstOff     = ethernet.HeaderLen + 16
+	ipv6NextHdrOff = ethernet.HeaderLen + 6
+	ipv6DstOff     = ethernet.HeaderLen + 24
+	icmpv6TypeOff  = ethernet.HeaderLen + 40
 	icmpv6Proto    = 58
 	ndFirstType    = 133 // router solicitation
 	ndLastType     = 137 // redirect
-	lpmKeyLen4     = 4 + 4
-	lpmKeyLen6     = 4 + 16
 )
 
 // filter is the port's programs and maps, and the tcx attachment.
@@ -53,15 +53,16 @@ type filter struct {
 	sock   *ebpf.Program // socket filter: keep what the port takes
 	drop   *ebpf.Program // tcx ingress: drop what the port takes
 	tcx    link.Link     // the drop program's attachment, once attached
-	keys   map[string]*ebpf.Map
+	tries  *prefix.Tries // v4 and v6 as the redirect prefixes
 }
 
 // newFilter creates the maps and loads both programs.
 func newFilter() (*filter, error) {
-	f := &filter{keys: map[string]*ebpf.Map{}}
+	f := &filter{}
 	if err := f.load(); err != nil {
 		return nil, errors.Join(err, f.close())
 	}
+	f.tries = prefix.NewTries(f.v4, f.v6)
 	return f, nil
 }
 
@@ -71,10 +72,10 @@ func (f *filter) load() error {
 		return &ebpf.MapSpec{Name: name, Type: ebpf.LPMTrie, KeySize: keyLen, ValueSize: 1,
 			MaxEntries: maxPrefixes, Flags: unix.BPF_F_NO_PREALLOC}
 	}
-	if f.v4, err = ebpf.NewMap(spec("gsop_pkt_redir4", lpmKeyLen4)); err != nil {
+	if f.v4, err = ebpf.NewMap(spec("gsop_pkt_redir4", prefix.KeyLen4)); err != nil {
 		return bpfError("create BPF map", err)
 	}
-	if f.v6, err = ebpf.NewMap(spec("gsop_pkt_redir6", lpmKeyLen6)); err != nil {
+	if f.v6, err = ebpf.NewMap(spec("gsop_pkt_redir6", prefix.KeyLen6)); err != nil {
 		return bpfError("create BPF map", err)
 	}
 	f.sock, err = ebpf.NewProgram(&ebpf.ProgramSpec{
@@ -189,40 +190,11 @@ func matchInstructions(v4, v6 *ebpf.Map, yes, no int32) asm.Instructions {
 	)
 }
 
-// lpmKey encodes a prefix as struct bpf_lpm_trie_key: a host-order u32
-// prefix length, then the address bytes in network order.
-func lpmKey(pfx netip.Prefix) []byte {
-	a := pfx.Addr().AsSlice()
-	k := make([]byte, 4+len(a))
-	binary.NativeEndian.PutUint32(k, uint32(pfx.Bits()))
-	copy(k[4:], a)
-	return k
-}
-
-// setPrefixes makes the tries hold exactly prefixes (checked and masked):
-// new ones first, then the stale ones go.
+// setPrefixes makes the tries hold exactly prefixes (normalised): new
+// ones first, then the stale ones go.
 func (f *filter) setPrefixes(prefixes []netip.Prefix) error {
-	want := make(map[string]*ebpf.Map, len(prefixes))
-	for _, pfx := range prefixes {
-		m := f.v6
-		if pfx.Addr().Is4() {
-			m = f.v4
-		}
-		k := lpmKey(pfx)
-		want[string(k)] = m
-		if err := m.Put(k, uint8(1)); err != nil {
-			return fmt.Errorf("afpacket: add redirect prefix %s: %w", pfx, err)
-		}
-		f.keys[string(k)] = m
-	}
-	for k, m := range f.keys {
-		if _, ok := want[k]; ok {
-			continue
-		}
-		if err := m.Delete([]byte(k)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("afpacket: remove redirect prefix: %w", err)
-		}
-		delete(f.keys, k)
+	if err := f.tries.Set(prefixes); err != nil {
+		return fmt.Errorf("afpacket: %w", err)
 	}
 	return nil
 }

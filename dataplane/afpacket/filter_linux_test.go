@@ -10,16 +10,17 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
+	"github.com/gsoplane/gsoplane/internal/ethernet"
 	"github.com/gsoplane/gsoplane/internal/netlab"
 )
 
 // ethFrame puts an Ethernet header addressed to 00:00:00:00:00:00 (the
 // test run's loopback device: PACKET_HOST) in front of pkt.
 func ethFrame(etherType uint16, pkt []byte) []byte {
-	f := make([]byte, ethHdrLen+len(pkt))
+	f := make([]byte, ethernet.HeaderLen+len(pkt))
 	f[6] = 2 // a source MAC
 	binary.BigEndian.PutUint16(f[12:], etherType)
-	copy(f[ethHdrLen:], pkt)
+	copy(f[ethernet.HeaderLen:], pkt)
 	return f
 }
 
@@ -56,17 +57,17 @@ func TestFilterPrograms(t *testing.T) {
 		frame []byte
 		take  bool
 	}{
-		{"IPv4 to a redirected prefix", ethFrame(etherIPv4, tcp4), true},
-		{"IPv6 to a redirected prefix", ethFrame(etherIPv6, tcp6), true},
-		{"IPv4 elsewhere", ethFrame(etherIPv4, other4), false},
-		{"IPv6 elsewhere", ethFrame(etherIPv6, other6), false},
-		{"ICMPv6 echo to a redirected prefix", ethFrame(etherIPv6, icmpv6(testDst6, header.ICMPv6EchoRequest)), true},
-		{"neighbour solicitation to a redirected address", ethFrame(etherIPv6, icmpv6(testDst6, header.ICMPv6NeighborSolicit)), false},
-		{"neighbour advertisement to a redirected address", ethFrame(etherIPv6, icmpv6(testDst6, header.ICMPv6NeighborAdvert)), false},
+		{"IPv4 to a redirected prefix", ethFrame(ethernet.TypeIPv4, tcp4), true},
+		{"IPv6 to a redirected prefix", ethFrame(ethernet.TypeIPv6, tcp6), true},
+		{"IPv4 elsewhere", ethFrame(ethernet.TypeIPv4, other4), false},
+		{"IPv6 elsewhere", ethFrame(ethernet.TypeIPv6, other6), false},
+		{"ICMPv6 echo to a redirected prefix", ethFrame(ethernet.TypeIPv6, icmpv6(testDst6, header.ICMPv6EchoRequest)), true},
+		{"neighbour solicitation to a redirected address", ethFrame(ethernet.TypeIPv6, icmpv6(testDst6, header.ICMPv6NeighborSolicit)), false},
+		{"neighbour advertisement to a redirected address", ethFrame(ethernet.TypeIPv6, icmpv6(testDst6, header.ICMPv6NeighborAdvert)), false},
 		{"ARP", ethFrame(0x0806, make([]byte, 28)), false},
 		{"802.1Q", ethFrame(0x8100, append([]byte{0, 1, 8, 0}, tcp4...)), false},
-		{"IPv4 cut short", ethFrame(etherIPv4, tcp4[:12]), false},
-		{"IPv6 cut short", ethFrame(etherIPv6, tcp6[:30]), false},
+		{"IPv4 cut short", ethFrame(ethernet.TypeIPv4, tcp4[:12]), false},
+		{"IPv6 cut short", ethFrame(ethernet.TypeIPv6, tcp6[:30]), false},
 	} {
 		for _, p := range []struct {
 			prog      *ebpf.Program
@@ -81,7 +82,7 @@ func TestFilterPrograms(t *testing.T) {
 				// A test run pulls the Ethernet header before a socket
 				// filter runs; packet_rcv pushes it back for a SOCK_RAW
 				// socket. A second copy in front stands for that.
-				data = append(append([]byte(nil), c.frame[:ethHdrLen]...), c.frame...)
+				data = append(append([]byte(nil), c.frame[:ethernet.HeaderLen]...), c.frame...)
 			}
 			var ret uint32
 			var err error

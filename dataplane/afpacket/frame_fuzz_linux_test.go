@@ -3,8 +3,6 @@ package afpacket
 import (
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/gsoplane/gsoplane/segment"
 )
 
@@ -20,13 +18,9 @@ func FuzzReceiveFrame(f *testing.F) {
 	f.Add(ok[:Headroom+1], true)
 	f.Add([]byte{}, false)
 	f.Fuzz(func(t *testing.T, data []byte, trunc bool) {
-		r := &receiver{s: &Socket{}, bufs: [][]byte{make([]byte, rxBufSize)}, msgs: newMmsgs(1), hdrs: make([]segment.Header, 1)}
+		r := &receiver{s: &Socket{}, bufs: [][]byte{make([]byte, rxBufSize)}, hdrs: make([]segment.Header, 1)}
 		l := copy(r.bufs[0], data)
-		r.msgs.hdrs[0].len = uint32(l)
-		if trunc {
-			r.msgs.hdrs[0].hdr.Flags = unix.MSG_TRUNC
-		}
-		fr := r.frame(0)
+		fr := r.frame(0, l, trunc)
 		h := r.hdrs[0]
 		switch {
 		case len(fr) == Headroom:

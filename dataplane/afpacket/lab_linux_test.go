@@ -2,13 +2,8 @@ package afpacket
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
-	"math/rand/v2"
-	"net"
 	"net/netip"
 	"os"
 	"sync"
@@ -76,6 +71,19 @@ func (l *lab) open(t testing.TB, cfg Config) *Port {
 	return p
 }
 
+// newSink makes a sink on s (a socket of the open port) in A, closed in
+// t.Cleanup, and returns NewSink's error.
+func (l *lab) newSink(t testing.TB, s *Socket, gateway netip.Addr, mode GSOMode) (*Sink, error) {
+	t.Helper()
+	var sink *Sink
+	var err error
+	l.A.Do(t, func() { sink, err = NewSink(s, l.port.Ifindex(), gateway, mode) })
+	if err == nil {
+		t.Cleanup(sink.Close)
+	}
+	return sink, err
+}
+
 // recordingReceiver passes a port's receiver on and remembers what it saw
 // of the kernel's headers.
 type recordingReceiver struct {
@@ -139,13 +147,10 @@ func (l *lab) gatewayWith(t testing.TB, cfg Config, mode GSOMode, newRecv func(*
 	socks := l.port.Sockets()
 	q := l.tun.Queues()[0]
 	for i, s := range socks {
-		var sink *Sink
-		var err error
-		l.A.Do(t, func() { sink, err = NewSink(s, l.port.Ifindex(), netip.Addr{}, mode) })
+		sink, err := l.newSink(t, s, netip.Addr{}, mode)
 		if err != nil {
 			t.Fatalf("NewSink: %v", err)
 		}
-		t.Cleanup(sink.Close)
 		l.sinks = append(l.sinks, sink)
 		if i == 0 { // one TUN queue: one forwarder
 			l.fwds = append(l.fwds, newForwarder(t, q, l.tun.HeaderSize(), sink))
@@ -212,88 +217,6 @@ func newForwarder(t testing.TB, src pipeline.Source, hdrSize int, sink *Sink) *p
 		t.Fatal(err)
 	}
 	return f
-}
-
-// stream is a deterministic pseudo-random byte stream of n bytes.
-type stream struct {
-	r *rand.PCG
-	n int64
-}
-
-func (s *stream) Read(p []byte) (int, error) {
-	if s.n <= 0 {
-		return 0, io.EOF
-	}
-	p = p[:min(int64(len(p)), s.n)&^7]
-	if len(p) == 0 {
-		return 0, io.ErrShortBuffer
-	}
-	for i := 0; i < len(p); i += 8 {
-		binary.LittleEndian.PutUint64(p[i:], s.r.Uint64())
-	}
-	s.n -= int64(len(p))
-	return len(p), nil
-}
-
-// tcpTransfer sends size bytes of a deterministic stream between the
-// application in A and the server in B (toA: from B to A) and checks the
-// SHA-256 at the receiver.
-func (l *lab) tcpTransfer(t testing.TB, srv netip.Addr, size int64, toA bool) time.Duration {
-	t.Helper()
-	addr := netip.AddrPortFrom(srv, 5201).String()
-	var ln net.Listener
-	l.B.Do(t, func() {
-		var err error
-		if ln, err = net.Listen("tcp", addr); err != nil {
-			t.Fatalf("listen %s: %v", addr, err)
-		}
-	})
-	defer ln.Close()
-	var conn net.Conn
-	l.A.Do(t, func() {
-		var err error
-		if conn, err = net.DialTimeout("tcp", addr, labWait); err != nil {
-			t.Fatalf("dial %s: %v", addr, err)
-		}
-	})
-	defer conn.Close()
-	peer, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
-	sender, receiver := conn, peer
-	if toA {
-		sender, receiver = peer, conn
-	}
-	type result struct {
-		sum [32]byte
-		err error
-	}
-	res := make(chan result, 1)
-	start := time.Now()
-	go func() {
-		h := sha256.New()
-		_, err := io.Copy(h, receiver)
-		res <- result{[32]byte(h.Sum(nil)), err}
-	}()
-	h := sha256.New()
-	src := &stream{r: rand.NewPCG(uint64(size), 7), n: size}
-	sender.SetDeadline(time.Now().Add(2 * time.Minute))
-	if _, err := io.CopyBuffer(io.MultiWriter(sender, h), src, make([]byte, 256<<10)); err != nil {
-		t.Fatalf("send: %v", err)
-	}
-	sender.(*net.TCPConn).CloseWrite()
-	var r result
-	select {
-	case r = <-res:
-	case <-time.After(2 * time.Minute):
-		t.Fatal("receiver timed out")
-	}
-	if r.err != nil || r.sum != [32]byte(h.Sum(nil)) {
-		t.Fatalf("receiver: SHA-256 %x, sent %x, err %v", r.sum, h.Sum(nil), r.err)
-	}
-	return time.Since(start)
 }
 
 // sumStats adds up the port's sockets' counters.

@@ -162,11 +162,8 @@ func TestStopAndClose(t *testing.T) {
 	l := newLab(t, false)
 	p := l.open(t, Config{Queues: 1})
 	s := p.Sockets()[0]
-	var sink *Sink
-	var err error
-	l.A.Do(t, func() { sink, err = NewSink(s, p.Ifindex(), netip.Addr{}, GSOModeAuto) })
+	sink, err := l.newSink(t, s, netip.Addr{}, GSOModeAuto)
 	netlab.Must(t, err)
-	defer sink.Close()
 	r := s.Receiver()
 	frames := make([][]byte, rxBatch)
 	start := time.Now()

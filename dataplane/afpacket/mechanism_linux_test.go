@@ -32,6 +32,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/internal/ethernet"
+	"github.com/gsoplane/gsoplane/internal/mmsg"
 	"github.com/gsoplane/gsoplane/internal/netlab"
 )
 
@@ -42,7 +44,7 @@ func udpFrame(dstMAC, srcMAC net.HardwareAddr, src, dst netip.AddrPort, frameLen
 	eth := header.Ethernet(b[vnetHdrLen:])
 	eth.Encode(&header.EthernetFields{SrcAddr: tcpip.LinkAddress(srcMAC), DstAddr: tcpip.LinkAddress(dstMAC), Type: header.IPv4ProtocolNumber})
 	ip := header.IPv4(b[Headroom:])
-	ipLen := frameLen - ethHdrLen
+	ipLen := frameLen - ethernet.HeaderLen
 	ip.Encode(&header.IPv4Fields{TotalLength: uint16(ipLen), TTL: 64, Protocol: uint8(header.UDPProtocolNumber),
 		SrcAddr: tcpip.AddrFrom4(src.Addr().As4()), DstAddr: tcpip.AddrFrom4(dst.Addr().As4())})
 	ip.SetChecksum(^ip.CalculateChecksum())
@@ -82,13 +84,13 @@ func rawTXSocket(tb testing.TB, ifindex int) int {
 // sendAll sends frame n times with sendmmsg batches of 64 on fd, waiting
 // with poll when the send buffer is full.
 func sendAll(fd int, frame []byte, n int, stop *atomic.Bool) int {
-	m := newMmsgs(sinkBatch)
+	m := mmsg.New(sinkBatch)
 	for i := range sinkBatch {
-		m.set(i, frame)
+		m.Set(i, frame)
 	}
 	sent := 0
 	for sent < n && (stop == nil || !stop.Load()) {
-		k, e := m.send(uintptr(fd), 0, min(sinkBatch, n-sent))
+		k, e := m.Send(uintptr(fd), 0, min(sinkBatch, n-sent))
 		switch e {
 		case 0:
 			sent += k
@@ -332,7 +334,7 @@ func BenchmarkStreamMechanism(b *testing.B) {
 				b.SetBytes(1 << 20)
 				cpu0 := cpuTime()
 				b.ResetTimer()
-				d := l.tcpTransfer(b, netlab.Srv4, int64(b.N)<<20, toA)
+				d := netlab.TCPTransfer(b, l.A, l.B, netip.AddrPortFrom(netlab.Srv4, 5201), int64(b.N)<<20, toA)
 				b.StopTimer()
 				b.ReportMetric(float64(int64(b.N)<<23)/d.Seconds()/1e9, "Gbit/s")
 				b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(int64(b.N)<<20)*1e3, "cpu-ps/byte")

@@ -1,7 +1,6 @@
 package afpacket
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +9,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/internal/ethernet"
+	"github.com/gsoplane/gsoplane/internal/mmsg"
 	"github.com/gsoplane/gsoplane/segment"
 )
 
@@ -31,7 +32,7 @@ type receiver struct {
 	s      *Socket
 	mem    []byte
 	bufs   [][]byte
-	msgs   *mmsgs
+	msgs   *mmsg.Batch
 	hdrs   []segment.Header
 	n      int // frames of the last Receive
 	want   int // recvFn's argument and results
@@ -62,12 +63,12 @@ func (s *Socket) Receiver() pipeline.HeaderReceiver {
 		s:    s,
 		mem:  make([]byte, rxBatch*rxBufSize),
 		bufs: make([][]byte, rxBatch),
-		msgs: newMmsgs(rxBatch),
+		msgs: mmsg.New(rxBatch),
 		hdrs: make([]segment.Header, rxBatch),
 	}
 	for i := range r.bufs {
 		r.bufs[i] = r.mem[i*rxBufSize : (i+1)*rxBufSize : (i+1)*rxBufSize]
-		r.msgs.set(i, r.bufs[i])
+		r.msgs.Set(i, r.bufs[i])
 	}
 	r.recvFn, r.waitFn = r.doRecv, r.doRecvOrWait
 	return r
@@ -106,7 +107,7 @@ func (r *receiver) Receive(frames [][]byte) (int, error) {
 	r.n = n
 	var bytes, super uint64
 	for i := range n {
-		frames[i] = r.frame(i)
+		frames[i] = r.frame(i, r.msgs.MsgLen(i), r.msgs.Flags(i)&unix.MSG_TRUNC != 0)
 		bytes += uint64(len(frames[i]) - vnetHdrLen)
 		if r.hdrs[i].GSOType != segment.GSONone {
 			super++
@@ -162,7 +163,7 @@ func (r *receiver) recv(wait bool) (int, error) {
 }
 
 // doRecv is recvFn: one recvmmsg of up to want messages.
-func (r *receiver) doRecv(fd uintptr) { r.got, r.errno = r.msgs.recv(fd, r.want) }
+func (r *receiver) doRecv(fd uintptr) { r.got, r.errno = r.msgs.Recv(fd, r.want) }
 
 // doRecvOrWait is waitFn: one recvmmsg, and a wait when nothing is there.
 func (r *receiver) doRecvOrWait(fd uintptr) bool {
@@ -170,49 +171,34 @@ func (r *receiver) doRecvOrWait(fd uintptr) bool {
 	return r.got > 0 || r.errno != unix.EAGAIN
 }
 
-// frame checks received message i and returns its frame, with an empty
-// packet if it is not a whole IP packet behind an Ethernet header that
-// says so; it decodes the virtio-net header into hdrs[i].
-func (r *receiver) frame(i int) []byte {
+// frame checks received message i, of length l (truncated: MSG_TRUNC),
+// and returns its frame, with an empty packet if it is not a whole IP
+// packet behind an Ethernet header that says so; it decodes the
+// virtio-net header into hdrs[i].
+func (r *receiver) frame(i, l int, truncated bool) []byte {
 	b := r.bufs[i]
-	l := int(r.msgs.hdrs[i].len)
 	r.hdrs[i] = segment.Header{}
 	empty := b[:Headroom]
 	switch {
-	case r.msgs.hdrs[i].hdr.Flags&unix.MSG_TRUNC != 0 || l > len(b):
+	case truncated || l > len(b):
 		r.s.st.truncated.Add(1)
 		return empty
-	case l <= Headroom || !ipFrame(b[vnetHdrLen:l]):
+	case l <= Headroom || !ethernet.IsIP(b[vnetHdrLen:l]):
 		r.s.st.invalid.Add(1)
 		return empty
 	}
 	h, _ := segment.DecodeHeader(b, vnetHdrLen) // b is long enough
 	pktLen := l - Headroom
 	if h.NeedsCsum() {
-		if h.CsumStart < ethHdrLen || int(h.CsumStart)-ethHdrLen >= pktLen {
+		if h.CsumStart < ethernet.HeaderLen || int(h.CsumStart)-ethernet.HeaderLen >= pktLen {
 			r.s.st.invalid.Add(1)
 			return empty
 		}
-		h.CsumStart -= ethHdrLen
+		h.CsumStart -= ethernet.HeaderLen
 	}
 	// hdr_len is a hint (the length of the skb's linear part): keep it
 	// within the IP packet.
-	h.HdrLen = uint16(min(max(int(h.HdrLen)-ethHdrLen, 0), pktLen))
+	h.HdrLen = uint16(min(max(int(h.HdrLen)-ethernet.HeaderLen, 0), pktLen))
 	r.hdrs[i] = h
 	return b[:l]
-}
-
-// ipFrame reports whether an Ethernet frame carries IPv4 or IPv6 and its
-// EtherType says the same as the IP version.
-func ipFrame(f []byte) bool {
-	if len(f) <= ethHdrLen {
-		return false
-	}
-	switch binary.BigEndian.Uint16(f[12:14]) {
-	case etherIPv4:
-		return f[ethHdrLen]>>4 == 4
-	case etherIPv6:
-		return f[ethHdrLen]>>4 == 6
-	}
-	return false
 }

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gsoplane/gsoplane/internal/ethernet"
 	"github.com/gsoplane/gsoplane/segment"
 )
 
@@ -269,14 +270,14 @@ func (rr *ringReceiver) Receive(frames [][]byte) (int, error) {
 		mac := int(binary.NativeEndian.Uint16(h[24:]))
 		f := h[mac-vnetHdrLen : mac+snap]
 		rr.hdrs[n] = segment.Header{}
-		if !ipFrame(f[vnetHdrLen:]) {
+		if !ethernet.IsIP(f[vnetHdrLen:]) {
 			frames[n] = f[:Headroom]
 		} else {
 			hd, _ := segment.DecodeHeader(f, vnetHdrLen)
 			if hd.NeedsCsum() {
-				hd.CsumStart -= ethHdrLen
+				hd.CsumStart -= ethernet.HeaderLen
 			}
-			hd.HdrLen = uint16(min(max(int(hd.HdrLen)-ethHdrLen, 0), snap-ethHdrLen))
+			hd.HdrLen = uint16(min(max(int(hd.HdrLen)-ethernet.HeaderLen, 0), snap-ethernet.HeaderLen))
 			rr.hdrs[n] = hd
 			frames[n] = f
 		}

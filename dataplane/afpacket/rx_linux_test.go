@@ -195,81 +195,15 @@ func TestReceiveRedirect(t *testing.T) {
 
 	// The host still answers on its own addresses (B resolved them with
 	// ARP and ND through the port), and none of it reaches the sockets.
-	l.echo(t)
+	for _, a := range []netip.Addr{netlab.NICA4, netlab.NICA6} {
+		netlab.Echo(t, l.A, l.B, a, labWait)
+	}
 	if more := collect(t, p, 1, 300*time.Millisecond); len(more) != 0 {
 		t.Errorf("the receivers got host traffic: %+v", more)
 	}
 	st := l.sumStats()
 	if st.RX != uint64(count*len(dsts)) || st.Drops.Total() != 0 {
 		t.Errorf("stats %+v", st)
-	}
-}
-
-// echo checks that gw-a's own addresses answer over UDP and TCP from B.
-func (l *lab) echo(t *testing.T) {
-	t.Helper()
-	for _, a := range []netip.Addr{netlab.NICA4, netlab.NICA6} {
-		addr := netip.AddrPortFrom(a, 7007)
-		var srv *net.UDPConn
-		l.A.Do(t, func() {
-			var err error
-			srv, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(addr))
-			netlab.Must(t, err)
-		})
-		go func() {
-			buf := make([]byte, 64)
-			for {
-				k, from, err := srv.ReadFromUDPAddrPort(buf)
-				if err != nil {
-					return
-				}
-				srv.WriteToUDPAddrPort(buf[:k], from)
-			}
-		}()
-		var c *net.UDPConn
-		l.B.Do(t, func() {
-			var err error
-			c, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(addr))
-			netlab.Must(t, err)
-		})
-		c.SetDeadline(time.Now().Add(labWait))
-		buf := make([]byte, 64)
-		c.Write([]byte("ping"))
-		if k, err := c.Read(buf); err != nil || string(buf[:k]) != "ping" {
-			t.Errorf("UDP echo from %v: %q, %v", a, buf[:k], err)
-		}
-		c.Close()
-		srv.Close()
-
-		var ln net.Listener
-		tcpAddr := netip.AddrPortFrom(a, 7008).String()
-		l.A.Do(t, func() {
-			var err error
-			ln, err = net.Listen("tcp", tcpAddr)
-			netlab.Must(t, err)
-		})
-		go func() {
-			if c, err := ln.Accept(); err == nil {
-				b := make([]byte, 64)
-				k, _ := c.Read(b)
-				c.Write(b[:k])
-				c.Close()
-			}
-		}()
-		var tc net.Conn
-		l.B.Do(t, func() {
-			var err error
-			tc, err = net.DialTimeout("tcp", tcpAddr, labWait)
-			netlab.Must(t, err)
-		})
-		tc.SetDeadline(time.Now().Add(labWait))
-		tc.Write([]byte("hello"))
-		reply := make([]byte, 64)
-		if k, err := tc.Read(reply); err != nil || string(reply[:k]) != "hello" {
-			t.Errorf("TCP echo from %v: %q, %v", a, reply[:k], err)
-		}
-		tc.Close()
-		ln.Close()
 	}
 }
 
@@ -281,7 +215,7 @@ func TestReceiveGRO(t *testing.T) {
 	l := newLab(t, true)
 	l.gateway(t, Config{}, GSOModeAuto)
 	for _, srv := range []netip.Addr{netlab.Srv4, netlab.Srv6} {
-		l.tcpTransfer(t, srv, 32<<20, true)
+		netlab.TCPTransfer(t, l.A, l.B, netip.AddrPortFrom(srv, 5201), 32<<20, true)
 	}
 	types := map[segment.GSOType]int{}
 	var frames, maxSize int

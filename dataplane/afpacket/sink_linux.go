@@ -12,7 +12,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/internal/ethernet"
 	"github.com/gsoplane/gsoplane/internal/ethtool"
+	"github.com/gsoplane/gsoplane/internal/mmsg"
 	"github.com/gsoplane/gsoplane/internal/nexthop"
 	"github.com/gsoplane/gsoplane/segment"
 )
@@ -21,8 +23,6 @@ import (
 var _ pipeline.OffloadSink = (*Sink)(nil)
 
 const (
-	etherIPv4 = 0x0800
-	etherIPv6 = 0x86dd
 	sinkBatch = 64 // most frames one sendmmsg carries
 	// busyWait is how long Wait sleeps after the device refused a frame
 	// (ENOBUFS: its queue was full, and a socket has no event for that).
@@ -87,7 +87,7 @@ type Sink struct {
 	state  []uint8  // per frame
 
 	txMu    sync.Mutex // Transmit, Complete, Wait
-	msgs    *mmsgs
+	msgs    *mmsg.Batch
 	ids     []uint32    // frame of each message of the batch at hand
 	done    []uint32    // frames taken since the last Complete, in order
 	busy    bool        // the last send stopped on ENOBUFS
@@ -150,7 +150,7 @@ func NewSink(s *Socket, ifindex int, gateway netip.Addr, mode GSOMode) (*Sink, e
 		free:  make([]uint32, 0, cfg.Frames),
 		freeL: make([]uint32, 0, cfg.LargeFrames),
 		state: make([]uint8, cfg.Frames+cfg.LargeFrames),
-		msgs:  newMmsgs(sinkBatch),
+		msgs:  mmsg.New(sinkBatch),
 		ids:   make([]uint32, sinkBatch),
 		done:  make([]uint32, 0, cfg.Frames+cfg.LargeFrames),
 	}
@@ -250,13 +250,13 @@ func (s *Sink) segments(l segment.Layout) bool {
 	case segment.GSOUDPL4:
 		kind = k.uso
 	}
-	size := ethHdrLen + l.HdrLen() + l.PayloadLen()
+	size := ethernet.HeaderLen + l.HdrLen() + l.PayloadLen()
 	limit := k.gsoMaxSize
 	if !l.IPv6() {
 		limit = k.gso4MaxSize
 	}
 	return kind && l.NeedsCsum() && s.nLarge > 0 && size < limit && l.Segments() <= k.gsoMaxSegs &&
-		Headroom+size-ethHdrLen <= LargeFrameSize
+		Headroom+size-ethernet.HeaderLen <= LargeFrameSize
 }
 
 // checksums reports whether the NIC completes TCP/UDP checksums of l's IP
@@ -396,13 +396,13 @@ func (s *Sink) prepare(frames []pipeline.Frame) (int, nexthop.Action, error) {
 		}
 		h := f.Header
 		if h.NeedsCsum() {
-			h.CsumStart += ethHdrLen // packet sockets count from the Ethernet header
+			h.CsumStart += ethernet.HeaderLen // packet sockets count from the Ethernet header
 		}
 		if h.HdrLen != 0 {
-			h.HdrLen = uint16(min(int(h.HdrLen)+ethHdrLen, ethHdrLen+f.Len))
+			h.HdrLen = uint16(min(int(h.HdrLen)+ethernet.HeaderLen, ethernet.HeaderLen+f.Len))
 		}
 		h.Encode(b[:vnetHdrLen], vnetHdrLen)
-		s.msgs.set(i, b[:Headroom+f.Len])
+		s.msgs.Set(i, b[:Headroom+f.Len])
 		s.ids[i] = id
 	}
 	return good, nexthop.Send, err
@@ -428,7 +428,7 @@ func (s *Sink) check(frames []pipeline.Frame) (int, error) {
 // (sent or refused) and whether to stop the batch (a full send buffer or
 // device queue).
 func (s *Sink) send(m int) (taken int, stop bool, err error) {
-	defer s.msgs.clear(m)
+	defer s.msgs.Clear(m)
 	for taken < m {
 		s.from, s.to = taken, m
 		if cerr := s.s.rc.Control(s.sendFn); cerr != nil {
@@ -486,7 +486,7 @@ func (s *Sink) send(m int) (taken int, stop bool, err error) {
 }
 
 // doSend is sendFn: one sendmmsg of messages [from, to).
-func (s *Sink) doSend(fd uintptr) { s.sent, s.errno = s.msgs.send(fd, s.from, s.to) }
+func (s *Sink) doSend(fd uintptr) { s.sent, s.errno = s.msgs.Send(fd, s.from, s.to) }
 
 // account counts the frames of messages [from, to) as sent.
 func (s *Sink) account(from, to int) {
@@ -495,7 +495,7 @@ func (s *Sink) account(from, to int) {
 	for i := from; i < to; i++ {
 		id := s.ids[i]
 		b := s.frame(id)
-		bytes += uint64(s.msgs.iovs[i].Len) - vnetHdrLen
+		bytes += uint64(s.msgs.BufLen(i) - vnetHdrLen)
 		if b[1] != 0 { // gso_type
 			super++
 		} else if b[0]&segment.FlagNeedsCsum != 0 {

@@ -16,6 +16,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/internal/ethernet"
 	"github.com/gsoplane/gsoplane/internal/netlab"
 	"github.com/gsoplane/gsoplane/internal/nexthop"
 	"github.com/gsoplane/gsoplane/segment"
@@ -110,14 +111,14 @@ func (c *capture) check(f []byte, mac net.HardwareAddr) {
 	switch {
 	case h.GSOType != segment.GSONone:
 		c.gso++
-		if !h.NeedsCsum() || int(h.CsumStart) != ethHdrLen+l3 || h.CsumOffset != 16 || h.GSOSize == 0 {
+		if !h.NeedsCsum() || int(h.CsumStart) != ethernet.HeaderLen+l3 || h.CsumOffset != 16 || h.GSOSize == 0 {
 			c.bad++
 			c.bads = append(c.bads, fmt.Sprintf("GSO frame with header %+v", h))
 		}
 		return
 	case h.NeedsCsum():
 		c.partial++
-		if int(h.CsumStart) != ethHdrLen+l3 || h.CsumOffset != 16 {
+		if int(h.CsumStart) != ethernet.HeaderLen+l3 || h.CsumOffset != 16 {
 			c.bad++
 			c.bads = append(c.bads, fmt.Sprintf("partial frame with header %+v", h))
 			return
@@ -147,7 +148,7 @@ func TestTCPModes(t *testing.T) {
 			l.gateway(t, Config{}, mode)
 			c := newCapture(t, l)
 			for _, srv := range []netip.Addr{netlab.Srv4, netlab.Srv6} {
-				l.tcpTransfer(t, srv, 16<<20, false)
+				netlab.TCPTransfer(t, l.A, l.B, netip.AddrPortFrom(srv, 5201), 16<<20, false)
 			}
 			time.Sleep(50 * time.Millisecond)
 			c.stop()
@@ -187,15 +188,7 @@ func TestGSOWithoutTSO(t *testing.T) {
 	l := newLab(t, false)
 	p := l.open(t, Config{Queues: 1})
 	s := p.Sockets()[0]
-	sinkOn := func(mode GSOMode) (*Sink, error) {
-		var sink *Sink
-		var err error
-		l.A.Do(t, func() { sink, err = NewSink(s, p.Ifindex(), netlab.NICB4, mode) })
-		if err == nil {
-			t.Cleanup(sink.Close)
-		}
-		return sink, err
-	}
+	sinkOn := func(mode GSOMode) (*Sink, error) { return l.newSink(t, s, netlab.NICB4, mode) }
 	before, err := sinkOn(GSOModeAuto) // the NIC segments now
 	netlab.Must(t, err)
 	netlab.Must(t, l.A.SetFeatures(netlab.NICA, map[string]bool{"tso": false, "tx-udp-segmentation": false}))
@@ -257,12 +250,9 @@ func TestGSOWithoutTSO(t *testing.T) {
 func TestUnresolved(t *testing.T) {
 	l := newLab(t, false)
 	p := l.open(t, Config{Queues: 1})
-	var sink *Sink
-	var err error
 	nobody := netip.MustParseAddr("198.18.100.77") // on gw-a's subnet, no host
-	l.A.Do(t, func() { sink, err = NewSink(p.Sockets()[0], p.Ifindex(), nobody, GSOModeAuto) })
+	sink, err := l.newSink(t, p.Sockets()[0], nobody, GSOModeAuto)
 	netlab.Must(t, err)
-	defer sink.Close()
 	var replies unreachables
 	sink.SetReplier(&replies)
 	pkt, _ := superPacket(false, uint8(header.UDPProtocolNumber), 100, 1400, false)

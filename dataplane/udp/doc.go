@@ -9,5 +9,6 @@
 //	TUN → Forwarder → Sink ==== UDP ==== Receiver → ReturnPath (GRO) → TUN
 //
 // It needs Linux (UDP_SEGMENT since 4.18, UDP_GRO since 5.0); on other
-// systems NewSink and NewReceiver return errors. It imports pipeline only.
+// systems NewSink and NewReceiver return errors. It imports pipeline and,
+// for the receiver's recvmmsg(2) batches, internal/mmsg.
 package udp

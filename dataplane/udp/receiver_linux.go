@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/internal/mmsg"
 )
 
 var _ pipeline.Receiver = (*Receiver)(nil)
@@ -33,8 +34,7 @@ type Receiver struct {
 	decap    func(hdr, pkt []byte) bool
 	bufs     [][]byte
 	oob      [][]byte
-	msgs     *mmsgs
-	oobLen   int
+	msgs     *mmsg.Batch
 	pending  [][]byte // datagrams of the last recvmmsg not handed out yet
 	next     int
 	recvFn   func(fd uintptr) bool // made once, so that Receive does not allocate
@@ -68,14 +68,16 @@ func NewReceiver(conn *net.UDPConn, cfg ReceiverConfig) (*Receiver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("udp: receiver: %w", err)
 	}
-	r := &Receiver{rc: rc, headroom: cfg.Headroom, decap: cfg.Decap, oobLen: unix.CmsgSpace(4)}
+	r := &Receiver{rc: rc, headroom: cfg.Headroom, decap: cfg.Decap, msgs: mmsg.New(cfg.Messages)}
 	r.bufs, r.oob = make([][]byte, cfg.Messages), make([][]byte, cfg.Messages)
-	mem, oob := make([]byte, cfg.Messages*rxBufSize), make([]byte, cfg.Messages*r.oobLen)
+	oobLen := unix.CmsgSpace(4) // one UDP_GRO control message
+	mem, oob := make([]byte, cfg.Messages*rxBufSize), make([]byte, cfg.Messages*oobLen)
 	for i := range r.bufs {
 		r.bufs[i] = mem[i*rxBufSize : (i+1)*rxBufSize : (i+1)*rxBufSize]
-		r.oob[i] = oob[i*r.oobLen : (i+1)*r.oobLen]
+		r.oob[i] = oob[i*oobLen : (i+1)*oobLen]
+		r.msgs.Set(i, r.bufs[i])
+		r.msgs.SetControl(i, r.oob[i])
 	}
-	r.msgs = newMmsgs(r.bufs, r.oob)
 	r.pending = make([][]byte, 0, cfg.Messages*udpGROMaxSegments)
 	r.recvFn = r.recv
 	var serr error
@@ -144,27 +146,26 @@ func (r *Receiver) fill() error {
 // recv runs recvmmsg for the runtime poller: false waits for the socket
 // to become readable.
 func (r *Receiver) recv(fd uintptr) bool {
-	n, errno := r.msgs.recv(fd, r.oobLen)
+	n, errno := r.msgs.Recv(fd, r.msgs.Len())
 	switch errno {
 	case unix.EAGAIN:
 		return false
 	case unix.EINTR:
 		return r.recv(fd)
 	}
-	r.got, r.errno = max(n, 0), errno
+	r.got, r.errno = n, errno
 	return true
 }
 
 // split cuts message k into its datagrams, gso_size bytes each (the last
 // may be shorter), as UDP_GRO says.
 func (r *Receiver) split(k int) {
-	h := &r.msgs.hdrs[k]
-	if h.hdr.Flags&unix.MSG_TRUNC != 0 {
+	if r.msgs.Flags(k)&unix.MSG_TRUNC != 0 {
 		r.st.truncated.Add(1)
 		return
 	}
-	msg := r.bufs[k][:h.len]
-	size := groSize(r.oob[k][:h.hdr.Controllen])
+	msg := r.bufs[k][:r.msgs.MsgLen(k)]
+	size := groSize(r.oob[k][:r.msgs.ControlLen(k)])
 	if size <= 0 || size >= len(msg) {
 		r.pending = append(r.pending, msg)
 		return

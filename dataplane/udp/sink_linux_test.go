@@ -2,12 +2,10 @@ package udp
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
@@ -689,49 +687,7 @@ func (e *tunnelEnd) check(t *testing.T) {
 // SHA-256 of both ends.
 func tunnelTCP(t *testing.T, from, to *netlab.NS, addr string, port int, size int64) {
 	t.Helper()
-	var ln net.Listener
-	var err error
-	to.Do(t, func() { ln, err = net.Listen("tcp4", uskAP(addr, port)) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	type result struct {
-		sum [32]byte
-		n   int64
-		err error
-	}
-	got := make(chan result, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			got <- result{err: err}
-			return
-		}
-		defer c.Close()
-		c.SetReadDeadline(time.Now().Add(3 * uskWait))
-		h := sha256.New()
-		nr, err := io.Copy(h, c)
-		got <- result{sum: [32]byte(h.Sum(nil)), n: nr, err: err}
-	}()
-	var conn net.Conn
-	start := time.Now()
-	from.Do(t, func() { conn, err = (&net.Dialer{Timeout: uskWait}).Dial("tcp4", uskAP(addr, port)) })
-	if err != nil {
-		t.Fatalf("TCP connect through the tunnel: %v", err)
-	}
-	conn.SetWriteDeadline(time.Now().Add(3 * uskWait))
-	h := sha256.New()
-	sent, err := io.CopyN(io.MultiWriter(conn, h), rand.NewChaCha8([32]byte{'g', 's', 'o', byte(port)}), size)
-	conn.Close()
-	if err != nil {
-		t.Fatalf("TCP send after %d bytes: %v", sent, err)
-	}
-	r := <-got
-	if r.err != nil || r.n != size || r.sum != [32]byte(h.Sum(nil)) {
-		t.Errorf("TCP to %s: received %d of %d bytes (%v), SHA-256 equal %v", addr, r.n, size, r.err, r.sum == [32]byte(h.Sum(nil)))
-	}
-	el := time.Since(start)
+	el := netlab.TCPTransfer(t, from, to, netip.AddrPortFrom(netip.MustParseAddr(addr), uint16(port)), size, false)
 	t.Logf("TCP to %s: %d MiB in %v, %.0f Mbit/s", addr, size>>20, el.Round(time.Millisecond), float64(size*8)/el.Seconds()/1e6)
 }
 

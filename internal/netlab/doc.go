@@ -12,8 +12,9 @@
 // (NS.WriteSysfs, in a private mount namespace, as `ip netns exec` does).
 //
 // Tests use NewT and NewTopologyT, which skip unless root and remove
-// everything in t.Cleanup, and Main, which fails a package whose tests
-// leave a namespace or a file descriptor behind. The bench uses New and
+// everything in t.Cleanup, Main, which fails a package whose tests leave
+// a namespace or a file descriptor behind, and TCPTransfer and Echo for
+// checked traffic between two namespaces. The bench uses New and
 // NewTopology and closes them itself.
 //
 // It needs Linux and CAP_NET_ADMIN (and CAP_SYS_ADMIN to create named

@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netns"
 
@@ -71,5 +72,22 @@ func TestSweepStale(t *testing.T) {
 	}
 	if pids := Owners("sweep"); len(pids) != 0 {
 		t.Errorf("Owners counts this process or a dead one: %v", pids)
+	}
+}
+
+// TestTraffic: TCPTransfer moves a checked stream each way and Echo gets
+// its answers, here with the kernel routing between A and B.
+func TestTraffic(t *testing.T) {
+	tp := NewTopologyT(t, "traffic")
+	Must(t, tp.RouteKernel())
+	for _, srv := range []netip.Addr{Srv4, Srv6} {
+		for _, toClient := range []bool{false, true} {
+			if d := TCPTransfer(t, tp.A, tp.B, netip.AddrPortFrom(srv, 5201), 1<<20+5, toClient); d <= 0 {
+				t.Errorf("TCPTransfer to %v (back %v) took %v", srv, toClient, d)
+			}
+		}
+	}
+	for _, a := range []netip.Addr{NICB4, NICB6} {
+		Echo(t, tp.B, tp.A, a, 5*time.Second)
 	}
 }

@@ -15,6 +15,7 @@ type TB interface {
 	Cleanup(func())
 	Errorf(format string, args ...any)
 	Fatal(args ...any)
+	Fatalf(format string, args ...any)
 	Skip(args ...any)
 }
 
@@ -40,15 +41,7 @@ func NewT(t TB, tag string) *NS {
 	t.Helper()
 	RequireRoot(t)
 	ns, err := New(tag)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := ns.Close(); err != nil {
-			t.Errorf("%v", err)
-		}
-	})
-	return ns
+	return closeInCleanup(t, ns, err)
 }
 
 // NewTopologyT builds the reference topology for a test and removes it
@@ -57,15 +50,20 @@ func NewTopologyT(t TB, tag string) *Topology {
 	t.Helper()
 	RequireRoot(t)
 	tp, err := NewTopology(tag)
-	if err != nil {
-		t.Fatal(err)
-	}
+	return closeInCleanup(t, tp, err)
+}
+
+// closeInCleanup fails the test if err is not nil, and otherwise closes
+// c in t.Cleanup.
+func closeInCleanup[C interface{ Close() error }](t TB, c C, err error) C {
+	t.Helper()
+	Must(t, err)
 	t.Cleanup(func() {
-		if err := tp.Close(); err != nil {
+		if err := c.Close(); err != nil {
 			t.Errorf("%v", err)
 		}
 	})
-	return tp
+	return c
 }
 
 // Do runs fn inside ns (see NS.Run), failing the test if it cannot enter.

@@ -5,15 +5,12 @@ import (
 	"net/netip"
 	"strconv"
 	"time"
+
+	"github.com/gsoplane/gsoplane/internal/ethernet"
 )
 
 // EtherLen is the length of the Ethernet header Ether writes.
-const EtherLen = 14
-
-const (
-	etherIPv4 = 0x0800
-	etherIPv6 = 0x86dd
-)
+const EtherLen = ethernet.HeaderLen
 
 // How long a sink holds its frames for a next hop being resolved. The
 // kernel queues a pending neighbour's packets (unres_qlen_bytes) and sends
@@ -83,9 +80,9 @@ func (e *Ether) Header(eth, pkt []byte) Action {
 	var typ uint16
 	switch {
 	case len(pkt) >= 20 && pkt[0]>>4 == 4:
-		dst, typ = netip.AddrFrom4([4]byte(pkt[16:20])), etherIPv4
+		dst, typ = netip.AddrFrom4([4]byte(pkt[16:20])), ethernet.TypeIPv4
 	case len(pkt) >= 40 && pkt[0]>>4 == 6:
-		dst, typ = netip.AddrFrom16([16]byte(pkt[24:40])), etherIPv6
+		dst, typ = netip.AddrFrom16([16]byte(pkt[24:40])), ethernet.TypeIPv6
 	default:
 		return Unreachable
 	}

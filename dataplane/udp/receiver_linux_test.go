@@ -1,0 +1,74 @@
+package udp
+
+import (
+	"bytes"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestUDPReceiverGRO: datagrams sent one by one and a UDP_SEGMENT
+// super-packet come out of the Receiver as the datagrams they were, the
+// super-packet as one UDP_GRO message (its control message read from the
+// receive batch's control buffer); receiving them allocates nothing.
+func TestUDPReceiverGRO(t *testing.T) { // not parallel: AllocsPerRun refuses
+	const (
+		segSize = 100
+		segs    = 10
+		single  = 3
+	)
+	n := newUskNet(t)
+	rx := uskListen(t, n.b, uskAP(uskAddrB, uskPort))
+	tx := uskDial(t, n.a, uskAP(uskAddrB, uskPort))
+	txGSO := uskDial(t, n.a, uskAP(uskAddrB, uskPort))
+	uskSockopt(t, txGSO, unix.SOL_UDP, unix.UDP_SEGMENT, segSize)
+	r, err := NewReceiver(rx, ReceiverConfig{Headroom: uskHdrLen, Messages: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	super := make([]byte, segs*segSize)
+	for i := range super {
+		super[i] = byte(i / segSize)
+	}
+	dgram := bytes.Repeat([]byte{0xee}, 2*segSize)
+	frames := make([][]byte, 64)
+	round := func() {
+		if _, err := txGSO.Write(super); err != nil {
+			t.Fatalf("send a super-packet: %v", err)
+		}
+		for range single {
+			if _, err := tx.Write(dgram); err != nil {
+				t.Fatalf("send: %v", err)
+			}
+		}
+		seg, one := 0, 0 // the two sockets' datagrams may come in either order
+		for seg+one < segs+single {
+			k, err := r.Receive(frames)
+			if err != nil {
+				t.Fatalf("Receive: %v", err)
+			}
+			for _, f := range frames[:k] {
+				switch {
+				case bytes.Equal(f, dgram):
+					one++
+				case len(f) == segSize && f[0] == byte(seg) && f[segSize-1] == byte(seg):
+					seg++
+				default:
+					t.Fatalf("%d bytes starting %#x, want segment %d of the super-packet or a datagram", len(f), f[:min(len(f), 1)], seg)
+				}
+			}
+		}
+		if seg != segs || one != single {
+			t.Fatalf("%d segments and %d datagrams, want %d and %d", seg, one, segs, single)
+		}
+	}
+	round()
+	st := r.Stats()
+	if st.Datagrams != segs+single || st.Truncated != 0 || st.Short != 0 || st.GRO && st.GROMessages != 1 {
+		t.Errorf("stats %+v: want %d datagrams, the super-packet as one UDP_GRO message", st, segs+single)
+	}
+	t.Logf("stats %+v", st)
+	if allocs := testing.AllocsPerRun(20, round); allocs != 0 {
+		t.Errorf("send and Receive: %.1f allocations per round, want 0", allocs)
+	}
+}

@@ -1,0 +1,136 @@
+package netlab
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"time"
+)
+
+// transferTimeout bounds a TCPTransfer.
+const transferTimeout = 2 * time.Minute
+
+// TCPTransfer sends size bytes of a deterministic pseudo-random stream
+// over one TCP connection between client, which dials addr, and a
+// listener on addr in server: from client to server, or back from server
+// to client (toClient). It compares the SHA-256 the receiving end
+// computes with the sender's and returns how long the transfer took. It
+// fails the test on an error, a mismatch, or after two minutes.
+func TCPTransfer(t TB, client, server *NS, addr netip.AddrPort, size int64, toClient bool) time.Duration {
+	t.Helper()
+	var ln net.Listener
+	var err error
+	server.Do(t, func() { ln, err = net.Listen("tcp", addr.String()) })
+	if err != nil {
+		t.Fatalf("listen %v: %v", addr, err)
+	}
+	defer ln.Close()
+	var conn net.Conn
+	client.Do(t, func() { conn, err = net.DialTimeout("tcp", addr.String(), 5*time.Second) })
+	if err != nil {
+		t.Fatalf("dial %v: %v", addr, err)
+	}
+	defer conn.Close()
+	peer, err := ln.Accept()
+	if err != nil {
+		t.Fatalf("accept on %v: %v", addr, err)
+	}
+	defer peer.Close()
+	sender, receiver := conn, peer
+	if toClient {
+		sender, receiver = peer, conn
+	}
+	type result struct {
+		sum [32]byte
+		err error
+	}
+	res := make(chan result, 1)
+	start := time.Now()
+	go func() {
+		h := sha256.New()
+		_, err := io.Copy(h, receiver)
+		res <- result{[32]byte(h.Sum(nil)), err}
+	}()
+	var seed [32]byte
+	binary.LittleEndian.PutUint64(seed[:], uint64(size))
+	h := sha256.New()
+	sender.SetDeadline(time.Now().Add(transferTimeout))
+	if _, err := io.CopyBuffer(io.MultiWriter(sender, h), io.LimitReader(rand.NewChaCha8(seed), size), make([]byte, 256<<10)); err != nil {
+		t.Fatalf("send to %v: %v", addr, err)
+	}
+	sender.(*net.TCPConn).CloseWrite()
+	var r result
+	select {
+	case r = <-res:
+	case <-time.After(transferTimeout):
+		t.Fatalf("receiver from %v timed out", addr)
+	}
+	if r.err != nil || r.sum != [32]byte(h.Sum(nil)) {
+		t.Fatalf("receiver from %v: SHA-256 %x, sent %x, err %v", addr, r.sum, h.Sum(nil), r.err)
+	}
+	return time.Since(start)
+}
+
+// Echo checks that addr, an address of server's, answers client: a UDP
+// datagram to port 7007 and a TCP message to port 7008 come back, from
+// echo servers that run for the check, within wait.
+func Echo(t TB, server, client *NS, addr netip.Addr, wait time.Duration) {
+	t.Helper()
+	udpAddr, tcpAddr := netip.AddrPortFrom(addr, 7007), netip.AddrPortFrom(addr, 7008)
+	var srv *net.UDPConn
+	var err error
+	server.Do(t, func() { srv, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(udpAddr)) })
+	Must(t, err)
+	defer srv.Close()
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			k, from, err := srv.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			srv.WriteToUDPAddrPort(buf[:k], from)
+		}
+	}()
+	var c *net.UDPConn
+	client.Do(t, func() { c, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(udpAddr)) })
+	Must(t, err)
+	defer c.Close()
+	echo(t, c, "UDP", addr, wait)
+
+	var ln net.Listener
+	server.Do(t, func() { ln, err = net.Listen("tcp", tcpAddr.String()) })
+	Must(t, err)
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			b := make([]byte, 64)
+			k, _ := c.Read(b)
+			c.Write(b[:k])
+			c.Close()
+		}
+	}()
+	var tc net.Conn
+	client.Do(t, func() { tc, err = net.DialTimeout("tcp", tcpAddr.String(), wait) })
+	if err != nil {
+		t.Errorf("TCP connect to %v: %v", tcpAddr, err)
+		return
+	}
+	defer tc.Close()
+	echo(t, tc, "TCP", addr, wait)
+}
+
+// echo writes a message to c and checks that it comes back within wait.
+func echo(t TB, c net.Conn, proto string, addr netip.Addr, wait time.Duration) {
+	t.Helper()
+	c.SetDeadline(time.Now().Add(wait))
+	msg := "echo " + proto + " " + addr.String()
+	buf := make([]byte, 64)
+	c.Write([]byte(msg))
+	if k, err := c.Read(buf); err != nil || string(buf[:k]) != msg {
+		t.Errorf("%s echo from %v: %q, %v", proto, addr, buf[:k], err)
+	}
+}
