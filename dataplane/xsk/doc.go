@@ -7,6 +7,42 @@
 // (which fills in Ethernet headers from the kernel's routes and
 // neighbours) and its RX side a pipeline.Receiver.
 //
+// # Multi-buffer receive
+//
+// A packet longer than one UMEM frame (FrameSize less the kernel's 256
+// bytes of headroom) is received as a chain of frames where the kernel
+// can (Config.MultiBuffer, on by default; Port.MultiBuffer says): the
+// XDP program is loaded with BPF_F_XDP_HAS_FRAGS (Linux 5.18) and the
+// sockets are bound with XDP_USE_SG (Linux 6.6). In copy mode the kernel
+// cuts a packet into descriptors of FrameSize-256 bytes, all but the
+// last marked XDP_PKT_CONTD, and puts a chain on the RX ring whole or
+// drops it (in zero-copy mode a descriptor is a driver's buffer). The Receiver copies a chain, once, into one buffer of the
+// socket (a packet in one frame is still handed over in place), and its
+// frames go back to the fill ring at once. A chain is at most
+// Config.MaxChain frames (by default enough for any IP packet: 18 of
+// 4096 bytes); the program passes longer frames to the kernel (counted
+// as Oversize), and a longer or broken chain that reaches a socket all
+// the same is dropped and counted (Stats.RXChainTooLong,
+// RXChainBroken). Stats.RXMultiBuffer counts the chains received.
+//
+// Where the kernel refuses the program flag or the bind flag, the
+// default (MultiBufferAuto) goes on without multi-buffer, as before it
+// existed: the program passes frames longer than one UMEM frame to the
+// kernel (Oversize); MultiBufferOn makes Open fail with
+// ErrNoMultiBuffer instead.
+//
+// What a veth does (Linux 6.18, drivers/net/veth.c): a native XDP
+// program on one end takes TSO and USO away from the other end, frags
+// or not, so the peer's GSO packets are segmented before they cross;
+// frags only raise the MTU the peer may have (without them, above about
+// 3.5 KB the veth refuses the program, ERANGE, and ModeAuto falls back
+// to generic mode). In generic mode the veth is not told of the program
+// and the peer keeps its GSO: a GSO super-packet reaches the program
+// whole, as a multi-buffer frame with frags (64 KiB: a chain of 17 or 18
+// frames, its checksum the peer's partial one, as a veth hands
+// CHECKSUM_PARTIAL over in memory), or linearised without (then too long
+// for a socket: Oversize).
+//
 // The sockets and rings are our own; from asavie/xdp only the XSKMAP
 // registration is used (see prog_linux.go for why). Ring indices go
 // through sync/atomic, and everything that needs package unsafe lives in

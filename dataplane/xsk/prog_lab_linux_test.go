@@ -80,17 +80,27 @@ func newProgLab(t testing.TB) *progLab {
 // open opens a port on progIfA, closed in t.Cleanup.
 func (l *progLab) open(t testing.TB, cfg Config) *Port {
 	t.Helper()
+	p, err := l.tryOpen(t, cfg)
+	netlab.Must(t, err)
+	return p
+}
+
+// tryOpen opens a port on progIfA and returns the error; a port it did
+// open is closed in t.Cleanup.
+func (l *progLab) tryOpen(t testing.TB, cfg Config) (*Port, error) {
+	t.Helper()
 	cfg.Ifname = progIfA
 	var p *Port
 	var err error
 	l.gw.Do(t, func() { p, err = Open(cfg) })
-	netlab.Must(t, err)
-	t.Cleanup(func() {
-		if err := p.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return p
+	if err == nil {
+		t.Cleanup(func() {
+			if err := p.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+		})
+	}
+	return p, err
 }
 
 // progUDP builds an Ethernet frame carrying a UDP datagram from src to

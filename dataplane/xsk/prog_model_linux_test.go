@@ -14,15 +14,16 @@ import (
 	"github.com/cilium/ebpf"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
+	"github.com/gsoplane/gsoplane/internal/ethernet"
 	"github.com/gsoplane/gsoplane/internal/netlab"
 )
 
 // xdpModelConfig is what the program is loaded and filled with.
 type xdpModelConfig struct {
-	mac       net.HardwareAddr
-	frameSize int
-	sockets   []uint32 // queues with a registered socket
-	prefixes  []netip.Prefix
+	mac      net.HardwareAddr
+	maxLen   int      // the longest frame the sockets take
+	sockets  []uint32 // queues with a registered socket
+	prefixes []netip.Prefix
 }
 
 // xdpVerdict is what the program does with a frame: its action and the
@@ -96,7 +97,7 @@ func xdpModel(cfg *xdpModelConfig, frame []byte, queue uint32) xdpVerdict {
 		return xdpPassCounted(xdpCountNotUnicast)
 	case !bytes.Equal(to, cfg.mac):
 		return xdpPassCounted(xdpCountOtherHost)
-	case len(frame) > cfg.frameSize-xdpPacketHeadroom:
+	case len(frame) > cfg.maxLen:
 		return xdpPassCounted(xdpCountOversize)
 	}
 	return xdpVerdictRedirect
@@ -107,18 +108,26 @@ type xdpMd struct {
 	Data, DataEnd, DataMeta, IngressIfindex, RxQueueIndex, EgressIfindex uint32
 }
 
-// xdpHarness is a program loaded for test runs, with sockets of a real
-// port registered, and the model of it.
+// xdpHarness is the program loaded twice for test runs, single-buffer
+// and multi-buffer, with sockets of a real port registered, and the
+// models of them.
 type xdpHarness struct {
-	lab   *progLab
+	lab           *progLab
+	single, frags *xdpTestProgram
+}
+
+// xdpTestProgram is one of the harness's programs and its model.
+type xdpTestProgram struct {
 	prog  *xdpProgram
 	model xdpModelConfig
 }
 
-// The harness's program: 2048-byte frames (so that BPF_PROG_TEST_RUN,
-// which hands the program at most about 3.5 KB linear, reaches the
-// oversize rule), sockets on queues 0 and 2 of four (queue 1 has a map
-// entry but no socket, queue 3 none), prefixes of every kind of length.
+// The harness's programs: 2048-byte frames (so that BPF_PROG_TEST_RUN,
+// which hands a program without frags at most about 3.5 KB linear,
+// reaches the oversize rule), one of them or chains of up to
+// xdpHarnessChain of them (7168 bytes), sockets on queues 0 and 2 of
+// four (queue 1 has a map entry but no socket, queue 3 none), prefixes
+// of every kind of length.
 var xdpHarnessPrefixes = []netip.Prefix{
 	netip.MustParsePrefix("198.18.200.0/24"),
 	netip.MustParsePrefix("198.19.0.7/32"),
@@ -128,44 +137,68 @@ var xdpHarnessPrefixes = []netip.Prefix{
 	netip.MustParsePrefix("2001:2:8000::/33"),
 }
 
-// xdpHarnessMaxQueue is the highest queue of the harness's queue map.
-const xdpHarnessMaxQueue = 2
+const (
+	xdpHarnessMaxQueue  = 2 // the highest queue of the harness's queue maps
+	xdpHarnessFrameSize = 2048
+	xdpHarnessChain     = 4
+	// xdpTestRunMax is the longest frame BPF_PROG_TEST_RUN takes for a
+	// program with frags: a 3520-byte linear part and 17
+	// (MAX_SKB_FRAGS) pages of fragments, less one for the linear part
+	// the caller may make shorter.
+	xdpTestRunMax = 3520 + 16*4096
+	// xdpTestRunLinear is the longest frame BPF_PROG_TEST_RUN hands a
+	// program without frags whole (in its linear part).
+	xdpTestRunLinear = 3400
+)
 
-// newXDPHarness builds the lab, opens a port for its sockets and loads a
-// program of its own with them.
+// newXDPHarness builds the lab, opens a port for its sockets and loads
+// the harness's programs with them.
 func newXDPHarness(t testing.TB) *xdpHarness {
 	t.Helper()
 	l := newProgLab(t)
-	port := l.open(t, Config{Queues: []int{0, 2}, NumFrames: 64, RingSize: 32, FrameSize: 2048})
-	h := &xdpHarness{lab: l, model: xdpModelConfig{mac: l.macA, frameSize: 2048, sockets: []uint32{0, 2},
-		prefixes: xdpHarnessPrefixes}}
+	port := l.open(t, Config{Queues: []int{0, 2}, NumFrames: 64, RingSize: 32, FrameSize: xdpHarnessFrameSize})
+	h := &xdpHarness{lab: l}
+	maxLen := rxFrameLen(xdpHarnessFrameSize)
+	h.single = newXDPTestProgram(t, l, port, maxLen, false)
+	h.frags = newXDPTestProgram(t, l, port, xdpHarnessChain*maxLen, true)
+	return h
+}
+
+// newXDPTestProgram loads a program for the lab's NIC with the port's
+// sockets and the harness's prefixes.
+func newXDPTestProgram(t testing.TB, l *progLab, port *Port, maxLen int, frags bool) *xdpTestProgram {
+	t.Helper()
 	prog, err := newXDPProgram(xdpHarnessMaxQueue)
 	netlab.Must(t, err)
 	t.Cleanup(func() { prog.close() })
-	prog.setFrameSize(h.model.frameSize)
+	prog.setReceive(maxLen, frags)
 	netlab.Must(t, prog.load(l.macA))
 	for _, x := range port.Sockets() {
 		netlab.Must(t, prog.register(x.queueID, x.fd))
 	}
 	netlab.Must(t, prog.setPrefixes(xdpHarnessPrefixes))
-	h.prog = prog
-	return h
+	return &xdpTestProgram{prog: prog, model: xdpModelConfig{mac: l.macA, maxLen: maxLen, sockets: []uint32{0, 2},
+		prefixes: xdpHarnessPrefixes}}
 }
 
-// run runs the program on frame as received on queue of the lab's NIC
-// and returns its action; it fails the test if the program changed the
-// frame.
-func (h *xdpHarness) run(t testing.TB, frame []byte, queue uint32) uint32 {
+// run runs the program on frame as received on queue of the lab's NIC,
+// with the first linear bytes in the frame's linear part and the rest in
+// fragments (0: as much as fits, about 3.5 KB), and returns its action;
+// it fails the test if the program changed the frame.
+func (h *xdpHarness) run(t testing.TB, p *xdpTestProgram, frame []byte, queue uint32, linear int) uint32 {
 	t.Helper()
+	if linear == 0 {
+		linear = len(frame)
+	}
 	out := make([]byte, len(frame)+64)
-	opts := &ebpf.RunOptions{Data: frame, DataOut: out, Context: xdpMd{DataEnd: uint32(len(frame)),
+	opts := &ebpf.RunOptions{Data: frame, DataOut: out, Context: xdpMd{DataEnd: uint32(linear),
 		IngressIfindex: uint32(h.lab.ifindexA), RxQueueIndex: queue}}
 	var got uint32
 	var err error
 	// The ingress interface is looked up in the caller's namespace.
-	h.lab.gw.Do(t, func() { got, err = h.prog.asv.Program.Run(opts) })
+	h.lab.gw.Do(t, func() { got, err = p.prog.asv.Program.Run(opts) })
 	if err != nil {
-		t.Fatalf("BPF_PROG_TEST_RUN (%d bytes, queue %d): %v", len(frame), queue, err)
+		t.Fatalf("BPF_PROG_TEST_RUN (%d bytes, %d linear, queue %d): %v", len(frame), linear, queue, err)
 	}
 	if !bytes.Equal(opts.DataOut, frame) {
 		t.Fatalf("the program changed the frame:\n in %x\nout %x", frame, opts.DataOut)
@@ -173,15 +206,15 @@ func (h *xdpHarness) run(t testing.TB, frame []byte, queue uint32) uint32 {
 	return got
 }
 
-// check runs frame through the program and the model and compares the
+// check runs frame through the program and its model and compares the
 // verdicts and what the counters of the queue gained.
-func (h *xdpHarness) check(t testing.TB, frame []byte, queue uint32) xdpVerdict {
+func (h *xdpHarness) check(t testing.TB, p *xdpTestProgram, frame []byte, queue uint32, linear int) xdpVerdict {
 	t.Helper()
-	want := xdpModel(&h.model, frame, queue)
-	before := h.counters(t, queue)
-	got := h.run(t, frame, queue)
+	want := xdpModel(&p.model, frame, queue)
+	before := p.counters(t, queue)
+	got := h.run(t, p, frame, queue, linear)
 	var gained, wantGained xdpProgramCounters
-	after := h.counters(t, queue)
+	after := p.counters(t, queue)
 	for i := range gained {
 		gained[i] = after[i] - before[i]
 	}
@@ -189,10 +222,10 @@ func (h *xdpHarness) check(t testing.TB, frame []byte, queue uint32) xdpVerdict 
 		wantGained[want.counter] = 1
 	}
 	if got != want.action || gained != wantGained {
-		t.Fatalf("queue %d, %d-byte frame %x:\nprogram %d, counters gained %v\nmodel   %v, counters gained %v",
-			queue, len(frame), frame, got, gained, want, wantGained)
+		t.Fatalf("frags %v, queue %d, %d-byte frame (%d linear) %x:\nprogram %d, counters gained %v\nmodel   %v, counters gained %v",
+			p.prog.frags, queue, len(frame), linear, frame[:min(len(frame), 128)], got, gained, want, wantGained)
 	}
-	if got == xdpRedirectAction && !ipFrame(frame) {
+	if got == xdpRedirectAction && !ethernet.IsIP(frame) {
 		t.Fatalf("the program redirects a frame the return path refuses: %x", frame)
 	}
 	return want
@@ -200,20 +233,21 @@ func (h *xdpHarness) check(t testing.TB, frame []byte, queue uint32) xdpVerdict 
 
 // counters returns the program's counters of queue (zero for a queue
 // without slots).
-func (h *xdpHarness) counters(t testing.TB, queue uint32) xdpProgramCounters {
+func (p *xdpTestProgram) counters(t testing.TB, queue uint32) xdpProgramCounters {
 	t.Helper()
 	if int(queue) > xdpHarnessMaxQueue {
 		return xdpProgramCounters{}
 	}
-	c, err := h.prog.counters(int(queue))
+	c, err := p.prog.counters(int(queue))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
 }
 
-// xdpRuleCases are frames with their verdict, written down by hand.
-func xdpRuleCases(mac, peer net.HardwareAddr) []struct {
+// xdpRuleCases are frames with their verdict, written down by hand, for
+// a program whose sockets take frames of up to maxLen bytes.
+func xdpRuleCases(mac, peer net.HardwareAddr, maxLen int) []struct {
 	name  string
 	frame []byte
 	queue uint32
@@ -241,10 +275,10 @@ func xdpRuleCases(mac, peer net.HardwareAddr) []struct {
 	bcast := net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 	mcast6 := net.HardwareAddr{0x33, 0x33, 0, 0, 0, 9}
 	other := net.HardwareAddr{0x02, 0x00, 0x5e, 0x00, 0x53, 0x99}
-	// Frames of exactly 2048-256 = 1792 bytes and one more.
-	fits := progUDP(mac, peer, src4, in4, 64, make([]byte, 1792-14-20-8))
-	over := progUDP(mac, peer, src4, in4, 64, make([]byte, 1793-14-20-8))
-	over6 := progUDP(mac, peer, src6, in6, 64, make([]byte, 3000))
+	// Frames of exactly maxLen bytes, one more, and longer.
+	fits := progUDP(mac, peer, src4, in4, 64, make([]byte, maxLen-14-20-8))
+	over := progUDP(mac, peer, src4, in4, 64, make([]byte, maxLen+1-14-20-8))
+	over6 := progUDP(mac, peer, src6, in6, 64, make([]byte, maxLen+1000))
 	return []struct {
 		name  string
 		frame []byte
@@ -291,8 +325,8 @@ func xdpRuleCases(mac, peer net.HardwareAddr) []struct {
 		{"fits a frame", fits, 0, xdpVerdictRedirect},
 		{"one byte too long", over, 0, xdpPassCounted(xdpCountOversize)},
 		{"too long, ipv6", over6, 2, xdpPassCounted(xdpCountOversize)},
-		{"too long, not ours", progUDP(other, peer, src4, in4, 64, make([]byte, 2000)), 0, xdpPassCounted(xdpCountOtherHost)},
-		{"too long, outside", progUDP(mac, peer, src4, out4, 64, make([]byte, 2000)), 0, xdpVerdictPass},
+		{"too long, not ours", progUDP(other, peer, src4, in4, 64, make([]byte, maxLen+200)), 0, xdpPassCounted(xdpCountOtherHost)},
+		{"too long, outside", progUDP(mac, peer, src4, out4, 64, make([]byte, maxLen+200)), 0, xdpVerdictPass},
 		{"truncated ipv4", udp4[:xdpIPv4End-1], 0, xdpVerdictPass},
 		{"ipv4 header only", udp4[:xdpIPv4End], 0, xdpVerdictRedirect},
 		{"truncated ipv6", udp6[:xdpIPv6End-1], 0, xdpVerdictPass},
@@ -301,28 +335,54 @@ func xdpRuleCases(mac, peer net.HardwareAddr) []struct {
 }
 
 // TestXDPProgramRules runs the hand-written cases through the model and
-// the real program (BPF_PROG_TEST_RUN on the queue of each case) and
-// checks the verdicts, the counters and that no frame is changed.
+// the real programs, single-buffer and multi-buffer (BPF_PROG_TEST_RUN
+// on the queue of each case; the multi-buffer program also with the
+// frame cut into a linear part and fragments at every offset around the
+// headers it reads), and checks the verdicts, the counters and that no
+// frame is changed.
 func TestXDPProgramRules(t *testing.T) {
-	for _, c := range xdpRuleCases(progMACA, progMACB) {
-		if got := xdpModel(&xdpModelConfig{mac: progMACA, frameSize: 2048, sockets: []uint32{0, 2}, prefixes: xdpHarnessPrefixes},
-			c.frame, c.queue); got != c.want {
-			t.Errorf("model: %s: %v, want %v", c.name, got, c.want)
+	for _, maxLen := range []int{rxFrameLen(xdpHarnessFrameSize), xdpHarnessChain * rxFrameLen(xdpHarnessFrameSize)} {
+		model := &xdpModelConfig{mac: progMACA, maxLen: maxLen, sockets: []uint32{0, 2}, prefixes: xdpHarnessPrefixes}
+		for _, c := range xdpRuleCases(progMACA, progMACB, maxLen) {
+			if got := xdpModel(model, c.frame, c.queue); got != c.want {
+				t.Errorf("model, %d-byte frames: %s: %v, want %v", maxLen, c.name, got, c.want)
+			}
 		}
 	}
 	h := newXDPHarness(t)
-	for _, c := range xdpRuleCases(h.lab.macA, h.lab.macB) {
-		if got := h.check(t, c.frame, c.queue); got != c.want {
-			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+	for _, p := range []*xdpTestProgram{h.single, h.frags} {
+		for _, c := range xdpRuleCases(h.lab.macA, h.lab.macB, p.model.maxLen) {
+			for _, linear := range xdpLinearSplits(p, len(c.frame)) {
+				if got := h.check(t, p, c.frame, c.queue, linear); got != c.want {
+					t.Errorf("frags %v, %d linear: %s: %v, want %v", p.prog.frags, linear, c.name, got, c.want)
+				}
+			}
 		}
 	}
 	// The kernel refuses a frame shorter than an Ethernet header.
 	var err error
 	h.lab.gw.Do(t, func() {
-		_, err = h.prog.asv.Program.Run(&ebpf.RunOptions{Data: make([]byte, 13), Context: xdpMd{DataEnd: 13,
+		_, err = h.single.prog.asv.Program.Run(&ebpf.RunOptions{Data: make([]byte, 13), Context: xdpMd{DataEnd: 13,
 			IngressIfindex: uint32(h.lab.ifindexA)}})
 	})
 	if err == nil {
 		t.Error("BPF_PROG_TEST_RUN took a 13-byte frame")
 	}
+}
+
+// xdpLinearSplits are the linear parts to run a frame of n bytes with
+// (see xdpHarness.run): as much as fits, and for a program with frags
+// also the frame cut before, inside and after each header field the
+// program reads.
+func xdpLinearSplits(p *xdpTestProgram, n int) []int {
+	splits := []int{0}
+	if !p.prog.frags {
+		return splits
+	}
+	for _, l := range []int{1, 6, 12, 13, 14, 15, 16, 20, 21, 30, 33, 34, 38, 46, 53, 54, 55, 56} {
+		if l < n {
+			splits = append(splits, l)
+		}
+	}
+	return splits
 }

@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -36,11 +37,11 @@ func progPump(t *testing.T, p *Port, fn func(frame []byte)) {
 			}
 			idle := true
 			for _, x := range socks {
-				k := x.receive(bufs, addrs)
+				k, m := x.receive(bufs, addrs)
 				for _, f := range bufs[:k] {
 					fn(f)
 				}
-				x.recycle(addrs[:k])
+				x.recycle(addrs[:m])
 				idle = idle && k == 0
 			}
 			if idle {
@@ -157,27 +158,57 @@ func TestXDPWireRules(t *testing.T) {
 }
 
 // TestXDPOversize: in generic mode with a 9000-byte MTU, IP packets for
-// the redirect prefixes up to a UMEM frame less XDP_PACKET_HEADROOM
-// (4096 - 256 - 14 = 3826 bytes) reach the socket; longer ones reach the
-// kernel, which delivers them (here to a local address inside the
-// prefix), and are counted (Oversize), instead of vanishing as the
-// socket's rx_dropped.
+// the redirect prefixes up to what a socket takes reach the socket;
+// longer ones reach the kernel, which delivers them (here to a local
+// address inside the prefix), and are counted (Oversize), instead of
+// vanishing as the socket's rx_dropped. Single-buffer, a socket takes a
+// UMEM frame less XDP_PACKET_HEADROOM (4096 - 256 - 14 = 3826 bytes of
+// IP packet); multi-buffer, MaxChain such frames (here 2: 7666 bytes).
 func TestXDPOversize(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		multi MultiBuffer
+		chain int
+	}{{"single-buffer", MultiBufferOff, 1}, {"multi-buffer", MultiBufferOn, 2}} {
+		t.Run(c.name, func(t *testing.T) {
+			l := newJumboLab(t)
+			p := l.open(t, Config{Mode: ModeGeneric, NumFrames: 256, RingSize: 64, Redirect: progRedirect,
+				MultiBuffer: c.multi, MaxChain: 2}) // MaxChain is ignored with multi-buffer off
+			fit := c.chain*rxFrameLen(DefaultFrameSize) - xdpEthLen // largest IP packet a socket takes
+			progCheckOversize(t, l, p, []int{1500, fit, fit + 1, 8500})
+		})
+	}
+}
+
+// newJumboLab is a prog lab with a 9000-byte MTU on both ends, and the
+// first addresses of the redirect prefixes on the gateway's loopback.
+func newJumboLab(t *testing.T) *progLab {
 	l := newProgLab(t)
 	for _, ns := range []*netlab.NS{l.gw, l.peer} {
 		name := map[*netlab.NS]string{l.gw: progIfA, l.peer: progIfB}[ns]
 		netlab.Must(t, ns.Netlink().LinkSetMTU(ns.LinkT(t, name), 9000))
 	}
-	local4, local6 := netip.MustParseAddr("198.18.200.1"), netip.MustParseAddr("2001:2:0:200::1")
-	netlab.Must(t, l.gw.AddAddr("lo", local4.String()+"/32"))
-	netlab.Must(t, l.gw.AddAddr("lo", local6.String()+"/128"))
-	p := l.open(t, Config{Mode: ModeGeneric, NumFrames: 256, RingSize: 64, Redirect: progRedirect})
+	netlab.Must(t, l.gw.AddAddr("lo", progLocal4.String()+"/32"))
+	netlab.Must(t, l.gw.AddAddr("lo", progLocal6.String()+"/128"))
+	return l
+}
+
+// The gateway's local addresses inside the redirect prefixes (newJumboLab).
+var (
+	progLocal4 = netip.MustParseAddr("198.18.200.1")
+	progLocal6 = netip.MustParseAddr("2001:2:0:200::1")
+)
+
+// progCheckOversize sends UDP from the peer to the gateway's local
+// addresses in IP packets of the given sizes, of which the first two fit
+// the socket and the last two do not, and checks that the socket gets
+// the first two, whole, and the kernel (and the Oversize counter) the
+// others.
+func progCheckOversize(t *testing.T, l *progLab, p *Port, sizes []int) {
 	var got progFrames
 	progPump(t, p, got.add)
-	const fit = DefaultFrameSize - xdpPacketHeadroom - xdpEthLen // largest IP packet a socket takes
-	sizes := []int{1500, fit, fit + 1, 8000}
 	var wantStats Stats
-	for _, dst := range []netip.Addr{local4, local6} {
+	for _, dst := range []netip.Addr{progLocal4, progLocal6} {
 		addr := netip.AddrPortFrom(dst, 7100)
 		ln := progListenUDP(t, l.gw, addr)
 		c := progDialUDP(t, l.peer, addr)
@@ -209,10 +240,10 @@ func TestXDPOversize(t *testing.T) {
 			}
 		}
 		t.Logf("%v: IP packets of %v bytes: the socket got %v, the kernel %v", dst, sizes, socket, kernel)
-		if len(socket) != 2 || socket[0] != sizes[0] || socket[1] != fit {
+		if !slices.Equal(socket, sizes[:2]) {
 			t.Errorf("%v: the socket got IP packets of %v bytes, want %v", dst, socket, sizes[:2])
 		}
-		if len(kernel) != 2 || kernel[0] != fit+1 || kernel[1] != sizes[3] {
+		if !slices.Equal(kernel, sizes[2:]) {
 			t.Errorf("%v: the kernel got IP packets of %v bytes, want %v", dst, kernel, sizes[2:])
 		}
 	}

@@ -1,10 +1,216 @@
 package xsk
 
+// The receive side of a socket: the RX ring, the fill ring, and the
+// reassembly of multi-buffer packets.
+//
+// A packet that fits one UMEM frame comes as one RX descriptor and is
+// handed over as a view into its frame (zero-copy), which goes back to
+// the fill ring when the caller is done with it. A longer one (multi-
+// buffer: the socket bound with XDP_USE_SG) comes as a chain of
+// descriptors, each but the last with XDP_PKT_CONTD in its options, one
+// UMEM frame each; Receive must hand it over as one contiguous packet,
+// so its bytes are copied, once, into the socket's arena, and its frames
+// go back to the fill ring at once. The ring is read descriptor by
+// descriptor: a chain may wrap around the ring's end, and one whose end
+// the kernel has not put on the ring yet goes on in the next receive (in
+// copy mode the kernel puts a chain on the ring whole, or drops it).
+// A chain of more than maxChain descriptors, or with a descriptor that
+// is not one of the socket's RX frames in the kernel's hands, is
+// dropped and counted; every frame of the socket it names goes back to
+// the fill ring. Nothing marks where a chain starts but the end of the
+// one before, so a chain cut short by the kernel would run into the next
+// packet: the maxChain bound holds such a run to that many frames.
+
 import (
-	"encoding/binary"
+	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/internal/ethernet"
 )
+
+// xskArenaChains is how many chains of the most frames the arena holds:
+// so many multi-buffer packets of the largest size, or more smaller ones,
+// fit one receive.
+const xskArenaChains = 4
+
+// rxChain is the chain being received: its bytes so far, copied into the
+// arena, and its state.
+type rxChain struct {
+	start, end int  // its bytes in the arena
+	frames     int  // descriptors so far; 0: no chain is being received
+	broken     bool // a descriptor was bad
+}
+
+// initChains sets the most frames of a received packet and makes the
+// arena for multi-buffer packets (none with maxChain 1: every chain is
+// then dropped).
+func (x *Socket) initChains(maxChain int) {
+	x.maxChain = maxChain
+	if maxChain > 1 {
+		x.chainRoom = maxChain * x.frameSize
+		x.arena = make([]byte, xskArenaChains*x.chainRoom)
+	}
+}
+
+// multiBuffer reports whether the socket receives multi-buffer packets.
+func (x *Socket) multiBuffer() bool { return x.maxChain > 1 }
+
+// receive returns up to len(bufs) received packets (Ethernet frames) and
+// how many frames it put in addrs. A packet in one UMEM frame is a view
+// into its frame, valid until the frame is recycled, and its frame's
+// address goes into addrs, to give back with recycle. A multi-buffer
+// packet is a view into the arena, valid until the next receive, and its
+// frames go back to the fill ring at once. 0, 0 when none is waiting
+// (see waitRX).
+func (x *Socket) receive(bufs [][]byte, addrs []uint64) (n, m int) {
+	if !x.enter() {
+		return 0, 0
+	}
+	defer x.mu.RUnlock()
+	if x.chain.frames == 0 {
+		x.arenaPos = 0
+	}
+	prod := x.rx.loadProducer()
+	for ; x.rx.local != prod; x.rx.local++ {
+		d := x.rx.descs[x.rx.local&x.rx.mask]
+		chained := x.chain.frames > 0 || d.Options&unix.XDP_PKT_CONTD != 0
+		if x.chain.frames == 0 && !x.rxRoom(chained, len(bufs)-n, len(addrs)-m) {
+			break
+		}
+		base, good := x.rxTake(d, chained)
+		switch {
+		case chained:
+			if pkt := x.chainAdd(d, good); pkt != nil {
+				bufs[n] = pkt
+				n++
+			}
+		case good:
+			bufs[n] = x.umem[d.Addr : d.Addr+uint64(d.Len) : base+uint64(x.frameSize)]
+			addrs[m] = base
+			n, m = n+1, m+1
+		}
+	}
+	x.rx.publishConsumer()
+	x.st.rx.Add(uint64(n))
+	if len(x.rxSpare) > 0 {
+		x.fillFromSpare()
+		x.kickFill()
+	}
+	return n, m
+}
+
+// rxRoom reports whether a packet may start with room for bufs more
+// packets and addrs more frames: a chain needs the arena's room for the
+// most frames, a packet in one frame an address.
+func (x *Socket) rxRoom(chained bool, bufs, addrs int) bool {
+	if chained {
+		return bufs > 0 && len(x.arena)-x.arenaPos >= x.chainRoom
+	}
+	return bufs > 0 && addrs > 0
+}
+
+// rxTake takes the frame of descriptor d from the kernel: the frame
+// becomes the caller's if it holds a packet on its own, else (a chain, or
+// a bad descriptor) it goes back to the spare frames. It returns the
+// frame's address and whether d is good: one of the socket's RX frames
+// in the kernel's hands, the packet within it. A bad descriptor is
+// counted (BadFrames); a frame that is not the kernel's is left alone.
+func (x *Socket) rxTake(d unix.XDPDesc, chained bool) (base uint64, good bool) {
+	base = d.Addr &^ uint64(x.frameSize-1)
+	f, ok := x.frameIndex(base)
+	if !ok || f >= x.rxFrames || x.state[f] != xskFrameKernel {
+		x.st.badFrames.Add(1)
+		return base, false
+	}
+	good = d.Addr+uint64(d.Len) <= base+uint64(x.frameSize)
+	if !good {
+		x.st.badFrames.Add(1)
+	}
+	if good && !chained {
+		x.state[f] = xskFrameUser
+		return base, true
+	}
+	x.state[f] = xskFrameSpare
+	x.rxSpare = append(x.rxSpare, base)
+	return base, good
+}
+
+// chainAdd adds descriptor d to the chain being received (starting one)
+// and returns the packet if d ends the chain and the chain is kept.
+func (x *Socket) chainAdd(d unix.XDPDesc, good bool) []byte {
+	c := &x.chain
+	if c.frames == 0 {
+		*c = rxChain{start: x.arenaPos, end: x.arenaPos}
+	}
+	c.frames++
+	switch {
+	case !good:
+		c.broken = true
+	case c.frames <= x.maxChain && !c.broken:
+		c.end += copy(x.arena[c.end:], x.umem[d.Addr:d.Addr+uint64(d.Len)])
+	}
+	if d.Options&unix.XDP_PKT_CONTD != 0 {
+		return nil
+	}
+	return x.chainEnd()
+}
+
+// chainEnd ends the chain being received: it returns the packet, or nil
+// for a chain that is too long or broken (a bad descriptor, or shorter
+// than an Ethernet header), counted.
+func (x *Socket) chainEnd() []byte {
+	c := &x.chain
+	frames := c.frames
+	c.frames = 0
+	switch {
+	case frames > x.maxChain:
+		x.st.chainTooLong.Add(1)
+	case c.broken || c.end-c.start < ethHdrLen:
+		x.st.chainBroken.Add(1)
+	default:
+		x.arenaPos = c.end
+		x.st.multiBuffer.Add(1)
+		return x.arena[c.start:c.end:c.end]
+	}
+	return nil
+}
+
+// recycle gives received frames back to the kernel (fill ring). Addresses
+// that are not received frames are counted (BadFrames) and ignored.
+func (x *Socket) recycle(addrs []uint64) {
+	if !x.enter() {
+		return
+	}
+	defer x.mu.RUnlock()
+	for _, a := range addrs {
+		f, ok := x.frameIndex(a)
+		if !ok || f >= x.rxFrames || x.state[f] != xskFrameUser {
+			x.st.badFrames.Add(1)
+			continue
+		}
+		x.state[f] = xskFrameSpare
+		x.rxSpare = append(x.rxSpare, a)
+	}
+	x.fillFromSpare()
+	x.kickFill()
+}
+
+// fillFromSpare moves spare RX frames into the fill ring while it has room.
+func (x *Socket) fillFromSpare() {
+	room := x.fill.size - (x.fill.local - x.fill.loadConsumer())
+	n := min(int(room), len(x.rxSpare))
+	if n == 0 {
+		return
+	}
+	top := len(x.rxSpare) - n
+	for i, a := range x.rxSpare[top:] {
+		x.state[a>>x.frameShift] = xskFrameKernel
+		x.fill.descs[(x.fill.local+uint32(i))&x.fill.mask] = a
+	}
+	x.rxSpare = x.rxSpare[:top]
+	x.fill.local += uint32(n)
+	x.fill.publishProducer()
+}
 
 // receiver is a socket's receive side as a pipeline.Receiver.
 type receiver struct {
@@ -18,9 +224,13 @@ var _ pipeline.Receiver = (*receiver)(nil)
 // Receive gives the frames of the previous one back to the kernel (fill
 // ring), then returns the Ethernet frames waiting, waiting (through the
 // Go runtime's netpoller) until one comes, the port stops receiving
-// (Port.StopReceive: then it returns none) or the port is closed. A frame whose EtherType is not IPv4 or IPv6, or does not match
-// its IP version, comes back with an empty packet (the return path counts
-// it as invalid). Use one Receiver per socket, from one goroutine.
+// (Port.StopReceive: then it returns none) or the port is closed. A
+// frame in one UMEM frame is handed over in place; a multi-buffer one
+// (a chain of UMEM frames) is copied into one buffer of the socket.
+// Either stays valid until the next Receive. A frame whose EtherType is
+// not IPv4 or IPv6, or does not match its IP version, comes back with an
+// empty packet (the return path counts it as invalid). Use one Receiver
+// per socket, from one goroutine.
 func (x *Socket) Receiver() pipeline.Receiver { return &receiver{x: x} }
 
 // Headroom is the Ethernet header.
@@ -32,7 +242,7 @@ func (r *receiver) Receive(frames [][]byte) (int, error) {
 		r.addrs = make([]uint64, len(frames))
 	}
 	r.addrs = r.addrs[:len(frames)]
-	n := r.x.receive(frames, r.addrs)
+	n, m := r.x.receive(frames, r.addrs)
 	for n == 0 {
 		if err := r.x.waitRX(); err != nil {
 			r.addrs = r.addrs[:0]
@@ -41,28 +251,13 @@ func (r *receiver) Receive(frames [][]byte) (int, error) {
 			}
 			return 0, err
 		}
-		n = r.x.receive(frames, r.addrs)
+		n, m = r.x.receive(frames, r.addrs)
 	}
-	r.addrs = r.addrs[:n]
+	r.addrs = r.addrs[:m]
 	for i, f := range frames[:n] {
-		if !ipFrame(f) {
-			frames[i] = f[:ethHdrLen] // within the UMEM frame: an empty packet
+		if !ethernet.IsIP(f) {
+			frames[i] = f[:ethHdrLen] // within the frame: an empty packet
 		}
 	}
 	return n, nil
-}
-
-// ipFrame reports whether an Ethernet frame carries IPv4 or IPv6 and its
-// EtherType says the same as the IP version.
-func ipFrame(f []byte) bool {
-	if len(f) <= ethHdrLen {
-		return false
-	}
-	switch binary.BigEndian.Uint16(f[12:14]) {
-	case etherIPv4:
-		return f[ethHdrLen]>>4 == 4
-	case etherIPv6:
-		return f[ethHdrLen]>>4 == 6
-	}
-	return false
 }

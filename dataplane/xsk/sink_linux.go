@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/internal/ethernet"
 	"github.com/gsoplane/gsoplane/internal/nexthop"
 )
 
@@ -16,9 +17,7 @@ import (
 var _ pipeline.Sink = (*Sink)(nil)
 
 const (
-	ethHdrLen  = nexthop.EtherLen
-	etherIPv4  = 0x0800
-	etherIPv6  = 0x86dd
+	ethHdrLen  = ethernet.HeaderLen
 	sinkFrames = 256 // most frames one Alloc, Free or Transmit call handles
 )
 

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/internal/prefix"
 )
 
 // Mode is how the XDP program is attached to the interface.
@@ -38,6 +39,37 @@ func (m Mode) String() string {
 	return fmt.Sprintf("Mode(%d)", int(m))
 }
 
+// MultiBuffer says whether a port receives packets longer than one UMEM
+// frame, as chains of frames (AF_XDP multi-buffer).
+type MultiBuffer int
+
+// The multi-buffer choices.
+const (
+	// MultiBufferAuto turns multi-buffer receive on where the kernel has
+	// it (Linux 6.6 and later) and off where it does not;
+	// Port.MultiBuffer says which.
+	MultiBufferAuto MultiBuffer = iota
+	// MultiBufferOn turns it on; Open fails with ErrNoMultiBuffer where
+	// the kernel cannot.
+	MultiBufferOn
+	// MultiBufferOff receives only packets that fit one UMEM frame: the
+	// XDP program passes longer ones to the kernel (Oversize).
+	MultiBufferOff
+)
+
+// String returns "auto", "on" or "off".
+func (m MultiBuffer) String() string {
+	switch m {
+	case MultiBufferAuto:
+		return "auto"
+	case MultiBufferOn:
+		return "on"
+	case MultiBufferOff:
+		return "off"
+	}
+	return fmt.Sprintf("MultiBuffer(%d)", int(m))
+}
+
 // Defaults and limits of Config.
 const (
 	DefaultFrameSize = 4096
@@ -45,7 +77,31 @@ const (
 	DefaultRingSize  = 2048
 	MaxNumFrames     = 1 << 18
 	MaxRingSize      = 1 << 16
+	MaxChainLimit    = 64 // the largest Config.MaxChain
 )
+
+const (
+	// maxEtherFrame is the longest untagged Ethernet frame an IP packet
+	// makes: Ethernet and IPv6 headers and 65535 bytes of payload. The
+	// default Config.MaxChain takes it.
+	maxEtherFrame = 14 + 40 + 65535
+	// xdpPacketHeadroom is XDP_PACKET_HEADROOM: the kernel puts a
+	// received packet this far into its UMEM frame.
+	xdpPacketHeadroom = 256
+)
+
+// rxFrameLen is how much of a UMEM frame of size frameSize a received
+// packet fills at most (in copy mode the kernel cuts a longer one into
+// chains of descriptors this long).
+func rxFrameLen(frameSize int) int { return frameSize - xdpPacketHeadroom }
+
+// defaultMaxChain is the default of Config.MaxChain: enough frames for
+// maxEtherFrame (18 of 4096 bytes, 37 of 2048), but no more than the RX
+// ring or the RX frames hold.
+func defaultMaxChain(cfg Config) int {
+	n := (maxEtherFrame + rxFrameLen(cfg.FrameSize) - 1) / rxFrameLen(cfg.FrameSize)
+	return min(n, cfg.RingSize, cfg.NumFrames/2)
+}
 
 // maxIfNameLen is the longest interface name (IFNAMSIZ less the NUL).
 const maxIfNameLen = 15
@@ -68,6 +124,11 @@ var (
 	// ErrBadFrame: the sink was given a frame that is not one of its
 	// allocated TX frames, or a length outside 1..FrameSize.
 	ErrBadFrame = errors.New("not an allocated TX frame or bad length")
+	// ErrNoMultiBuffer: Config.MultiBuffer was MultiBufferOn but the
+	// kernel cannot load an XDP program with BPF_F_XDP_HAS_FRAGS (Linux
+	// 5.18) or bind an AF_XDP socket with XDP_USE_SG (Linux 6.6; in
+	// zero-copy mode, a driver that supports it).
+	ErrNoMultiBuffer = errors.New("kernel or driver without AF_XDP multi-buffer (BPF_F_XDP_HAS_FRAGS, XDP_USE_SG)")
 )
 
 // Config configures Open.
@@ -96,6 +157,21 @@ type Config struct {
 	// Redirect are the destinations whose IPv4/IPv6 packets go to the
 	// sockets; everything else goes to the kernel.
 	Redirect []netip.Prefix
+	// MultiBuffer says whether packets longer than one UMEM frame (jumbo
+	// frames; in generic mode a veth peer's GSO super-packets) reach the
+	// sockets as chains of frames (the XDP program loaded with
+	// BPF_F_XDP_HAS_FRAGS, the sockets bound with XDP_USE_SG) or go to
+	// the kernel (Oversize). The default, MultiBufferAuto, takes them
+	// where the kernel can.
+	MultiBuffer MultiBuffer
+	// MaxChain is the most UMEM frames one received packet may take
+	// with multi-buffer on, 2..MaxChainLimit and at most RingSize and
+	// NumFrames/2. 0 means enough for the largest IP packet (65535 bytes
+	// of IPv6 payload: 18 frames of 4096 bytes, 37 of 2048), within those
+	// bounds. The XDP program passes longer packets to the kernel
+	// (Oversize); a longer chain that reaches a socket anyway is dropped
+	// and counted (RXChainTooLong).
+	MaxChain int
 }
 
 // withDefaults fills in defaults and checks cfg without system calls.
@@ -117,13 +193,25 @@ func (cfg Config) withDefaults() (Config, error) {
 		return bad("%d frames: want an even number in 2..%d", cfg.NumFrames, MaxNumFrames)
 	case cfg.RingSize < 2 || cfg.RingSize > MaxRingSize || cfg.RingSize&(cfg.RingSize-1) != 0:
 		return bad("ring size %d: want a power of two in 2..%d", cfg.RingSize, MaxRingSize)
+	case cfg.MultiBuffer < MultiBufferAuto || cfg.MultiBuffer > MultiBufferOff:
+		return bad("multi-buffer %v", cfg.MultiBuffer)
+	case cfg.MaxChain != 0 && (cfg.MaxChain < 2 || cfg.MaxChain > min(MaxChainLimit, cfg.RingSize, cfg.NumFrames/2)):
+		return bad("max chain %d: want 2..%d (MaxChainLimit, RingSize, NumFrames/2)", cfg.MaxChain,
+			min(MaxChainLimit, cfg.RingSize, cfg.NumFrames/2))
+	}
+	cfg.MaxChain = xdpOr(cfg.MaxChain, defaultMaxChain(cfg))
+	if cfg.MaxChain < 2 { // NumFrames 2: one RX frame
+		if cfg.MultiBuffer == MultiBufferOn {
+			return bad("multi-buffer with %d frames: want 4 or more", cfg.NumFrames)
+		}
+		cfg.MultiBuffer = MultiBufferOff
 	}
 	for i, q := range cfg.Queues {
 		if q < 0 || slices.Contains(cfg.Queues[:i], q) {
 			return bad("queue %d negative or repeated", q)
 		}
 	}
-	prefixes, err := xdpPrefixes(cfg.Redirect)
+	prefixes, err := prefix.Normalize(cfg.Redirect, xdpMaxPrefixes)
 	if err != nil {
 		return bad("%v", err)
 	}
@@ -138,40 +226,21 @@ func xdpOr(v, def int) int {
 	return v
 }
 
-// xdpPrefixes checks and masks redirect prefixes (IPv4-mapped IPv6 ones
-// become IPv4).
-func xdpPrefixes(in []netip.Prefix) ([]netip.Prefix, error) {
-	out := make([]netip.Prefix, 0, len(in))
-	var n4, n6 int
-	for _, p := range in {
-		if !p.IsValid() {
-			return nil, fmt.Errorf("redirect prefix %q is not valid", p)
-		}
-		if p.Addr().Is4In6() && p.Bits() >= 96 {
-			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
-		}
-		if p.Addr().Is4() {
-			n4++
-		} else {
-			n6++
-		}
-		out = append(out, p.Masked())
-	}
-	if n4 > xdpMaxPrefixes || n6 > xdpMaxPrefixes {
-		return nil, fmt.Errorf("more than %d redirect prefixes of one family", xdpMaxPrefixes)
-	}
-	return out, nil
-}
-
 // Stats are a socket's counters.
 type Stats struct {
-	RX          uint64 // frames returned by Receive
+	RX          uint64 // packets returned by Receive, multi-buffer ones included
 	TX          uint64 // frames put on the TX ring
 	Completed   uint64 // frames returned by the completion ring
 	Kicks       uint64 // sendto/recvfrom wakeups
 	KickRetries uint64 // wakeups that got EAGAIN, EBUSY, ENOBUFS, EINTR or ENETDOWN (retried later)
 	KickErrors  uint64 // wakeups that failed otherwise
 	BadFrames   uint64 // frame addresses refused on transmit, recycle or free, and bad ring entries
+
+	// Multi-buffer receive: packets that came as chains of frames
+	// (descriptors with XDP_PKT_CONTD), copied into one buffer.
+	RXMultiBuffer  uint64 // chains of two frames or more returned by Receive (counted in RX too)
+	RXChainTooLong uint64 // chains of more than MaxChain frames, dropped
+	RXChainBroken  uint64 // chains with a bad descriptor (counted in BadFrames too) or shorter than an Ethernet header, dropped
 
 	// From the kernel (XDP_STATISTICS).
 	RXDropped   uint64 // dropped for other reasons (e.g. too big for a frame)
@@ -185,7 +254,7 @@ type Stats struct {
 	// Port.ProgramStats; Socket.Stats leaves them zero): frames for the redirect prefixes it
 	// passed to the kernel instead of the socket, by reason, and IP
 	// frames with the wrong version.
-	Oversize        uint64 // longer than a UMEM frame takes (FrameSize - 256 bytes)
+	Oversize        uint64 // longer than a socket takes: a UMEM frame less 256 bytes, MaxChain of them with multi-buffer
 	OtherHost       uint64 // sent to another host's unicast MAC address (the kernel drops them)
 	NotUnicast      uint64 // sent to a broadcast or multicast MAC address
 	VersionMismatch uint64 // any destination: IP version not that of the EtherType (the kernel drops them)

@@ -27,6 +27,7 @@ import (
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/internal/ethtool"
+	"github.com/gsoplane/gsoplane/internal/prefix"
 )
 
 // xskBindBusyWait is how long bind retries EBUSY (see Socket.bind).
@@ -43,6 +44,7 @@ type Port struct {
 	socks   []*Socket
 	ns      netns.NsHandle // the namespace it was opened in, for Reattach
 	closed  bool
+	multi   bool // multi-buffer receive is on
 }
 
 // Open loads the XDP program, opens and registers one socket per queue,
@@ -90,19 +92,65 @@ func (p *Port) open(link netlink.Link, cfg Config, queues []int) error {
 	if err := p.prog.setPrefixes(cfg.Redirect); err != nil {
 		return fmt.Errorf("xsk: port on %s: %w", p.ifname, err)
 	}
-	p.prog.setFrameSize(cfg.FrameSize)
+	err = p.load(link, cfg, cfg.MultiBuffer != MultiBufferOff)
+	if p.fallBack(err, cfg) {
+		err = p.load(link, cfg, false)
+	}
+	if err != nil {
+		return fmt.Errorf("xsk: port on %s: %w", p.ifname, err)
+	}
 	for _, q := range queues {
-		x, err := newXSK(p.ifname, p.ifindex, q, cfg)
+		x, err := newXSK(p.ifname, p.ifindex, q, cfg, p.multi)
 		if err != nil {
 			return err
 		}
 		p.socks = append(p.socks, x)
+		if err := p.checkSG(link, cfg, x); err != nil {
+			return err
+		}
 		if err := p.prog.register(q, x.fd); err != nil {
 			return err
 		}
 	}
 	p.mode, err = p.prog.attach(link, cfg.Mode)
 	return err
+}
+
+// load loads the XDP program for the link's MAC address (attach then
+// keeps it), taking multi-buffer frames up to cfg.MaxChain UMEM frames
+// if multi, else frames that fit one.
+func (p *Port) load(link netlink.Link, cfg Config, multi bool) error {
+	maxLen := rxFrameLen(cfg.FrameSize)
+	if multi {
+		maxLen *= cfg.MaxChain
+	}
+	p.multi = multi
+	p.prog.setReceive(maxLen, multi)
+	return p.prog.load(link.Attrs().HardwareAddr)
+}
+
+// fallBack reports whether err is the kernel refusing multi-buffer and
+// the port should go on without it.
+func (p *Port) fallBack(err error, cfg Config) bool {
+	return errors.Is(err, ErrNoMultiBuffer) && cfg.MultiBuffer == MultiBufferAuto
+}
+
+// checkSG handles a socket the kernel bound without the XDP_USE_SG that
+// the port asked for: with MultiBufferAuto the first socket turns
+// multi-buffer off for the port (the program is loaded again without
+// frags); otherwise it is an error.
+func (p *Port) checkSG(link netlink.Link, cfg Config, x *Socket) error {
+	if x.multiBuffer() == p.multi {
+		return nil
+	}
+	err := fmt.Errorf("xsk: socket on %s queue %d: bind with XDP_USE_SG: %w: %w", p.ifname, x.queueID, ErrNoMultiBuffer, x.sgErr)
+	if len(p.socks) > 1 || !p.fallBack(err, cfg) {
+		return err
+	}
+	if err := p.load(link, cfg, false); err != nil {
+		return fmt.Errorf("xsk: port on %s: %w", p.ifname, err)
+	}
+	return nil
 }
 
 // xdpCheckCaps names the missing capabilities before anything is created.
@@ -164,13 +212,18 @@ func (p *Port) Sockets() []*Socket { return slices.Clone(p.socks) }
 // Mode returns the effective attach mode (native or generic).
 func (p *Port) Mode() Mode { return p.mode }
 
+// MultiBuffer reports whether the port receives packets longer than one
+// UMEM frame (as chains of up to Config.MaxChain frames): Config asked
+// for it and the kernel has it.
+func (p *Port) MultiBuffer() bool { return p.multi }
+
 // Ifindex returns the interface index.
 func (p *Port) Ifindex() int { return p.ifindex }
 
 // SetRedirect replaces the redirect prefixes: afterwards exactly these
 // destinations go to the sockets.
 func (p *Port) SetRedirect(prefixes []netip.Prefix) error {
-	checked, err := xdpPrefixes(prefixes)
+	checked, err := prefix.Normalize(prefixes, xdpMaxPrefixes)
 	if err != nil {
 		return fmt.Errorf("xsk: port: %w: %v", pipeline.ErrInvalidConfig, err)
 	}
@@ -255,6 +308,12 @@ type Socket struct {
 	rxSpare    []uint64 // RX frames not in the fill ring (a stack)
 	txErr      error    // a kick error seen by Complete, for the next Transmit
 	txBudget   int      // frames the kernel sends per kick (XDP_MAX_TX_SKB_BUDGET)
+	maxChain   int      // the most frames of a received packet (1: multi-buffer off)
+	arena      []byte   // received chains, copied (reused by every receive)
+	arenaPos   int      // the arena's bytes in use
+	chainRoom  int      // the arena bytes a chain may take
+	chain      rxChain  // the chain being received
+	sgErr      error    // why bind refused XDP_USE_SG, if it did
 	poll       poller   // waits through the Go runtime's netpoller
 	st         xskCounters
 	final      Stats // kernel counters read at close
@@ -262,10 +321,12 @@ type Socket struct {
 
 type xskCounters struct {
 	rx, tx, completed, kicks, kickRetries, kickErrors, badFrames atomic.Uint64
+	multiBuffer, chainTooLong, chainBroken                       atomic.Uint64
 }
 
-// newXSK opens, sets up and binds the socket of one queue.
-func newXSK(ifname string, ifindex, queue int, cfg Config) (*Socket, error) {
+// newXSK opens, sets up and binds the socket of one queue, with
+// XDP_USE_SG if multi (see bind).
+func newXSK(ifname string, ifindex, queue int, cfg Config, multi bool) (*Socket, error) {
 	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		switch {
@@ -276,19 +337,25 @@ func newXSK(ifname string, ifindex, queue int, cfg Config) (*Socket, error) {
 		}
 		return nil, fmt.Errorf("xsk: socket: %w", os.NewSyscallError("socket", err))
 	}
-	x := &Socket{fd: fd, queueID: queue, frameSize: cfg.FrameSize, rxFrames: uint32(cfg.NumFrames / 2)}
-	for 1<<x.frameShift < x.frameSize {
-		x.frameShift++
-	}
-	if err := x.setup(ifindex, cfg); err != nil {
+	x := newSocket(fd, queue, cfg)
+	if err := x.setup(ifindex, cfg, multi); err != nil {
 		return nil, errors.Join(fmt.Errorf("xsk: socket on %s queue %d: %w", ifname, queue, err), x.close())
 	}
 	return x, nil
 }
 
+// newSocket returns the socket on fd of queue, its frame layout set.
+func newSocket(fd, queue int, cfg Config) *Socket {
+	x := &Socket{fd: fd, queueID: queue, frameSize: cfg.FrameSize, rxFrames: uint32(cfg.NumFrames / 2)}
+	for 1<<x.frameShift < x.frameSize {
+		x.frameShift++
+	}
+	return x
+}
+
 // setup registers the UMEM, creates and maps the rings, binds, and fills
 // the fill ring.
-func (x *Socket) setup(ifindex int, cfg Config) error {
+func (x *Socket) setup(ifindex int, cfg Config, multi bool) error {
 	umem, err := unix.Mmap(-1, 0, cfg.NumFrames*cfg.FrameSize, unix.PROT_READ|unix.PROT_WRITE,
 		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
 	if err != nil {
@@ -301,10 +368,16 @@ func (x *Socket) setup(ifindex int, cfg Config) error {
 	if err := x.mapRings(uint32(cfg.RingSize)); err != nil {
 		return err
 	}
-	if err := x.bind(ifindex, cfg.ZeroCopy); err != nil {
+	sg, err := x.bind(ifindex, cfg.ZeroCopy, multi)
+	if err != nil {
 		return err
 	}
 	x.initFrames(cfg.NumFrames)
+	if sg {
+		x.initChains(cfg.MaxChain)
+	} else {
+		x.initChains(1)
+	}
 	x.txBudget = setTxBudget(x.fd, min(cfg.RingSize, sinkFrames))
 	return x.poll.init(x)
 }
@@ -335,21 +408,46 @@ func (x *Socket) mapRings(n uint32) error {
 	return nil
 }
 
-// bind binds the socket to the queue in copy or zero-copy mode.
-func (x *Socket) bind(ifindex int, zeroCopy bool) error {
+// xskSGFlag is the bind flag of multi-buffer sockets (a variable so that
+// a test can make the kernel refuse it).
+var xskSGFlag uint16 = unix.XDP_USE_SG
+
+// bind binds the socket to the queue in copy or zero-copy mode, with
+// XDP_USE_SG if sg; it reports whether it got XDP_USE_SG. Where the
+// kernel (before Linux 6.6) or, in zero-copy mode, the driver refuses
+// it, it binds without, and keeps the refusal in sgErr.
+func (x *Socket) bind(ifindex int, zeroCopy, sg bool) (bool, error) {
 	flags := uint16(unix.XDP_USE_NEED_WAKEUP | unix.XDP_COPY)
 	if zeroCopy {
 		flags = unix.XDP_USE_NEED_WAKEUP | unix.XDP_ZEROCOPY
 	}
 	sa := &unix.SockaddrXDP{Flags: flags, Ifindex: uint32(ifindex), QueueID: uint32(x.queueID)}
+	if sg {
+		sa.Flags |= xskSGFlag
+		err := x.bindWait(sa)
+		if err == nil || !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.EINVAL) {
+			return err == nil, bindError(err, zeroCopy)
+		}
+		x.sgErr = os.NewSyscallError("bind", err)
+		sa.Flags &^= xskSGFlag
+	}
+	return false, bindError(x.bindWait(sa), zeroCopy)
+}
+
+// bindWait binds. A socket closed a moment ago holds its queue until the
+// kernel has released it (after an RCU grace period, from a workqueue):
+// EBUSY right after a Close is retried for a while.
+func (x *Socket) bindWait(sa *unix.SockaddrXDP) error {
 	err := unix.Bind(x.fd, sa)
-	// A socket closed a moment ago holds its queue until the kernel has
-	// released it (after an RCU grace period, from a workqueue): EBUSY
-	// right after a Close is retried for a while.
 	for start := time.Now(); errors.Is(err, unix.EBUSY) && time.Since(start) < xskBindBusyWait; {
 		time.Sleep(5 * time.Millisecond)
 		err = unix.Bind(x.fd, sa)
 	}
+	return err
+}
+
+// bindError explains a bind error.
+func bindError(err error, zeroCopy bool) error {
 	switch {
 	case err == nil:
 		return nil
@@ -595,77 +693,6 @@ func (x *Socket) complete() int {
 	return int(n)
 }
 
-// receive returns up to min(len(bufs), len(addrs)) received packets:
-// bufs[i] is the packet inside the UMEM (a view, valid until the frame is
-// recycled), addrs[i] its frame, to give back with recycle. 0 when none is
-// waiting (see waitRX).
-func (x *Socket) receive(bufs [][]byte, addrs []uint64) int {
-	if !x.enter() {
-		return 0
-	}
-	defer x.mu.RUnlock()
-	avail := x.rx.loadProducer() - x.rx.local
-	n := min(uint32(min(len(bufs), len(addrs))), avail)
-	got := 0
-	for i := range n {
-		d := x.rx.descs[(x.rx.local+i)&x.rx.mask]
-		base := d.Addr &^ uint64(x.frameSize-1)
-		f, ok := x.frameIndex(base)
-		if !ok || f >= x.rxFrames || x.state[f] != xskFrameKernel || d.Addr+uint64(d.Len) > base+uint64(x.frameSize) {
-			x.st.badFrames.Add(1)
-			continue
-		}
-		x.state[f] = xskFrameUser
-		bufs[got] = x.umem[d.Addr : d.Addr+uint64(d.Len) : base+uint64(x.frameSize)]
-		addrs[got] = base
-		got++
-	}
-	x.rx.local += n
-	x.rx.publishConsumer()
-	x.st.rx.Add(uint64(got))
-	if len(x.rxSpare) > 0 {
-		x.fillFromSpare()
-	}
-	return got
-}
-
-// recycle gives received frames back to the kernel (fill ring). Addresses
-// that are not received frames are counted (BadFrames) and ignored.
-func (x *Socket) recycle(addrs []uint64) {
-	if !x.enter() {
-		return
-	}
-	defer x.mu.RUnlock()
-	for _, a := range addrs {
-		f, ok := x.frameIndex(a)
-		if !ok || f >= x.rxFrames || x.state[f] != xskFrameUser {
-			x.st.badFrames.Add(1)
-			continue
-		}
-		x.state[f] = xskFrameSpare
-		x.rxSpare = append(x.rxSpare, a)
-	}
-	x.fillFromSpare()
-	x.kickFill()
-}
-
-// fillFromSpare moves spare RX frames into the fill ring while it has room.
-func (x *Socket) fillFromSpare() {
-	room := x.fill.size - (x.fill.local - x.fill.loadConsumer())
-	n := min(int(room), len(x.rxSpare))
-	if n == 0 {
-		return
-	}
-	top := len(x.rxSpare) - n
-	for i, a := range x.rxSpare[top:] {
-		x.state[a>>x.frameShift] = xskFrameKernel
-		x.fill.descs[(x.fill.local+uint32(i))&x.fill.mask] = a
-	}
-	x.rxSpare = x.rxSpare[:top]
-	x.fill.local += uint32(n)
-	x.fill.publishProducer()
-}
-
 // Stats returns the socket's counters, the kernel's included (as of
 // Close, once closed).
 func (x *Socket) Stats() Stats {
@@ -678,6 +705,8 @@ func (x *Socket) Stats() Stats {
 	s.RX, s.TX, s.Completed = x.st.rx.Load(), x.st.tx.Load(), x.st.completed.Load()
 	s.Kicks, s.KickRetries, s.KickErrors = x.st.kicks.Load(), x.st.kickRetries.Load(), x.st.kickErrors.Load()
 	s.BadFrames = x.st.badFrames.Load()
+	s.RXMultiBuffer, s.RXChainTooLong = x.st.multiBuffer.Load(), x.st.chainTooLong.Load()
+	s.RXChainBroken = x.st.chainBroken.Load()
 	return s
 }
 

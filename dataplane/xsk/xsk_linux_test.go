@@ -145,61 +145,7 @@ func xdpListenUDP(t *testing.T, ns *netlab.NS, addr netip.AddrPort) *net.UDPConn
 func (n *xdpNet) echo(t *testing.T) {
 	t.Helper()
 	for _, a := range []string{xdpGW4, xdpGW6} {
-		addr := netip.AddrPortFrom(netip.MustParseAddr(a), 7007)
-		srv := xdpListenUDP(t, n.gw, addr)
-		go func() {
-			buf := make([]byte, 64)
-			for {
-				k, from, err := srv.ReadFromUDPAddrPort(buf)
-				if err != nil {
-					return
-				}
-				srv.WriteToUDPAddrPort(buf[:k], from)
-			}
-		}()
-		c := xdpDialUDP(t, n.peer, addr)
-		c.SetDeadline(time.Now().Add(xdpWait))
-		buf := make([]byte, 64)
-		if _, err := c.Write([]byte("ping " + a)); err != nil {
-			t.Fatalf("UDP to %s: %v", a, err)
-		}
-		if k, err := c.Read(buf); err != nil || string(buf[:k]) != "ping "+a {
-			t.Fatalf("UDP echo from %s: %q, %v", a, buf[:k], err)
-		}
-		n.tcpEcho(t, netip.AddrPortFrom(addr.Addr(), 7008))
-	}
-}
-
-// tcpEcho exchanges a line over TCP from the peer to addr in gw.
-func (n *xdpNet) tcpEcho(t *testing.T, addr netip.AddrPort) {
-	t.Helper()
-	var ln net.Listener
-	var err error
-	n.gw.Do(t, func() { ln, err = net.Listen("tcp", addr.String()) })
-	if err != nil {
-		t.Fatalf("listen TCP %v: %v", addr, err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			buf := make([]byte, 64)
-			k, _ := c.Read(buf)
-			c.Write(buf[:k])
-			c.Close()
-		}
-	}()
-	var c net.Conn
-	n.peer.Do(t, func() { c, err = net.DialTimeout("tcp", addr.String(), xdpWait) })
-	if err != nil {
-		t.Fatalf("TCP connect %v: %v", addr, err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(xdpWait))
-	buf := make([]byte, 64)
-	c.Write([]byte("hello"))
-	if k, err := c.Read(buf); err != nil || string(buf[:k]) != "hello" {
-		t.Fatalf("TCP echo from %v: %q, %v", addr, buf[:k], err)
+		netlab.Echo(t, n.gw, n.peer, netip.MustParseAddr(a), xdpWait)
 	}
 }
 
@@ -215,6 +161,12 @@ func TestXDPConfigErrors(t *testing.T) {
 		{Ifname: "x", Queues: []int{0, 0}},
 		{Ifname: "x", Queues: []int{-1}},
 		{Ifname: "x", Redirect: []netip.Prefix{{}}},
+		{Ifname: "x", MultiBuffer: 3},
+		{Ifname: "x", MaxChain: 1},
+		{Ifname: "x", MaxChain: MaxChainLimit + 1},
+		{Ifname: "x", MaxChain: 9, RingSize: 8},
+		{Ifname: "x", MaxChain: 9, NumFrames: 16},
+		{Ifname: "x", NumFrames: 2, MultiBuffer: MultiBufferOn},
 	} {
 		if _, err := Open(cfg); !errors.Is(err, pipeline.ErrInvalidConfig) {
 			t.Errorf("Open(%+v) = %v, want pipeline.ErrInvalidConfig", cfg, err)
@@ -226,6 +178,33 @@ func TestXDPModeString(t *testing.T) {
 	for m, want := range map[Mode]string{ModeAuto: "auto", ModeNative: "native", ModeGeneric: "generic", 9: "Mode(9)"} {
 		if m.String() != want {
 			t.Errorf("%d: %q, want %q", int(m), m.String(), want)
+		}
+	}
+	for m, want := range map[MultiBuffer]string{MultiBufferAuto: "auto", MultiBufferOn: "on", MultiBufferOff: "off", 9: "MultiBuffer(9)"} {
+		if m.String() != want {
+			t.Errorf("%d: %q, want %q", int(m), m.String(), want)
+		}
+	}
+}
+
+// TestXSKMaxChainDefault: the default chain takes the largest IP packet
+// (an IPv6 header and 65535 bytes of payload behind Ethernet) in frames
+// of FrameSize-256 bytes, within the ring and the RX frames.
+func TestXSKMaxChainDefault(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want int
+	}{
+		{Config{Ifname: "x"}, 18},
+		{Config{Ifname: "x", FrameSize: 2048}, 37},
+		{Config{Ifname: "x", RingSize: 16}, 16},
+		{Config{Ifname: "x", NumFrames: 20}, 10},
+		{Config{Ifname: "x", MaxChain: 5}, 5},
+		{Config{Ifname: "x", NumFrames: 2}, 1}, // and multi-buffer off
+	} {
+		cfg, err := c.cfg.withDefaults()
+		if err != nil || cfg.MaxChain != c.want || (cfg.MultiBuffer == MultiBufferOff) != (c.want < 2) {
+			t.Errorf("%+v: MaxChain %d, multi-buffer %v, %v; want %d", c.cfg, cfg.MaxChain, cfg.MultiBuffer, err, c.want)
 		}
 	}
 }
@@ -391,15 +370,17 @@ func TestXSKReceive(t *testing.T) {
 					t.Logf("(not every queue got a flow)")
 				}
 			}
-			xdpCheckRXAllocs(t, n, p)
+			c := xdpDialUDP(t, n.peer, netip.MustParseAddrPort("198.18.200.77:9999"))
+			xdpCheckRXAllocs(t, p, func() { c.Write([]byte("allocs")) })
 		})
 	}
 }
 
-// xdpCheckRXAllocs asserts that Receive+Recycle does not allocate, while
-// packets arrive.
-func xdpCheckRXAllocs(t *testing.T, n *xdpNet, p *Port) {
-	c := xdpDialUDP(t, n.peer, netip.MustParseAddrPort("198.18.200.77:9999"))
+// xdpCheckRXAllocs asserts that receive+recycle does not allocate while
+// send, called on another goroutine, keeps packets coming; it returns
+// how many packets it received.
+func xdpCheckRXAllocs(t *testing.T, p *Port, send func()) int {
+	t.Helper()
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
@@ -409,7 +390,7 @@ func xdpCheckRXAllocs(t *testing.T, n *xdpNet, p *Port) {
 			case <-stop:
 				return
 			default:
-				c.Write([]byte("allocs"))
+				send()
 				time.Sleep(20 * time.Microsecond)
 			}
 		}
@@ -419,8 +400,8 @@ func xdpCheckRXAllocs(t *testing.T, n *xdpNet, p *Port) {
 	got := 0
 	allocs := testing.AllocsPerRun(500, func() {
 		for _, x := range socks {
-			k := x.receive(bufs, addrs)
-			x.recycle(addrs[:k])
+			k, m := x.receive(bufs, addrs)
+			x.recycle(addrs[:m])
 			got += k
 		}
 		time.Sleep(10 * time.Microsecond)
@@ -428,8 +409,9 @@ func xdpCheckRXAllocs(t *testing.T, n *xdpNet, p *Port) {
 	close(stop)
 	<-done
 	if allocs != 0 || got == 0 {
-		t.Errorf("Receive+Recycle: %v allocations per call (%d packets)", allocs, got)
+		t.Errorf("receive+recycle: %v allocations per call (%d packets)", allocs, got)
 	}
+	return got
 }
 
 // xdpCollect sends perFlow datagrams on each conn (paced by what has
@@ -462,11 +444,11 @@ func xdpCollect(t *testing.T, p *Port, conns []*net.UDPConn, perFlow int) map[in
 	for len(seen) < total && time.Now().Before(deadline) {
 		idle := true
 		for _, x := range p.Sockets() {
-			k := x.receive(bufs, addrs)
+			k, m := x.receive(bufs, addrs)
 			for i := range k {
 				xdpCheckRX(t, bufs[i], seen, conns)
 			}
-			x.recycle(addrs[:k])
+			x.recycle(addrs[:m])
 			perQueue[x.queueID] += k
 			got.Add(int64(k))
 			idle = idle && k == 0
@@ -732,7 +714,8 @@ func TestXSKAfterClose(t *testing.T) {
 	if m, err := x.transmit(addrs[:k], []int{60, 60, 60, 60}); m != 0 || !errors.Is(err, ErrClosed) || !errors.Is(err, net.ErrClosed) {
 		t.Errorf("Transmit after Close: %d, %v", m, err)
 	}
-	if x.alloc(addrs) != 0 || x.complete() != 0 || x.receive(make([][]byte, 4), addrs) != 0 || x.frame(0) != nil || x.fd != -1 || x.txFreeCount() != 0 {
+	rn, rm := x.receive(make([][]byte, 4), addrs)
+	if x.alloc(addrs) != 0 || x.complete() != 0 || rn != 0 || rm != 0 || x.frame(0) != nil || x.fd != -1 || x.txFreeCount() != 0 {
 		t.Error("a method did something after Close")
 	}
 	x.recycle(addrs)
