@@ -145,8 +145,17 @@ type GatewayStats struct {
 	Sent, Completed uint64
 	XSK             []xsk.Stats         // per AF_XDP socket, with its queue's XDP program counters
 	Packet          []afpacket.Stats    // per AF_PACKET socket
+	Ingress         PortStats           // the ingress device's port (GatewayConfig.Ingress)
 	Replies         pipeline.ReplyStats // ICMP errors written into the TUN
 	NIC             NICStats
+}
+
+// PortStats are the counters of a port's sockets: Sent and Completed as
+// in GatewayStats, and the sockets' own.
+type PortStats struct {
+	Sent, Completed uint64
+	XSK             []xsk.Stats
+	Packet          []afpacket.Stats
 }
 
 // NICStats is the NIC as the gateway last saw it.

@@ -401,7 +401,11 @@ func (g *Gateway) Stats() GatewayStats {
 		}
 	}
 	if g.nic != nil {
-		g.nic.stats(&s)
+		p := g.nic.stats()
+		s.Sent, s.Completed, s.XSK, s.Packet = p.Sent, p.Completed, p.XSK, p.Packet
+	}
+	if g.ingress != nil {
+		s.Ingress = g.ingress.stats()
 	}
 	if g.reply != nil {
 		s.Replies = g.reply.Stats()

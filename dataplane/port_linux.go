@@ -119,8 +119,9 @@ func packetFrames(budget int) int {
 	return min((budget+size-1)/size+segment.DefaultMaxSegments, afpacket.MaxFrames)
 }
 
-// stats fills in the per-socket counters of the port.
-func (n *nic) stats(s *GatewayStats) {
+// stats returns the counters of the port's sockets.
+func (n *nic) stats() PortStats {
+	var s PortStats
 	switch p := n.port.(type) {
 	case *xsk.Port:
 		s.XSK = p.Stats()
@@ -136,4 +137,5 @@ func (n *nic) stats(s *GatewayStats) {
 			s.Completed += st.TX // complete once the kernel has copied it
 		}
 	}
+	return s
 }

@@ -20,13 +20,13 @@ var ingressArgs = []string{"-nic", labNIC, "-ingress", netlab.Ingress,
 	"-next-hop", netlab.NICB4.String(), "-log-format", "json"}
 
 // startIngress builds the topology with C behind a veth of the given MTU
-// and starts udpfwd with -ingress in A.
-func startIngress(t *testing.T, mtu int) *netlab.Topology {
+// and starts udpfwd with -ingress in A, with more flags.
+func startIngress(t *testing.T, mtu int, flags ...string) *netlab.Topology {
 	t.Helper()
 	requireRoot(t)
 	tp := netlab.NewTopologyT(t, "ingress")
 	netlab.Must(t, tp.AddIngress(mtu, 2))
-	p := startUdpfwd(t, tp.A, nil, ingressArgs...)
+	p := startUdpfwd(t, tp.A, nil, append(flags, ingressArgs...)...)
 	waitReady(t, p, tp.A)
 	t.Cleanup(func() {
 		p.cmd.Process.Signal(syscall.SIGTERM)
@@ -39,6 +39,8 @@ func startIngress(t *testing.T, mtu int) *netlab.Topology {
 
 // TestIngress forwards between a container's veth (TSO on, as veths
 // have it) and the NIC: SHA-256-checked TCP both ways over IPv4 and IPv6.
+// (A native XDP program on a veth turns off the peer's TSO: C segments
+// itself; see TestIngressGSO.)
 func TestIngress(t *testing.T) {
 	tp := startIngress(t, 1500)
 	tcpStream(t, tp.C, tp.B, net.JoinHostPort(srv4, "5201"), 32<<20)
@@ -54,14 +56,34 @@ func TestIngress(t *testing.T) {
 		m[`udpfwd_wire_packets_total{event="cut"}`], m[`udpfwd_wire_packets_total{event="clamped"}`])
 }
 
+// TestIngressGSO runs the XDP programs in generic mode, where the veth
+// keeps C's TSO: C's 64 KiB super-packets arrive whole (multi-buffer),
+// with their partial checksums, and the gateway cuts them to the NIC's
+// MTU; the stream arrives intact.
+func TestIngressGSO(t *testing.T) {
+	tp := startIngress(t, 1500, "-xdp-mode", "generic")
+	tcpStream(t, tp.C, tp.B, net.JoinHostPort(srv4, "5201"), 32<<20)
+	tcpStream(t, tp.C, tp.B, net.JoinHostPort(srv6, "5202"), 8<<20)
+	m := scrapeIdle(t, tp.A, "127.0.0.1:9464")
+	cut := m[`udpfwd_wire_packets_total{event="cut"}`]
+	multi := m[`udpfwd_xsk_events_total{device="ingress",event="rx_multi_buffer",queue="0"}`] + m[`udpfwd_xsk_events_total{device="ingress",event="rx_multi_buffer",queue="1"}`]
+	t.Logf("wire: received %v, cut %v; multi-buffer packets %v", m[`udpfwd_wire_packets_total{event="received"}`], cut, multi)
+	if cut == 0 || multi == 0 {
+		t.Error("nothing was cut: the super-packets did not arrive whole")
+	}
+}
+
 // TestIngressJumbo forwards from a jumbo-frame link (MTU 9000) to the
 // 1500-byte NIC: TCP's SYNs are clamped to MSS 1460 and the stream goes
-// through intact; a datagram with DF that does not fit is refused with
+// through intact; an 8000-byte UDP datagram without DF arrives whole, cut
+// into IP fragments on the way; a datagram with DF that does not fit is
+// refused with
 // ICMP fragmentation needed (IPv4) or packet too big (IPv6), from which
 // the sender's kernel learns the path MTU.
 func TestIngressJumbo(t *testing.T) {
 	tp := startIngress(t, 9000)
 	tcpStream(t, tp.C, tp.B, net.JoinHostPort(srv4, "5201"), 16<<20)
+	jumboDatagram(t, tp)
 	for _, srv := range []netip.Addr{netlab.Srv4, netlab.Srv6} {
 		if mtu := pathMTU(t, tp.C, srv, 3000); mtu != 1500 {
 			t.Errorf("%v: path MTU %d after a 3000-byte datagram, want 1500", srv, mtu)
@@ -104,4 +126,37 @@ func pathMTU(t *testing.T, ns *netlab.NS, srv netip.Addr, size int) int {
 		}
 	}
 	return mtu
+}
+
+// jumboDatagram sends an 8000-byte UDP datagram without DF from C to the
+// server and checks that it arrives whole.
+func jumboDatagram(t *testing.T, tp *netlab.Topology) {
+	t.Helper()
+	var srv net.PacketConn
+	netlab.Must(t, tp.B.Run(func() (err error) { srv, err = net.ListenPacket("udp", net.JoinHostPort(srv4, "9100")); return err }))
+	defer srv.Close()
+	c, err := dial(tp.C, "udp", net.JoinHostPort(srv4, "9100"))
+	netlab.Must(t, err)
+	defer c.Close()
+	raw, err := c.(*net.UDPConn).SyscallConn()
+	netlab.Must(t, err)
+	var serr error
+	raw.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DONT) })
+	netlab.Must(t, serr)
+	msg := make([]byte, 8000-28)
+	for i := range msg {
+		msg[i] = byte(i * 7)
+	}
+	buf := make([]byte, 9000)
+	srv.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for range 3 { // the first may meet an unresolved next hop
+		c.Write(msg)
+		if n, _, err := srv.ReadFrom(buf); err == nil {
+			if n != len(msg) || string(buf[:n]) != string(msg) {
+				t.Fatalf("received %d bytes, want the %d sent", n, len(msg))
+			}
+			return
+		}
+	}
+	t.Fatal("the jumbo datagram did not arrive")
 }

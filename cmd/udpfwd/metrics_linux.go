@@ -41,9 +41,9 @@ var (
 	descCompleted    = desc("tx_completed_total", "Packets the NIC reported sent (TX completions), a super-packet the NIC segments counting once.", "port")
 	descTxErrors     = desc("tx_errors_total", "Transmit calls that failed.", "port")
 	descDrops        = desc("drops_total", "Packets dropped, by direction and reason (invalid, oversize, no_frames: super-packets; others: segments or packets).", "direction", "reason")
-	descXSKEvents    = desc("xsk_events_total", "AF_XDP socket events from the kernel (XDP_STATISTICS) and kick failures, and frames the XDP program passed to the kernel instead of the socket, by RX queue.", "queue", "event")
+	descXSKEvents    = desc("xsk_events_total", "AF_XDP socket events from the kernel (XDP_STATISTICS) and kick failures, and frames the XDP program passed to the kernel instead of the socket, by device (nic or ingress) and RX queue.", "device", "queue", "event")
 	descWire         = desc("wire_packets_total", "With -ingress, packets from a wire (both directions) by what was done: received, cut (larger than the egress MTU), clamped (SYN MSS lowered), too_big (refused, answered with ICMP), bad_checksum, invalid.", "event")
-	descPacketEvents = desc("packet_events_total", "AF_PACKET socket events: frames dropped or refused, the kernel's receive drops and sends retried, by socket.", "queue", "event")
+	descPacketEvents = desc("packet_events_total", "AF_PACKET socket events: frames dropped or refused, the kernel's receive drops and sends retried, by device (nic or ingress) and socket.", "device", "queue", "event")
 	descBudgetUsed   = desc("budget_in_use_bytes", "Truesize bytes charged to the send budget and not yet completed (first TUN queue).")
 	descBudgetLimit  = desc("budget_limit_bytes", "Current send budget limit (first TUN queue).")
 	descBudgetPeak   = desc("budget_peak_bytes", "Highest budget use seen (first TUN queue).")
@@ -88,8 +88,12 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		e.traffic(s)
 		e.drops(s)
 	}
-	e.xsk(s.XSK)
-	e.packet(s.Packet)
+	e.xsk("nic", s.XSK)
+	e.packet("nic", s.Packet)
+	if c.ingress {
+		e.xsk("ingress", s.Ingress.XSK)
+		e.packet("ingress", s.Ingress.Packet)
+	}
 	e.nic(s.NIC)
 	e.icmp(s.Replies)
 	if c.backpressure {
@@ -182,34 +186,36 @@ func (e emitter) drops(s dataplane.GatewayStats) {
 	}
 }
 
-func (e emitter) xsk(socks []xsk.Stats) {
+func (e emitter) xsk(dev string, socks []xsk.Stats) {
 	for i, x := range socks {
 		q := strconv.Itoa(i)
-		e.counter(descXSKEvents, x.RXDropped, q, "rx_dropped")
-		e.counter(descXSKEvents, x.RXInvalid, q, "rx_invalid")
-		e.counter(descXSKEvents, x.RXRingFull, q, "rx_ring_full")
-		e.counter(descXSKEvents, x.RXFillEmpty, q, "rx_fill_ring_empty")
-		e.counter(descXSKEvents, x.TXInvalid, q, "tx_invalid")
-		e.counter(descXSKEvents, x.KickErrors, q, "kick_error")
-		e.counter(descXSKEvents, x.RXMultiBuffer, q, "rx_multi_buffer")
-		e.counter(descXSKEvents, x.RXChainTooLong, q, "rx_chain_too_long")
-		e.counter(descXSKEvents, x.RXChainBroken, q, "rx_chain_broken")
-		e.counter(descXSKEvents, x.Oversize, q, "pass_oversize")
-		e.counter(descXSKEvents, x.OtherHost, q, "pass_other_host")
-		e.counter(descXSKEvents, x.NotUnicast, q, "pass_not_unicast")
-		e.counter(descXSKEvents, x.VersionMismatch, q, "pass_version_mismatch")
+		counter := func(v uint64, event string) { e.counter(descXSKEvents, v, dev, q, event) }
+		counter(x.RXDropped, "rx_dropped")
+		counter(x.RXInvalid, "rx_invalid")
+		counter(x.RXRingFull, "rx_ring_full")
+		counter(x.RXFillEmpty, "rx_fill_ring_empty")
+		counter(x.TXInvalid, "tx_invalid")
+		counter(x.KickErrors, "kick_error")
+		counter(x.RXMultiBuffer, "rx_multi_buffer")
+		counter(x.RXChainTooLong, "rx_chain_too_long")
+		counter(x.RXChainBroken, "rx_chain_broken")
+		counter(x.Oversize, "pass_oversize")
+		counter(x.OtherHost, "pass_other_host")
+		counter(x.NotUnicast, "pass_not_unicast")
+		counter(x.VersionMismatch, "pass_version_mismatch")
 	}
 }
 
-func (e emitter) packet(socks []afpacket.Stats) {
+func (e emitter) packet(dev string, socks []afpacket.Stats) {
 	for i, x := range socks {
 		q := strconv.Itoa(i)
-		e.counter(descPacketEvents, x.Drops.Invalid, q, "rx_invalid")
-		e.counter(descPacketEvents, x.Drops.Truncated, q, "rx_truncated")
-		e.counter(descPacketEvents, x.Drops.Header, q, "rx_header")
-		e.counter(descPacketEvents, x.Drops.Kernel, q, "rx_kernel_drop")
-		e.counter(descPacketEvents, x.Drops.Refused, q, "tx_refused")
-		e.counter(descPacketEvents, x.TXBusy, q, "tx_busy")
+		counter := func(v uint64, event string) { e.counter(descPacketEvents, v, dev, q, event) }
+		counter(x.Drops.Invalid, "rx_invalid")
+		counter(x.Drops.Truncated, "rx_truncated")
+		counter(x.Drops.Header, "rx_header")
+		counter(x.Drops.Kernel, "rx_kernel_drop")
+		counter(x.Drops.Refused, "tx_refused")
+		counter(x.TXBusy, "tx_busy")
 	}
 }
 
