@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -9,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,13 +42,15 @@ func TestSoak(t *testing.T) {
 	}
 	lab := newGwLab(t, GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true, GRO: true})
 	stop := make(chan struct{})
-	defer close(stop)
-	for _, toA := range []bool{false, true} {
-		go soakTCP(t, lab, toA, stop)
+	var wg sync.WaitGroup
+	defer func() { close(stop); wg.Wait() }() // no load left when the leak check runs
+	for _, load := range []func(){
+		func() { soakTCP(lab, false, stop) }, func() { soakTCP(lab, true, stop) },
+		func() { soakUDP(lab, stop) }, func() { soakFlaps(lab, stop) }, func() { soakChurn(lab, stop) },
+	} {
+		wg.Add(1)
+		go func() { defer wg.Done(); load() }()
 	}
-	go soakUDP(t, lab, stop)
-	go soakFlaps(t, lab, stop)
-	go soakChurn(t, lab, stop)
 
 	var base soakSample
 	end := time.Now().Add(d)
@@ -115,20 +119,32 @@ func rss() uint64 {
 }
 
 // soakTCP moves TCP streams of 64 MiB, one after the other, until stop.
-func soakTCP(t *testing.T, lab *gwLab, toA bool, stop <-chan struct{}) {
+func soakTCP(lab *gwLab, toA bool, stop <-chan struct{}) {
 	for {
 		select {
 		case <-stop:
 			return
 		default:
 		}
-		tcpTransferQuiet(lab, toA)
+		tcpTransferQuiet(lab, toA, stop)
 	}
 }
 
 // tcpTransferQuiet sends 64 MiB over TCP A→B or B→A, ignoring errors
-// (a link flap may reset a connection; the soak is about footprint).
-func tcpTransferQuiet(lab *gwLab, toA bool) {
+// (a link flap may reset a connection; the soak is about footprint). It
+// returns with its sockets closed, at once when stop closes.
+func tcpTransferQuiet(lab *gwLab, toA bool, stop <-chan struct{}) {
+	var socks closers
+	defer socks.closeAll()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-stop:
+			socks.closeAll()
+		case <-done:
+		}
+	}()
 	srv, cli, addr := lab.B, lab.A, netip.AddrPortFrom(labSrv4, 5301)
 	if toA {
 		srv, cli, addr = lab.A, lab.B, netip.AddrPortFrom(netlab.App4, 5302)
@@ -137,20 +153,22 @@ func tcpTransferQuiet(lab *gwLab, toA bool) {
 	if srv.Run(func() (err error) { ln, err = net.Listen("tcp", addr.String()); return err }) != nil {
 		return
 	}
-	defer ln.Close()
+	socks.add(ln)
+	read := make(chan struct{})
 	go func() {
+		defer close(read)
 		if c, err := ln.Accept(); err == nil {
+			socks.add(c)
 			c.SetDeadline(time.Now().Add(time.Minute))
-			buf := make([]byte, 1<<16)
-			for _, err := c.Read(buf); err == nil; _, err = c.Read(buf) {
-			}
-			c.Close()
+			io.Copy(io.Discard, c)
 		}
 	}()
+	defer func() { socks.closeAll(); <-read }()
 	var c net.Conn
 	if cli.Run(func() (err error) { c, err = net.DialTimeout("tcp", addr.String(), 5*time.Second); return err }) != nil {
 		return
 	}
+	socks.add(c)
 	c.SetDeadline(time.Now().Add(time.Minute))
 	buf := make([]byte, 1<<20)
 	for range 64 {
@@ -158,11 +176,39 @@ func tcpTransferQuiet(lab *gwLab, toA bool) {
 			break
 		}
 	}
-	c.Close()
+	c.(*net.TCPConn).CloseWrite()
+	<-read
+}
+
+// closers closes what was added to it, once, from any goroutine.
+type closers struct {
+	mu     sync.Mutex
+	cs     []io.Closer
+	closed bool
+}
+
+func (c *closers) add(x io.Closer) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		x.Close()
+		return
+	}
+	c.cs = append(c.cs, x)
+}
+
+func (c *closers) closeAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	for _, x := range c.cs {
+		x.Close()
+	}
+	c.cs = nil
 }
 
 // soakUDP floods UDP datagrams of random sizes from A to B until stop.
-func soakUDP(t *testing.T, lab *gwLab, stop <-chan struct{}) {
+func soakUDP(lab *gwLab, stop <-chan struct{}) {
 	var c net.Conn
 	if lab.A.Run(func() (err error) { c, err = net.Dial("udp", netip.AddrPortFrom(labSrv4, 9).String()); return err }) != nil {
 		return
@@ -180,7 +226,7 @@ func soakUDP(t *testing.T, lab *gwLab, stop <-chan struct{}) {
 }
 
 // soakFlaps takes the NIC down for a second every 20 s.
-func soakFlaps(t *testing.T, lab *gwLab, stop <-chan struct{}) {
+func soakFlaps(lab *gwLab, stop <-chan struct{}) {
 	tick := time.NewTicker(20 * time.Second)
 	defer tick.Stop()
 	for {
@@ -203,7 +249,7 @@ func soakFlaps(t *testing.T, lab *gwLab, stop <-chan struct{}) {
 // 198.19.128.0/17, which A routes into the TUN and the gateway takes to
 // be on the NIC's link, where no host answers: each needs a neighbour
 // that never resolves.
-func soakChurn(t *testing.T, lab *gwLab, stop <-chan struct{}) {
+func soakChurn(lab *gwLab, stop <-chan struct{}) {
 	if lab.A.AddRoute("198.19.128.0/17", labTUN, "") != nil {
 		return
 	}

@@ -37,7 +37,7 @@ type CoalesceStats struct {
 	Flags       uint64 // TCP SYN, RST, URG or CWR, or PSH/FIN with no merge to end
 	NoPayload   uint64 // TCP or UDP without payload (pure ACKs)
 	Disabled    uint64 // TCP or UDP while that kind of merge is switched off
-	Malformed   uint64 // truncated or inconsistent lengths; the kernel will drop it
+	Malformed   uint64 // truncated or inconsistent lengths; passed on for the receiving host to judge
 }
 
 // A Coalescer merges received packets into super-packets; see Coalesce.

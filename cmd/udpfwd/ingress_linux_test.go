@@ -141,7 +141,9 @@ func jumboDatagram(t *testing.T, tp *netlab.Topology) {
 	raw, err := c.(*net.UDPConn).SyscallConn()
 	netlab.Must(t, err)
 	var serr error
-	raw.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DONT) })
+	raw.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DONT)
+	})
 	netlab.Must(t, serr)
 	msg := make([]byte, 8000-28)
 	for i := range msg {

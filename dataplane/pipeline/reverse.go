@@ -270,13 +270,44 @@ func (r *ReturnPath) check(frames [][]byte, sizes []int) int {
 	return m
 }
 
-// valid reports whether pkt may be handed on.
+// valid reports whether pkt may be handed on. Without GRO, Validate
+// checks it all; with GRO, the IP header is checked here, as a router
+// checks it (RFC 1812 5.2.2: a bad header, length or checksum is
+// dropped), and the coalescer, which parses the rest, passes on what it
+// cannot merge for the receiving host to judge.
 func (r *ReturnPath) valid(pkt []byte) bool {
 	if r.gro != nil {
-		return len(pkt) > 0
+		return ipHeaderValid(pkt)
 	}
 	_, err := segment.Validate(pkt, segment.Header{})
 	return err == nil
+}
+
+// ipHeaderValid reports whether pkt, trimmed by ipPacket, starts with a
+// whole IP header whose lengths match pkt: for IPv4, IHL at least 5, a
+// total length of at least IHL words, a correct header checksum.
+func ipHeaderValid(pkt []byte) bool {
+	switch {
+	case len(pkt) >= 20 && pkt[0]>>4 == 4:
+		ihl := int(pkt[0]&0xf) * 4
+		total := int(binary.BigEndian.Uint16(pkt[2:4]))
+		return ihl >= 20 && total >= ihl && total == len(pkt) && sum16(pkt[:ihl]) == 0xffff
+	case len(pkt) >= 40 && pkt[0]>>4 == 6:
+		return 40+int(binary.BigEndian.Uint16(pkt[4:6])) == len(pkt)
+	}
+	return false
+}
+
+// sum16 is the ones' complement sum of b (of even length), folded.
+func sum16(b []byte) uint16 {
+	var s uint32
+	for i := 0; i+1 < len(b); i += 2 {
+		s += uint32(binary.BigEndian.Uint16(b[i:]))
+	}
+	for s > 0xffff {
+		s = s>>16 + s&0xffff
+	}
+	return uint16(s)
 }
 
 // ipPacket trims b to the length its IP header gives, if shorter.
