@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/gsoplane/gsoplane/dataplane"
+	"github.com/gsoplane/gsoplane/dataplane/afpacket"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/txqueue"
 )
@@ -52,22 +53,52 @@ func (gw *gateway) stop() error {
 func (gw *gateway) counters(c *counters) {
 	st := gw.g.Stats()
 	c.Segments = st.Forward.Transmitted
+	if st.Forward.Offloaded > 0 {
+		// A super-packet the NIC segments (AF_PACKET) counts once in
+		// Transmitted; Segments counts each segment it becomes.
+		c.Segments = st.Forward.Segments
+	}
 	c.Reads = st.Forward.SuperPackets
-	c.Drops = st.Forward.Drops.Total() + st.Return.Drops.Total()
+	// Not the host's own link-local traffic into the TUN (MLD reports,
+	// router solicitations), which a router does not forward: it is
+	// not the measured traffic, and it comes at random times.
+	c.Drops = st.Forward.Drops.Total() - st.Forward.Drops[pipeline.DropNotRouted] + st.Return.Drops.Total()
 	c.RetPackets, c.RetWrites = st.Return.Packets, st.Return.Writes
 	c.BudgetInFlight, c.BudgetLimit = st.Budget.InFlight, st.Budget.Limit
 }
 
 // extra are the gateway's whole-run waits (where the forwarder held
-// back) and its kernel crossings: AF_XDP kicks per super-packet read.
+// back) and its kernel crossings: AF_XDP kicks, or AF_PACKET sendmmsg
+// calls, per super-packet read, and what the AF_PACKET port handed the
+// NIC (whole super-packets, partial checksums) and took from it (the
+// kernel's GRO super-packets).
 func (gw *gateway) extra() map[string]float64 {
 	st := gw.g.Stats()
 	m := waits(st.Forward, st.Budget, st.Queue)
-	var kicks uint64
-	for _, x := range st.XSK {
-		kicks += x.Kicks
+	per := func(n uint64) float64 { return float64(n) / float64(max(st.Forward.SuperPackets, 1)) }
+	switch gw.g.Port() {
+	case dataplane.PortXDP:
+		var kicks uint64
+		for _, x := range st.XSK {
+			kicks += x.Kicks
+		}
+		m["xsk_kicks_per_super_packet"] = per(kicks)
+	case dataplane.PortPacket:
+		var p afpacket.Stats
+		for _, x := range st.Packet {
+			p.TX, p.TXCalls, p.TXSuper, p.TXPartial, p.TXBusy = p.TX+x.TX, p.TXCalls+x.TXCalls, p.TXSuper+x.TXSuper, p.TXPartial+x.TXPartial, p.TXBusy+x.TXBusy
+			p.RX, p.RXCalls, p.RXSuper, p.Drops.Kernel = p.RX+x.RX, p.RXCalls+x.RXCalls, p.RXSuper+x.RXSuper, p.Drops.Kernel+x.Drops.Kernel
+		}
+		m["packet_sendmmsg_per_super_packet"] = per(p.TXCalls)
+		m["packet_tx_frames"] = float64(p.TX)
+		m["packet_tx_super"] = float64(p.TXSuper)
+		m["packet_tx_partial"] = float64(p.TXPartial)
+		m["packet_tx_busy"] = float64(p.TXBusy)
+		m["packet_rx_frames"] = float64(p.RX)
+		m["packet_rx_super"] = float64(p.RXSuper)
+		m["packet_rx_per_recvmmsg"] = float64(p.RX) / float64(max(p.RXCalls, 1))
+		m["packet_rx_kernel_drops"] = float64(p.Drops.Kernel)
 	}
-	m["xsk_kicks_per_super_packet"] = float64(kicks) / float64(max(st.Forward.SuperPackets, 1))
 	return m
 }
 

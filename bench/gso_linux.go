@@ -9,9 +9,16 @@ package main
 //	    segments before the TUN and the gateway reads one packet at a time;
 //	(c) with no userspace at all: A routes B's prefix straight out of gw-a
 //	    and the kernel carries super-packets across the veth (the upper
-//	    bound; nothing is segmented anywhere).
+//	    bound; nothing is segmented anywhere);
+//	(d) through the gateway with the AF_PACKET port in place of AF_XDP,
+//	    in each of its TX modes: offload (afpacket.GSOModeAuto: the veth
+//	    advertises TSO, so whole super-packets go to it, as they would to
+//	    a NIC with TSO, and cross it unsegmented), partial (gsoplane
+//	    segments, the NIC completes the checksums) and full (complete
+//	    segments, as from AF_XDP).
 //
-// With iperf3 installed, a fourth row runs iperf3 through (a).
+// (a) and (b) use the AF_XDP port. With iperf3 installed, a last row runs
+// iperf3 through (a).
 
 import (
 	"context"
@@ -19,6 +26,7 @@ import (
 	"os/exec"
 
 	"github.com/gsoplane/gsoplane/dataplane"
+	"github.com/gsoplane/gsoplane/dataplane/afpacket"
 	"github.com/gsoplane/gsoplane/dataplane/tun"
 )
 
@@ -26,10 +34,10 @@ const tcpPort = 5201
 
 func gsoRows(opts measureOpts) []rowSpec {
 	tcpUnits := units{sent: "bytes", received: "packets at gw-b"}
-	gw := func(name string, offload bool) rowSpec {
+	gw := func(name string, cfg dataplane.GatewayConfig) rowSpec {
 		return rowSpec{name: name, units: tcpUnits, retrans: true, start: func(ctx context.Context) (trial, error) {
 			return withLab(func(l *lab) (*labTrial, error) {
-				g, err := startGateway(l, dataplane.GatewayConfig{TUN: tun.Config{Offload: offload}, Backpressure: true})
+				g, err := startGateway(l, cfg)
 				if err != nil {
 					return nil, err
 				}
@@ -41,9 +49,15 @@ func gsoRows(opts measureOpts) []rowSpec {
 			})
 		}}
 	}
+	xdp := func(offload bool) dataplane.GatewayConfig {
+		return dataplane.GatewayConfig{TUN: tun.Config{Offload: offload}, Port: dataplane.PortXDP, Backpressure: true}
+	}
+	packet := func(mode afpacket.GSOMode) dataplane.GatewayConfig {
+		return dataplane.GatewayConfig{TUN: tun.Config{Offload: true}, Port: dataplane.PortPacket, PacketGSO: mode, Backpressure: true}
+	}
 	rows := []rowSpec{
-		gw("gsoplane", true),
-		gw("no-offload", false),
+		gw("gsoplane", xdp(true)),
+		gw("no-offload", xdp(false)),
 		{name: "kernel", units: tcpUnits, retrans: true, ppsAtB: true, start: func(ctx context.Context) (trial, error) {
 			return withLab(func(l *lab) (*labTrial, error) {
 				if err := l.RouteKernel(); err != nil {
@@ -56,11 +70,14 @@ func gsoRows(opts measureOpts) []rowSpec {
 				return &labTrial{tr: tcpTraffic{s}, rxAtB: true}, nil
 			})
 		}},
+		gw("packet-offload", packet(afpacket.GSOModeAuto)),
+		gw("packet-partial", packet(afpacket.GSOModePartial)),
+		gw("packet-full", packet(afpacket.GSOModeFull)),
 	}
 	if iperf3Skipped() == "" {
 		rows = append(rows, rowSpec{name: "gsoplane-iperf3", units: tcpUnits, retrans: true, start: func(ctx context.Context) (trial, error) {
 			return withLab(func(l *lab) (*labTrial, error) {
-				g, err := startGateway(l, dataplane.GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true})
+				g, err := startGateway(l, xdp(true))
 				if err != nil {
 					return nil, err
 				}
@@ -83,14 +100,21 @@ func iperf3Skipped() string {
 	return ""
 }
 
+// The targets of the AF_PACKET rows (the closing note of the issue that
+// added them): with the NIC segmenting, within reach of the kernel alone;
+// cutting every segment itself, at least as fast as AF_XDP.
+const (
+	targetPacketOffload = 0.8 // packet-offload / kernel
+	targetPacketFull    = 1.0 // packet-full / gsoplane (AF_XDP)
+)
+
 func gsoRatios(rows []*rowResult) []ratio {
-	g, n, k := findRow(rows, "gsoplane"), findRow(rows, "no-offload"), findRow(rows, "kernel")
-	var out []ratio
-	if g != nil && n != nil {
-		out = append(out, ratioOf("gsoplane/no-offload", "TCP throughput, gsoplane GSO / kernel-segmented TUN (no offloads)", g, n, false))
-	}
-	if g != nil && k != nil {
-		out = append(out, ratioOf("gsoplane/kernel", "TCP throughput, gsoplane / kernel only (upper bound)", g, k, false))
-	}
-	return out
+	return throughputRatios(rows, []ratioSpec{
+		{"gsoplane", "no-offload", "TCP throughput, gsoplane GSO / kernel-segmented TUN (no offloads)", 0},
+		{"gsoplane", "kernel", "TCP throughput, gsoplane / kernel only (upper bound)", 0},
+		{"packet-offload", "kernel", "TCP throughput, AF_PACKET with the NIC segmenting / kernel only", targetPacketOffload},
+		{"packet-full", "gsoplane", "TCP throughput, AF_PACKET with complete segments / AF_XDP", targetPacketFull},
+		{"packet-partial", "packet-full", "TCP throughput, AF_PACKET, partial checksums / complete segments", 0},
+		{"packet-offload", "gsoplane", "TCP throughput, AF_PACKET with the NIC segmenting / AF_XDP", 0},
+	})
 }

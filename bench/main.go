@@ -10,10 +10,13 @@
 // Scenarios:
 //
 //	backpressure  UDP_SEGMENT stream through a paced TX path, budget on/off
-//	gso           TCP stream: gsoplane GSO, TUN without offloads, kernel only
+//	gso           TCP stream: gsoplane GSO, TUN without offloads, kernel only,
+//	              and the AF_PACKET port in each TX mode (offload, partial,
+//	              full) beside the AF_XDP one
 //	gro           TCP stream B→A through the return path: GRO on and off,
-//	              kernel only, wireguard-go's TUN writer, and the forward
-//	              direction for comparison
+//	              the AF_PACKET port behind the kernel's GRO, kernel only,
+//	              wireguard-go's TUN writer, and the forward direction for
+//	              comparison
 //	queues        TCP with one or two queues, one or two streams, both ways
 //	hook          64-byte packets, many flows: no hook, no-op hook, inspecting hook
 //	peers         TCP stream with wireguard-go's TUN reader and Tailscale's

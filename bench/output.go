@@ -24,6 +24,25 @@ type ratio struct {
 	Pct    bool    // Value is a fraction, shown as a percentage
 	Delta  bool    // Value is a ratio, shown as its difference from 1 in percent
 	Show   string  // shown instead of Value, when set
+	// Target, if set, is the least Value the row is meant to reach; the
+	// table says whether its median did (never asserted: the bench
+	// reports, it does not judge a shared machine's numbers).
+	Target float64
+}
+
+// verdict says whether the ratio reached its target, or "" without one.
+func (r ratio) verdict() string {
+	if r.Target <= 0 {
+		return ""
+	}
+	s := "met"
+	switch {
+	case r.Value < r.Target:
+		s = "MISSED"
+	case r.Hi > 0 && r.Lo < r.Target:
+		s = "met by the median, not by every run"
+	}
+	return fmt.Sprintf("target ≥ %.2f×: %s", r.Target, s)
 }
 
 func (r ratio) String() string {
@@ -56,6 +75,26 @@ func findRow(rows []*rowResult, name string) *rowResult {
 		}
 	}
 	return nil
+}
+
+// ratioSpec names a throughput ratio a/b between two rows, with its
+// target (0: none).
+type ratioSpec struct {
+	a, b, text string
+	target     float64
+}
+
+// throughputRatios computes the ratios of specs whose rows both ran.
+func throughputRatios(rows []*rowResult, specs []ratioSpec) []ratio {
+	var out []ratio
+	for _, c := range specs {
+		if a, b := findRow(rows, c.a), findRow(rows, c.b); a != nil && b != nil {
+			q := ratioOf(c.a+"/"+c.b, c.text, a, b, false)
+			q.Target = c.target
+			out = append(out, q)
+		}
+	}
+	return out
 }
 
 // ratioOf is a's median main metric over b's, with the range of the
@@ -100,7 +139,14 @@ type scenarioResult struct {
 
 func newReport(o options) *report { return &report{opts: o, started: time.Now()} }
 
+// add records a scenario with its notes and, for a ratio that missed its
+// target, one saying so.
 func (r *report) add(name, title string, rows []*rowResult, ratios []ratio, notes []string) {
+	for _, q := range ratios {
+		if q.Target > 0 && q.Value < q.Target {
+			notes = append(notes[:len(notes):len(notes)], fmt.Sprintf("target missed: %s = %.2f×, the target is ≥ %.2f× (%s)", q.Key, q.Value, q.Target, q.Text))
+		}
+	}
 	r.scenarios = append(r.scenarios, scenarioResult{name, title, rows, ratios, notes})
 }
 
@@ -151,6 +197,10 @@ func (r *report) writeText(w io.Writer, verbose bool) {
 		}
 		tw.Flush()
 		for _, q := range s.ratios {
+			if v := q.verdict(); v != "" {
+				fmt.Fprintf(w, "  %s = %s   (%s; %s)\n", q.Key, q, q.Text, v)
+				continue
+			}
 			fmt.Fprintf(w, "  %s = %s   (%s)\n", q.Key, q, q.Text)
 		}
 		for _, row := range s.rows {
@@ -360,6 +410,9 @@ func (r *report) json() jsonReport {
 			q[x.Key] = x.Value
 			if x.Hi > 0 {
 				q[x.Key+" min"], q[x.Key+" max"] = x.Lo, x.Hi
+			}
+			if x.Target > 0 {
+				q[x.Key+" target"] = x.Target
 			}
 		}
 		out.Ratios[s.name] = q

@@ -45,7 +45,7 @@ var scenarios = map[string]scenarioDef{
 	"gso": {
 		name: "gso",
 		title: func(o options) string {
-			return "gso: one TCP stream A→B — gsoplane GSO (TUN offloads) vs TUN without offloads (the kernel segments) vs kernel only (no userspace)"
+			return "gso: one TCP stream A→B — gsoplane GSO (TUN offloads) vs TUN without offloads (the kernel segments) vs the AF_PACKET port in each TX mode vs kernel only (no userspace)"
 		},
 		rows:   func(o options) []rowSpec { return gsoRows(o.measure) },
 		ratios: func(rows []*rowResult, o options) []ratio { return gsoRatios(rows) },
@@ -53,13 +53,17 @@ var scenarios = map[string]scenarioDef{
 			"Mbit/s = bytes read by the receiving socket; retrans = tcpi_total_retrans of the sender; Mpps = segments the gateway sent;",
 			"kernel: A routes B's prefix out of gw-a, super-packets cross the veth unsegmented (its Mpps counts gw-b's skbs).",
 			"gsoplane-iperf3 (when iperf3 is installed): iperf3's own report through the gsoplane row's set-up.",
+			"gsoplane and no-offload use the AF_XDP port (copy mode on the veth); packet-* the AF_PACKET port, in each TX mode:",
+			"  packet-offload = GSOModeAuto: the veth advertises TSO, so TCP super-packets go to it whole and cross the veth",
+			"  unsegmented, as in the kernel row; packet-partial: gsoplane segments, the NIC completes the checksums;",
+			"  packet-full: complete segments, as AF_XDP sends. Their Mpps counts every segment, those the NIC would cut included.",
 		},
 		skipped: iperf3Skipped,
 	},
 	"gro": {
 		name: "gro",
 		title: func(o options) string {
-			return "gro: one TCP stream B→A (the return path: NIC → TUN) — GRO on vs off vs kernel only vs wireguard-go's TUN writer, and the forward direction"
+			return "gro: one TCP stream B→A (the return path: NIC → TUN) — GRO on vs off vs the AF_PACKET port with the kernel's GRO vs kernel only vs wireguard-go's TUN writer, and the forward direction"
 		},
 		rows:   func(o options) []rowSpec { return groRows() },
 		ratios: func(rows []*rowResult, o options) []ratio { return groRatios(rows) },
@@ -68,6 +72,9 @@ var scenarios = map[string]scenarioDef{
 			"forward = the same build's A→B stream (GRO on; its Mpps and pkts/write are the ACKs coming back);",
 			"wireguard-go = its TUN device (CreateTUN with offloads) as the gateway's inside: our return path hands it every",
 			"  packet (writes/pkt 1.0 on our side) and its Device.Write coalesces them itself.",
+			"packet-gro = the AF_PACKET port with GRO on gw-a: the kernel merges before the port, and the return path writes its",
+			"  super-packets into the TUN as they are; its Mpps counts the packets gw-a received (before GRO), pkts/write those per TUN write.",
+			"gro, no-gro and forward use the AF_XDP port (which takes frames before the kernel's GRO).",
 		},
 	},
 	"queues": {

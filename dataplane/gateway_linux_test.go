@@ -2,7 +2,6 @@ package dataplane
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -13,14 +12,19 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/gsoplane/gsoplane/dataplane/afpacket"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/dataplane/tun"
 	"github.com/gsoplane/gsoplane/internal/netlab"
@@ -28,11 +32,40 @@ import (
 
 // The reference topology (netlab.Topology): the gateway and an
 // application in netns A, a server in netns B. A routes the server's
-// prefixes into the TUN device; the gateway sends them out of gw-a as
-// AF_XDP frames. B routes the application's prefixes back to gw-a, where
-// the XDP program hands them to the gateway, which writes them into the
-// TUN device.
+// prefixes into the TUN device; the gateway sends them out of gw-a
+// through its NIC port, AF_XDP or AF_PACKET. B routes the application's
+// prefixes back to gw-a, where the port's program (XDP, or tcx ingress
+// and a socket filter for AF_PACKET) hands them to the gateway, which
+// writes them into the TUN device.
 const labTUN = "gsotun0"
+
+// labPort is a NIC port the integration tests run over.
+type labPort struct {
+	name string // the subtest's name: -run 'TestGatewayTCP/packet'
+	kind PortKind
+	gso  afpacket.GSOMode // AF_PACKET: what the sink leaves to the NIC
+}
+
+// config sets the port of cfg.
+func (p labPort) config(cfg GatewayConfig) GatewayConfig {
+	cfg.Port, cfg.PacketGSO = p.kind, p.gso
+	return cfg
+}
+
+var (
+	portXDP    = labPort{name: "xdp", kind: PortXDP}
+	portPacket = labPort{name: "packet", kind: PortPacket} // GSOModeAuto
+	labPorts   = []labPort{portXDP, portPacket}
+)
+
+// forPorts runs fn as a subtest per port, named after it (skipping them
+// all at once unless root).
+func forPorts(t *testing.T, fn func(t *testing.T, p labPort)) {
+	netlab.RequireRoot(t)
+	for _, p := range labPorts {
+		t.Run(p.name, func(t *testing.T) { fn(t, p) })
+	}
+}
 
 var (
 	labSrv4 = netlab.Srv4
@@ -49,7 +82,8 @@ type gwLab struct {
 }
 
 // newGwLab builds the topology and starts a gateway configured by cfg
-// (its names and routes are filled in).
+// (its names and routes are filled in). cfg.Port picks the NIC port;
+// PortAuto is AF_XDP on the veth, whose driver runs XDP natively.
 func newGwLab(t testing.TB, cfg GatewayConfig) *gwLab {
 	t.Helper()
 	lab := &gwLab{Topology: netlab.NewTopologyT(t, "gw")}
@@ -57,10 +91,14 @@ func newGwLab(t testing.TB, cfg GatewayConfig) *gwLab {
 	lab.A.Do(t, func() {
 		g, err := OpenGateway(cfg)
 		if err != nil {
-			t.Fatalf("OpenGateway: %v", err)
+			t.Fatalf("OpenGateway (port %v): %v", cfg.Port, err)
 		}
 		lab.g = g
 	})
+	if want := cfg.Port; want != PortAuto && lab.g.Port() != want {
+		lab.g.Close()
+		t.Fatalf("the gateway opened port %v, want %v", lab.g.Port(), want)
+	}
 	netlab.Must(t, lab.TUNUp(labTUN))
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -121,71 +159,32 @@ func (lab *gwLab) dial(t testing.TB, network string, dst netip.Addr, port int) n
 	return c
 }
 
-// stream is a deterministic pseudo-random byte stream of n bytes.
-type stream struct {
-	r *rand.PCG
-	n int64
-}
-
-func (s *stream) Read(p []byte) (int, error) {
-	if s.n <= 0 {
-		return 0, io.EOF
-	}
-	p = p[:min(int64(len(p)), s.n)&^7]
-	if len(p) == 0 {
-		return 0, io.ErrShortBuffer
-	}
-	for i := 0; i < len(p); i += 8 {
-		binary.LittleEndian.PutUint64(p[i:], s.r.Uint64())
-	}
-	s.n -= int64(len(p))
-	return len(p), nil
-}
-
 // tcpTransfer sends size bytes of a deterministic stream from A to B, or
 // from B to A, and checks the SHA-256 at the receiver.
 func tcpTransfer(t testing.TB, lab *gwLab, srv netip.Addr, size int64, toA bool) time.Duration {
 	t.Helper()
-	ln, _ := lab.listen(t, "tcp", srv, 5201)
-	defer ln.Close()
-	type result struct {
-		sum [32]byte
-		err error
+	return netlab.TCPTransfer(t, lab.A, lab.B, netip.AddrPortFrom(srv, 5201), size, toA)
+}
+
+// settledStats returns the gateway's counters once both directions are
+// idle: every super-packet read is counted in the histograms, every
+// frame handed to the port is complete, and the return path's counters
+// stay still between two looks (a packet is counted when it is read and
+// again when it is written). Right after a transfer the closing
+// sockets' last packets may still be on their way.
+func (lab *gwLab) settledStats() GatewayStats {
+	st := lab.g.Stats()
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		prev := st.Return
+		st = lab.g.Stats()
+		f, r := st.Forward, st.Return
+		if sum(f.SegmentsPerRead[:]) == f.SuperPackets && f.Completed == f.Transmitted && sum(f.TxLatency[:]) == f.Completed &&
+			r.Packets == prev.Packets && r.Writes == prev.Writes {
+			break
+		}
 	}
-	res := make(chan result, 1)
-	conn := lab.dial(t, "tcp", srv, 5201)
-	defer conn.Close()
-	peer, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
-	sender, receiver := net.Conn(conn), peer
-	if toA {
-		sender, receiver = peer, conn
-	}
-	start := time.Now()
-	go func() {
-		h := sha256.New()
-		_, err := io.Copy(h, receiver)
-		res <- result{[32]byte(h.Sum(nil)), err}
-	}()
-	h := sha256.New()
-	src := &stream{r: rand.NewPCG(uint64(size), 7), n: size}
-	if _, err := io.CopyBuffer(io.MultiWriter(sender, h), src, make([]byte, 256<<10)); err != nil {
-		t.Fatalf("send: %v", err)
-	}
-	sender.(*net.TCPConn).CloseWrite()
-	var r result
-	select {
-	case r = <-res:
-	case <-time.After(2 * time.Minute):
-		t.Fatal("receiver timed out")
-	}
-	if r.err != nil || r.sum != [32]byte(h.Sum(nil)) {
-		t.Fatalf("receiver: SHA-256 %x, sent %x, err %v", r.sum, h.Sum(nil), r.err)
-	}
-	return time.Since(start)
+	return st
 }
 
 // lost counts the drops of packets that were to go through: all but the
@@ -194,16 +193,42 @@ func tcpTransfer(t testing.TB, lab *gwLab, srv netip.Addr, size int64, toA bool)
 func lost(d pipeline.Drops) uint64 { return d.Total() - d[pipeline.DropNotRouted] }
 
 // TestGatewayTCP moves SHA-256-checked TCP streams both ways, over IPv4
-// and IPv6, with GRO on the return path and without.
+// and IPv6, through each NIC port: AF_XDP, and AF_PACKET in each GSO
+// mode (offload: whole super-packets the NIC segments; partial: segments
+// with partial checksums; full: complete segments), checking from the
+// port's counters that the mode did what it says. The return path runs
+// with GRO and without; GRO does not depend on the TX mode, so the
+// AF_PACKET modes other than offload run with it only, and one run has
+// GRO on gw-a too, where the kernel merges before the port and the
+// return path passes its super-packets on unchanged.
 func TestGatewayTCP(t *testing.T) {
-	for _, gro := range []bool{true, false} {
-		t.Run(fmt.Sprintf("gro=%v", gro), func(t *testing.T) { gatewayTCP(t, gro) })
+	netlab.RequireRoot(t)
+	packet := func(mode afpacket.GSOMode) labPort {
+		return labPort{name: "packet/" + mode.String(), kind: PortPacket, gso: mode}
+	}
+	for _, c := range []struct {
+		port   labPort
+		gro    string // "gro=true", "gro=false", or "nic-gro": GRO on gw-a and in the return path
+		sizeV4 int64
+	}{
+		{portXDP, "gro=true", 64 << 20},
+		{portXDP, "gro=false", 32 << 20},
+		{packet(afpacket.GSOModeOffload), "gro=true", 64 << 20},
+		{packet(afpacket.GSOModeOffload), "gro=false", 32 << 20},
+		{packet(afpacket.GSOModeOffload), "nic-gro", 32 << 20},
+		{packet(afpacket.GSOModePartial), "gro=true", 32 << 20},
+		{packet(afpacket.GSOModeFull), "gro=true", 32 << 20},
+	} {
+		t.Run(c.port.name+"/"+c.gro, func(t *testing.T) { gatewayTCP(t, c.port, c.gro, c.sizeV4) })
 	}
 }
 
-func gatewayTCP(t *testing.T, gro bool) {
-	lab := newGwLab(t, GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true, GRO: gro})
-	const size = 128 << 20
+func gatewayTCP(t *testing.T, port labPort, gro string, size int64) {
+	nicGRO := gro == "nic-gro"
+	lab := newGwLab(t, port.config(GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true, GRO: gro != "gro=false"}))
+	if nicGRO {
+		netlab.Must(t, lab.A.SetFeatures(netlab.NICA, map[string]bool{"gro": true}))
+	}
 	for _, c := range []struct {
 		name string
 		srv  netip.Addr
@@ -220,7 +245,7 @@ func gatewayTCP(t *testing.T, gro bool) {
 			t.Logf("%d MiB in %v: %.0f Mbit/s", c.size>>20, d.Round(time.Millisecond), float64(c.size)*8/d.Seconds()/1e6)
 		})
 	}
-	st := lab.g.Stats()
+	st := lab.settledStats()
 	t.Logf("forward %+v\nreturn %+v\nbudget %+v", st.Forward, st.Return, st.Budget)
 	if lost(st.Forward.Drops) != 0 || st.Return.Drops.Total() != 0 {
 		t.Errorf("the gateway dropped: forward %v, return %v", st.Forward.Drops, st.Return.Drops)
@@ -234,8 +259,80 @@ func gatewayTCP(t *testing.T, gro bool) {
 	if n := sum(st.Forward.TxLatency[:]); n != st.Forward.Completed || st.Forward.TxLatencySum <= 0 {
 		t.Errorf("latency histogram counts %d segments (sum %v), %d completed", n, st.Forward.TxLatencySum, st.Forward.Completed)
 	}
-	checkGRO(t, st.Return, gro)
+	checkPort(t, st, port)
+	if nicGRO {
+		checkKernelGRO(t, st)
+	} else {
+		checkGRO(t, st.Return, gro == "gro=true")
+	}
 	t.Logf("segments per read %v, TX latency %v (mean %v)", st.Forward.SegmentsPerRead, st.Forward.TxLatency, st.Forward.TxLatencySum/time.Duration(max(st.Forward.Completed, 1)))
+}
+
+// checkPort checks that the port's counters are the port's, and for
+// AF_PACKET that its GSO mode did what it says: whole super-packets to
+// the NIC (TXSuper, Forward.Offloaded) only with offload or auto, partial
+// checksums with partial, neither with full.
+func checkPort(t *testing.T, st GatewayStats, port labPort) {
+	t.Helper()
+	if port.kind == PortXDP {
+		if len(st.XSK) == 0 || len(st.Packet) != 0 || st.Sent == 0 {
+			t.Errorf("AF_XDP port: %d XSK stats, %d AF_PACKET stats, %d sent", len(st.XSK), len(st.Packet), st.Sent)
+		}
+		return
+	}
+	if len(st.Packet) == 0 || len(st.XSK) != 0 {
+		t.Fatalf("AF_PACKET port: %d AF_PACKET stats, %d XSK stats", len(st.Packet), len(st.XSK))
+	}
+	var tx, super, partial, refused, busy, rxSuper uint64
+	for _, s := range st.Packet {
+		tx, super, partial, refused = tx+s.TX, super+s.TXSuper, partial+s.TXPartial, refused+s.Drops.Refused
+		busy, rxSuper = busy+s.TXBusy, rxSuper+s.RXSuper
+	}
+	t.Logf("AF_PACKET %v: %d frames sent, %d whole super-packets (%d offloaded by the forwarder), %d with partial checksums, %d sends retried, %d refused, %d super-packets received",
+		port.gso, tx, super, st.Forward.Offloaded, partial, busy, refused, rxSuper)
+	if tx != st.Sent || st.Sent == 0 {
+		t.Errorf("the sockets sent %d frames, the gateway says %d", tx, st.Sent)
+	}
+	if refused != 0 {
+		t.Errorf("the kernel refused %d frames", refused)
+	}
+	for i, s := range st.Packet {
+		t.Logf("socket %d: %+v", i, s)
+	}
+	switch port.gso {
+	case afpacket.GSOModeAuto, afpacket.GSOModeOffload:
+		if super == 0 || st.Forward.Offloaded == 0 {
+			t.Errorf("%v: %d super-packets sent whole (%d offloaded): the NIC segmented nothing", port.gso, super, st.Forward.Offloaded)
+		}
+		if st.Forward.Segments <= tx {
+			t.Errorf("%v: %d frames sent for %d segments", port.gso, tx, st.Forward.Segments)
+		}
+	case afpacket.GSOModePartial:
+		if super != 0 || st.Forward.Offloaded != 0 || partial == 0 {
+			t.Errorf("partial: %d super-packets sent whole (%d offloaded), %d with partial checksums", super, st.Forward.Offloaded, partial)
+		}
+	case afpacket.GSOModeFull:
+		if super != 0 || st.Forward.Offloaded != 0 || partial != 0 {
+			t.Errorf("full: %d super-packets sent whole (%d offloaded), %d with partial checksums", super, st.Forward.Offloaded, partial)
+		}
+	}
+}
+
+// checkKernelGRO checks the return path behind an AF_PACKET port on a
+// NIC with GRO on: the kernel's super-packets went into the TUN as they
+// were, none refused.
+func checkKernelGRO(t *testing.T, st GatewayStats) {
+	t.Helper()
+	var rx, rxSuper uint64
+	for _, s := range st.Packet {
+		rx, rxSuper = rx+s.RX, rxSuper+s.RXSuper
+	}
+	r := st.Return
+	t.Logf("return path: %d frames received, %d of them the kernel's super-packets; %d packets in %d writes, %d merged here",
+		rx, rxSuper, r.Packets, r.Writes, r.SuperPackets)
+	if rxSuper == 0 || r.Refused != 0 || r.Writes > r.Packets {
+		t.Errorf("GRO on the NIC: %d super-packets received; %d writes for %d packets, %d refused", rxSuper, r.Writes, r.Packets, r.Refused)
+	}
 }
 
 // checkGRO checks that GRO merged (fewer writes than packets; how many
@@ -256,11 +353,14 @@ func checkGRO(t *testing.T, r pipeline.ReturnStats, on bool) {
 }
 
 // TestGatewayGROUDP sends UDP datagrams of several sizes from B to the
-// application in A, through the return path with GRO: every datagram
-// arrives once, in order, with its own length (the boundaries survive
-// the merge into USO super-packets and the kernel's cut).
-func TestGatewayGROUDP(t *testing.T) {
-	lab := newGwLab(t, GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true, GRO: true})
+// application in A, through the return path with GRO, behind each port:
+// every datagram arrives once, in order, with its own length (the
+// boundaries survive the merge into USO super-packets and the kernel's
+// cut).
+func TestGatewayGROUDP(t *testing.T) { forPorts(t, gatewayGROUDP) }
+
+func gatewayGROUDP(t *testing.T, port labPort) {
+	lab := newGwLab(t, port.config(GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true, GRO: true}))
 	for _, c := range []struct {
 		name string
 		app  netip.Addr
@@ -276,9 +376,13 @@ func TestGatewayGROUDP(t *testing.T) {
 
 // udpToA sends runs of equal-sized datagrams (sizes cycling, each run
 // ending with a shorter one) from B to app in A with sequence numbers,
-// and checks what A receives.
+// and checks what A receives. UDP has no flow control and the return
+// path no backpressure (a full RX ring drops): the sender keeps at most
+// a window of datagrams ahead of the receiver, enough for the return
+// path to see batches to merge, so that a machine busy with other work
+// slows the test down instead of failing it.
 func udpToA(t *testing.T, lab *gwLab, app netip.Addr) {
-	const n, port = 20000, 9100
+	const n, port, window = 20000, 9100, 1024
 	sizeOf := func(i int) int { // runs of 15 equal datagrams, then a short one
 		if i%16 == 15 {
 			return 100 + i%200
@@ -302,28 +406,44 @@ func udpToA(t *testing.T, lab *gwLab, app netip.Addr) {
 		}
 	})
 	defer c.Close()
+
+	var got atomic.Int64 // datagrams received in order
+	failed := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 2048)
+		for next := 0; next < n; next++ {
+			pc.SetReadDeadline(time.Now().Add(2 * time.Second))
+			m, _, err := pc.ReadFrom(buf)
+			if err != nil {
+				failed <- fmt.Errorf("after %d of %d datagrams: %w", next, n, err)
+				return
+			}
+			if seq := int(binary.BigEndian.Uint32(buf)); seq != next || m != sizeOf(seq) {
+				failed <- fmt.Errorf("datagram %d (%d bytes), want %d (%d bytes)", seq, m, next, sizeOf(next))
+				return
+			}
+			got.Store(int64(next + 1))
+		}
+		failed <- nil
+	}()
 	buf := make([]byte, 2048)
+send:
 	for i := range n {
+		for int64(i)-got.Load() >= window {
+			if len(failed) > 0 {
+				break send // the receiver gave up
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
 		binary.BigEndian.PutUint32(buf, uint32(i))
 		if _, err := c.Write(buf[:sizeOf(i)]); err != nil {
 			t.Fatalf("send %d: %v", i, err)
 		}
-		if i%256 == 255 {
-			time.Sleep(200 * time.Microsecond) // stay within A's socket buffer
-		}
 	}
-	next := 0
-	for next < n {
-		pc.SetReadDeadline(time.Now().Add(2 * time.Second))
-		m, _, err := pc.ReadFrom(buf)
-		if err != nil {
-			t.Fatalf("after %d of %d datagrams: %v", next, n, err)
-		}
-		seq := int(binary.BigEndian.Uint32(buf))
-		if seq != next || m != sizeOf(seq) {
-			t.Fatalf("datagram %d (%d bytes), want %d (%d bytes)", seq, m, next, sizeOf(next))
-		}
-		next++
+	if err := <-failed; err != nil {
+		st := lab.g.Stats()
+		t.Errorf("return path %+v; AF_XDP %+v; AF_PACKET %+v", st.Return, st.XSK, st.Packet)
+		t.Fatal(err)
 	}
 }
 
@@ -423,13 +543,16 @@ func forceRcvBuf(t testing.TB, c *net.UDPConn, n int) {
 // packet's socket charge when it rings it, so the sender's send buffer
 // never fills and a blocking send does not block.) Without backpressure
 // the queue in front of the NIC drops, and datagrams are lost.
-func TestGatewayUDPBackpressure(t *testing.T) {
+func TestGatewayUDPBackpressure(t *testing.T) { forPorts(t, gatewayUDPBackpressure) }
+
+func gatewayUDPBackpressure(t *testing.T, port labPort) {
 	const rate, sends, segs = 200e6, 300, 40
 	t.Run("on", func(t *testing.T) {
-		lab := newGwLab(t, GatewayConfig{TUN: tun.Config{Offload: true, TxQueueLen: 32}, Backpressure: true, TxRate: rate})
+		lab := newGwLab(t, port.config(GatewayConfig{TUN: tun.Config{Offload: true, TxQueueLen: 32}, Backpressure: true, TxRate: rate}))
 		r := udpFlood(t, lab, sends, segs)
 		st := lab.g.Stats()
-		t.Logf("%+v; gateway drops %v, budget stalls %d (%v), peak %d of %d", r, st.Forward.Drops, st.Budget.Stalls, st.Budget.StallTime, st.Budget.Peak, st.Budget.Limit)
+		t.Logf("%+v; gateway drops %v, budget stalls %d (%v), peak %d of %d, %d super-packets sent whole",
+			r, st.Forward.Drops, st.Budget.Stalls, st.Budget.StallTime, st.Budget.Peak, st.Budget.Limit, st.Forward.Offloaded)
 		if r.lost != 0 || lost(st.Forward.Drops) != 0 {
 			t.Errorf("lost %d datagrams, the gateway dropped %v", r.lost, st.Forward.Drops)
 		}
@@ -438,7 +561,7 @@ func TestGatewayUDPBackpressure(t *testing.T) {
 		}
 	})
 	t.Run("off", func(t *testing.T) {
-		lab := newGwLab(t, GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: false, QueueLen: 256, TxRate: rate})
+		lab := newGwLab(t, port.config(GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: false, QueueLen: 256, TxRate: rate}))
 		r := udpFlood(t, lab, sends, segs)
 		st := lab.g.Stats()
 		t.Logf("%+v; gateway drops %v", r, st.Forward.Drops)
@@ -448,55 +571,196 @@ func TestGatewayUDPBackpressure(t *testing.T) {
 	})
 }
 
-// TestGatewayShutdown checks that Close leaves neither the XDP program
-// nor the TUN device behind, and that a second gateway starts.
+// TestGatewayShutdown checks, behind each port, that Close leaves
+// nothing behind: no XDP program and no tcx program on gw-a, no AF_XDP
+// or AF_PACKET socket (neither among this process's file descriptors
+// nor in A's own socket counts), no BPF object, no TUN device and, once
+// the test has cleaned up, no namespace; and that a second gateway
+// starts on the same devices.
 func TestGatewayShutdown(t *testing.T) {
-	const budget = 1 << 20 // a fixed budget sizes the UMEM
-	lab := newGwLab(t, GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true, Budget: budget})
+	netlab.RequireRoot(t)
+	for _, p := range labPorts {
+		var names []string
+		t.Run(p.name, func(t *testing.T) { names = gatewayShutdown(t, p) })
+		for _, name := range names {
+			if _, err := os.Stat("/run/netns/" + name); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("%s: namespace %s left behind (%v)", p.name, name, err)
+			}
+		}
+	}
+}
+
+// gatewayShutdown runs and closes a gateway with port and returns the
+// names of its namespaces.
+func gatewayShutdown(t *testing.T, port labPort) []string {
+	const budget = 1 << 20 // a fixed budget sizes the TX frames
+	fds := ownObjects(t)
+	lab := newGwLab(t, port.config(GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true, Budget: budget}))
+	names := []string{lab.A.Name, lab.B.Name}
 	tcpTransfer(t, lab, labSrv4, 1<<20, false)
-	if got, want := lab.g.XDP().Sockets()[0].NumFrames(), UMEMFrames(budget); got != want {
-		t.Errorf("%d UMEM frames for a %d-byte budget, want %d", got, budget, want)
+	switch port.kind {
+	case PortXDP:
+		if got, want := lab.g.XDP().Sockets()[0].NumFrames(), UMEMFrames(budget); got != want {
+			t.Errorf("%d UMEM frames for a %d-byte budget, want %d", got, budget, want)
+		}
+	case PortPacket:
+		if got, want := lab.g.Packet().Sockets()[0].Frames(), packetFrames(budget); got != want {
+			t.Errorf("%d TX frames for a %d-byte budget, want %d", got, budget, want)
+		}
 	}
 	if st := lab.g.Stats().Budget; st.Limit != budget {
 		t.Errorf("budget limit %d, want %d", st.Limit, budget)
 	}
+
+	// While it runs, the checks below see what the port holds.
+	running := nicState(t, lab)
+	open := ownObjects(t)
+	t.Logf("running: %+v; this process holds %v, before the gateway %v", running, open, fds)
+	switch port.kind {
+	case PortXDP:
+		if !running.xdp || running.xskSockets == 0 || open["AF_XDP"] == 0 {
+			t.Errorf("running with AF_XDP: %+v, this process holds %v", running, open)
+		}
+	case PortPacket:
+		if running.tcx != 1 || running.packetSockets == 0 || open["AF_PACKET"] == 0 {
+			t.Errorf("running with AF_PACKET: %+v, this process holds %v", running, open)
+		}
+	}
+
 	if err := lab.stop(); err != nil {
 		t.Fatal(err)
 	}
-	nl := lab.A.Netlink()
-	if l, err := nl.LinkByName(netlab.NICA); err != nil || (l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached) {
-		t.Errorf("%s after Close: %v, XDP %+v", netlab.NICA, err, l.Attrs().Xdp)
-	}
-	if _, err := nl.LinkByName(labTUN); !errors.As(err, new(netlink.LinkNotFoundError)) {
+	checkClosed(t, lab, fds, "after Close")
+	if _, err := lab.A.Netlink().LinkByName(labTUN); !errors.As(err, new(netlink.LinkNotFoundError)) {
 		t.Errorf("%s still there after Close: %v", labTUN, err)
 	}
 	lab.A.Do(t, func() {
-		g, err := OpenGateway(GatewayConfig{TUN: tun.Config{Name: labTUN, Offload: true}, NIC: netlab.NICA, Routes: netlab.AppRoutes, Backpressure: true})
+		g, err := OpenGateway(port.config(GatewayConfig{TUN: tun.Config{Name: labTUN, Offload: true}, NIC: netlab.NICA, Routes: netlab.AppRoutes, Backpressure: true}))
 		if err != nil {
 			t.Fatalf("second start: %v", err)
+		}
+		if g.Port() != port.kind {
+			t.Errorf("second start: port %v, want %v", g.Port(), port.kind)
 		}
 		if err := g.Close(); err != nil {
 			t.Fatal(err)
 		}
 	})
+	checkClosed(t, lab, fds, "after the second gateway's Close")
+	return names
+}
+
+// nicView is what the kernel shows of a port on gw-a and in A.
+type nicView struct {
+	xdp                       bool // an XDP program is attached to gw-a
+	tcx                       int  // programs on gw-a's tcx ingress
+	xskSockets, packetSockets int  // AF_XDP and AF_PACKET sockets open in A (/proc/net/protocols)
+}
+
+// nicState reads gw-a's programs and A's socket counts.
+func nicState(t *testing.T, lab *gwLab) nicView {
+	t.Helper()
+	var v nicView
+	l := lab.A.LinkT(t, netlab.NICA)
+	v.xdp = l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached
+	lab.A.Do(t, func() {
+		r, err := link.QueryPrograms(link.QueryOptions{Target: l.Attrs().Index, Attach: ebpf.AttachTCXIngress})
+		if err != nil {
+			t.Fatalf("tcx ingress programs of %s: %v", netlab.NICA, err)
+		}
+		v.tcx = len(r.Programs)
+		// The socket counts of the namespace of this (locked) thread.
+		b, err := os.ReadFile("/proc/thread-self/net/protocols")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 3 {
+				continue
+			}
+			var n int
+			fmt.Sscan(f[2], &n)
+			switch f[0] {
+			case "XDP":
+				v.xskSockets += n
+			case "PACKET":
+				v.packetSockets += n
+			}
+		}
+	})
+	return v
+}
+
+// ownObjects counts this process's AF_XDP and AF_PACKET sockets (by
+// SO_DOMAIN) and BPF programs, maps and links among its file
+// descriptors.
+func ownObjects(t *testing.T) map[string]int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := map[string]int{}
+	for _, e := range ents {
+		target, err := os.Readlink("/proc/self/fd/" + e.Name())
+		if err != nil {
+			continue // the directory's own descriptor, gone
+		}
+		switch {
+		case strings.HasPrefix(target, "anon_inode:bpf"):
+			n["BPF"]++
+		case strings.HasPrefix(target, "socket:"):
+			fd, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			switch d, _ := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN); d {
+			case unix.AF_XDP:
+				n["AF_XDP"]++
+			case unix.AF_PACKET:
+				n["AF_PACKET"]++
+			}
+		}
+	}
+	return n
+}
+
+// checkClosed checks that no port is left: no program on gw-a, no
+// AF_XDP or AF_PACKET socket in A or in this process, no more BPF
+// objects than before (fds, from ownObjects).
+func checkClosed(t *testing.T, lab *gwLab, fds map[string]int, when string) {
+	t.Helper()
+	if v := nicState(t, lab); v != (nicView{}) {
+		t.Errorf("%s: %s still has %+v", when, netlab.NICA, v)
+	}
+	now := ownObjects(t)
+	if now["AF_XDP"] != 0 || now["AF_PACKET"] != 0 || now["BPF"] > fds["BPF"] {
+		t.Errorf("%s: this process holds %v, before the gateway %v", when, now, fds)
+	}
 }
 
 // TestGatewayIperf3 runs iperf3 TCP (both ways) and UDP through the
-// gateway, and pings the NIC's own addresses meanwhile: ARP, ND and
-// traffic for the host itself still reach the kernel.
+// gateway, behind each port, and pings the NIC's own addresses
+// meanwhile: ARP, ND and traffic for the host itself still reach the
+// kernel.
 func TestGatewayIperf3(t *testing.T) {
 	if _, err := exec.LookPath("iperf3"); err != nil {
 		t.Skip("iperf3 not installed (apt-get install iperf3)")
 	}
-	lab := newGwLab(t, GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true, GRO: true})
+	forPorts(t, gatewayIperf3)
+}
+
+func gatewayIperf3(t *testing.T, port labPort) {
+	lab := newGwLab(t, port.config(GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true, GRO: true}))
 	for _, c := range []struct {
 		name string
 		args []string
 	}{
-		{"tcp", []string{"-t", "2"}},
-		{"tcp-reverse", []string{"-t", "2", "-R"}},
+		{"tcp", []string{"-t", "1"}},
+		{"tcp-reverse", []string{"-t", "1", "-R"}},
 		{"tcp6", []string{"-t", "1", "-6"}},
-		{"udp", []string{"-t", "2", "-u", "-b", "300M", "-l", "1400"}},
+		{"udp", []string{"-t", "1", "-u", "-b", "300M", "-l", "1400"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			srv := labSrv4.String()
@@ -588,7 +852,7 @@ func BenchmarkGatewayTCP(b *testing.B) {
 			drained := make(chan error, 1)
 			go func() { _, err := io.Copy(io.Discard, peer); drained <- err }()
 			chunk := make([]byte, 1<<20)
-			(&stream{r: rand.NewPCG(1, 2), n: int64(len(chunk))}).Read(chunk)
+			rand.NewChaCha8([32]byte{1, 2}).Read(chunk)
 			b.SetBytes(int64(len(chunk)))
 			for b.Loop() {
 				if _, err := conn.Write(chunk); err != nil {

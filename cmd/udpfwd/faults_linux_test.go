@@ -73,6 +73,7 @@ func TestStopStuckQueue(t *testing.T) {
 	for range 200 { // queued, never sent: the NIC is down
 		c.Write(make([]byte, 1000))
 	}
+	waitQueued(t, a)
 	start := time.Now()
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	code := p.wait(3 * time.Second)
@@ -82,4 +83,16 @@ func TestStopStuckQueue(t *testing.T) {
 		t.Fatalf("exit %d after %v (want 0 within the 1s drain timeout, and the discarded segments logged):\n%s", code, took, out)
 	}
 	t.Logf("stopped in %v with the NIC down", took.Round(time.Millisecond))
+}
+
+// waitQueued waits until udpfwd's transmit queue holds segments it
+// cannot send, so that the stop finds them there.
+func waitQueued(t *testing.T, ns *netlab.NS) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if m, err := scrape(ns, "127.0.0.1:9464"); err == nil && sumMetric(m, "udpfwd_queue_depth_segments") > 0 {
+			return
+		}
+	}
+	t.Fatal("no segments queued with the NIC down")
 }

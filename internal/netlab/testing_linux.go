@@ -16,6 +16,7 @@ type TB interface {
 	Errorf(format string, args ...any)
 	Fatal(args ...any)
 	Fatalf(format string, args ...any)
+	Logf(format string, args ...any)
 	Skip(args ...any)
 }
 

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/netip"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // transferTimeout bounds a TCPTransfer.
@@ -17,8 +19,9 @@ const transferTimeout = 2 * time.Minute
 // over one TCP connection between client, which dials addr, and a
 // listener on addr in server: from client to server, or back from server
 // to client (toClient). It compares the SHA-256 the receiving end
-// computes with the sender's and returns how long the transfer took. It
-// fails the test on an error, a mismatch, or after two minutes.
+// computes with the sender's and returns how long the transfer took; it
+// logs the sender's retransmissions. It fails the test on an error, a
+// mismatch, or after two minutes.
 func TCPTransfer(t TB, client, server *NS, addr netip.AddrPort, size int64, toClient bool) time.Duration {
 	t.Helper()
 	var ln net.Listener
@@ -71,7 +74,22 @@ func TCPTransfer(t TB, client, server *NS, addr netip.AddrPort, size int64, toCl
 	if r.err != nil || r.sum != [32]byte(h.Sum(nil)) {
 		t.Fatalf("receiver from %v: SHA-256 %x, sent %x, err %v", addr, r.sum, h.Sum(nil), r.err)
 	}
-	return time.Since(start)
+	d := time.Since(start)
+	if info := tcpInfo(sender.(*net.TCPConn)); info != nil && info.Total_retrans > 0 {
+		t.Logf("the sender to %v retransmitted %d segments (RTO %v)", addr, info.Total_retrans, time.Duration(info.Rto)*time.Microsecond)
+	}
+	return d
+}
+
+// tcpInfo returns c's TCP_INFO, or nil.
+func tcpInfo(c *net.TCPConn) *unix.TCPInfo {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	var info *unix.TCPInfo
+	raw.Control(func(fd uintptr) { info, _ = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) })
+	return info
 }
 
 // Echo checks that addr, an address of server's, answers client: a UDP
