@@ -47,6 +47,15 @@ type GatewayConfig struct {
 	Port     PortKind
 	Mode     xsk.Mode // AF_XDP: how the XDP program runs
 	ZeroCopy bool     // AF_XDP: zero-copy sockets
+	// BusyPoll turns on preferred busy polling on the AF_XDP sockets for
+	// this long per wait, 1µs..xsk.MaxBusyPoll; 0 (the default) leaves
+	// it off (see xsk.Config.BusyPoll, and the xsk package documentation
+	// for the NIC's napi_defer_hard_irqs and gro_flush_timeout it
+	// needs). AF_XDP only: with PortPacket it is an ErrInvalidConfig;
+	// PortAuto falling back to AF_PACKET says in the log that it is off.
+	// A kernel refusing the socket options fails OpenGateway with
+	// xsk.ErrNoBusyPoll.
+	BusyPoll time.Duration
 	// PacketGSO says what an AF_PACKET port leaves to the NIC: whole
 	// super-packets, checksums, or nothing (see afpacket.GSOMode).
 	PacketGSO afpacket.GSOMode

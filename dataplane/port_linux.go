@@ -56,6 +56,9 @@ func openNIC(cfg GatewayConfig, log *slog.Logger) (*nic, error) {
 	case PortXDP:
 		return openXDP(cfg, cfg.Mode)
 	case PortPacket:
+		if cfg.BusyPoll != 0 {
+			return nil, fmt.Errorf("dataplane: %w: busy polling (%v) is for AF_XDP sockets, not AF_PACKET", ErrInvalidConfig, cfg.BusyPoll)
+		}
 		return openPacket(cfg)
 	case PortAuto:
 		mode := cfg.Mode
@@ -64,13 +67,16 @@ func openNIC(cfg GatewayConfig, log *slog.Logger) (*nic, error) {
 		}
 		n, err := openXDP(cfg, mode)
 		if err == nil {
-			log.Info("NIC port: AF_XDP", "nic", cfg.NIC, "xdp_mode", mode.String())
+			log.Info("NIC port: AF_XDP", "nic", cfg.NIC, "xdp_mode", mode.String(), "busy_poll", cfg.BusyPoll)
 			return n, nil
 		}
-		if errors.Is(err, ErrInvalidConfig) || errors.Is(err, xsk.ErrAttached) {
+		if errors.Is(err, ErrInvalidConfig) || errors.Is(err, xsk.ErrAttached) || errors.Is(err, xsk.ErrNoBusyPoll) {
 			return nil, err
 		}
 		log.Info("NIC port: AF_PACKET, since AF_XDP is not available", "nic", cfg.NIC, "xdp_mode", mode.String(), "why", err.Error())
+		if cfg.BusyPoll != 0 {
+			log.Warn("busy polling is off: it is for AF_XDP sockets", "nic", cfg.NIC, "busy_poll", cfg.BusyPoll)
+		}
 		return openPacket(cfg)
 	}
 	return nil, fmt.Errorf("dataplane: %w: port %v", ErrInvalidConfig, cfg.Port)
@@ -78,7 +84,10 @@ func openNIC(cfg GatewayConfig, log *slog.Logger) (*nic, error) {
 
 // openXDP opens an AF_XDP port.
 func openXDP(cfg GatewayConfig, mode xsk.Mode) (*nic, error) {
-	x, err := xsk.Open(xsk.Config{Ifname: cfg.NIC, Mode: mode, ZeroCopy: cfg.ZeroCopy, Redirect: cfg.Routes, NumFrames: UMEMFrames(cfg.Budget)})
+	x, err := xsk.Open(xsk.Config{
+		Ifname: cfg.NIC, Mode: mode, ZeroCopy: cfg.ZeroCopy, Redirect: cfg.Routes, NumFrames: UMEMFrames(cfg.Budget),
+		BusyPoll: cfg.BusyPoll,
+	})
 	if err != nil {
 		return nil, err
 	}

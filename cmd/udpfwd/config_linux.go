@@ -28,6 +28,7 @@ type config struct {
 	PacketGSO choice
 	XDPMode   choice
 	ZeroCopy  bool
+	BusyPoll  time.Duration
 	Detached  choice
 
 	Budget       budgetValue
@@ -82,6 +83,7 @@ func newFlagSet(cfg *config) *flag.FlagSet {
 	fs.Var(&cfg.PacketGSO, "packet-gso", "what an AF_PACKET port leaves to the NIC (`MODE`): auto (whole super-packets where the NIC segments them, else checksums), offload (as auto; fails without TSO/USO), partial (checksums only) or full (nothing)")
 	fs.Var(&cfg.XDPMode, "xdp-mode", "XDP attach `MODE`: auto (native, else generic), native or generic")
 	fs.BoolVar(&cfg.ZeroCopy, "zero-copy", false, "bind the AF_XDP sockets in zero-copy mode (the driver must support it)")
+	fs.DurationVar(&cfg.BusyPoll, "busy-poll", 0, "busy-poll the AF_XDP sockets for up to `DURATION` per wait (SO_PREFER_BUSY_POLL), 1us to 1ms; 0: off. Wants napi_defer_hard_irqs and gro_flush_timeout set on the NIC")
 	fs.Var(&cfg.Detached, "xdp-detached", "what to do when the XDP program is detached from outside (`ACTION`): reattach (log, count and attach it again) or stop (exit 1)")
 
 	fs.Var(&cfg.Budget, "budget", "send budget per TUN queue in truesize `BYTES`, 544K to 543M (suffixes K, M, G are powers of 1024), or auto for the self-sizing limit; a fixed budget also sizes the AF_XDP frames")
@@ -106,7 +108,7 @@ var flagGroups = []struct {
 }{
 	{"TUN side", []string{"tun", "addr", "mtu", "route", "redirect", "queues", "gso", "gro"}},
 	{"Ingress device (instead of the TUN)", []string{"ingress", "ingress-redirect"}},
-	{"NIC side", []string{"nic", "next-hop", "port", "packet-gso", "xdp-mode", "zero-copy", "xdp-detached"}},
+	{"NIC side", []string{"nic", "next-hop", "port", "packet-gso", "xdp-mode", "zero-copy", "busy-poll", "xdp-detached"}},
 	{"Transmit path", []string{"budget", "tx-queue-len", "backpressure", "drain-timeout"}},
 	{"Observability", []string{"metrics", "pprof", "log-level", "log-format", "v"}},
 	{"Privileges", []string{"user"}},
@@ -182,7 +184,7 @@ func printFlag(w io.Writer, f *flag.Flag) {
 		fmt.Fprintf(w, " %s", arg)
 	}
 	fmt.Fprintf(w, "\n    \t%s", usage)
-	if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+	if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
 		fmt.Fprintf(w, " (default %s)", f.DefValue)
 	}
 	fmt.Fprintf(w, " [$%s]\n", envName(f.Name))

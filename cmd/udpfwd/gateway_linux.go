@@ -62,6 +62,7 @@ func gatewayConfig(cfg *config) dataplane.GatewayConfig {
 		RouterAddrs:   routerAddrs(cfg.Addrs),
 		Mode:          modes[cfg.XDPMode.value],
 		ZeroCopy:      cfg.ZeroCopy,
+		BusyPoll:      cfg.BusyPoll,
 		Backpressure:  cfg.Backpressure,
 		Budget:        int(cfg.Budget.bytes),
 		QueueLen:      cfg.TxQueueLen,
@@ -98,7 +99,7 @@ func routerAddrs(addrs prefixList) []netip.Addr {
 // zero-copy, or the AF_PACKET sink's GSO mode.
 func (g *gateway) portMode(cfg *config) string {
 	if x := g.XDP(); x != nil {
-		return fmt.Sprintf("xdp %v, zero-copy %v", x.Mode(), cfg.ZeroCopy)
+		return fmt.Sprintf("xdp %v, zero-copy %v, busy-poll %v", x.Mode(), cfg.ZeroCopy, cfg.BusyPoll)
 	}
 	return "gso " + cfg.PacketGSO.value
 }

@@ -98,6 +98,14 @@ func (c *config) validateNIC() problems {
 	case c.NIC == c.TUN:
 		p.add("-nic %q: the same device as -tun", c.NIC)
 	}
+	switch b := c.BusyPoll; {
+	case b != 0 && (b < time.Microsecond || b > xsk.MaxBusyPoll):
+		// SO_BUSY_POLL counts whole microseconds; a wait that polls
+		// longer than the sink's own 1ms wait burns a core for nothing.
+		p.add("-busy-poll %v: want 0 (off) or %v to %v", b, time.Microsecond, xsk.MaxBusyPoll)
+	case b != 0 && c.Port.value == "packet":
+		p.add("-busy-poll %v: busy polling is for AF_XDP sockets, not -port packet", b)
+	}
 	return p
 }
 

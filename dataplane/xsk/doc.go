@@ -43,6 +43,47 @@
 // CHECKSUM_PARTIAL over in memory), or linearised without (then too long
 // for a socket: Oversize).
 //
+// # Busy polling
+//
+// Config.BusyPoll (off by default) turns on preferred busy polling
+// (Linux 5.11): every socket gets SO_BUSY_POLL, SO_PREFER_BUSY_POLL and
+// SO_BUSY_POLL_BUDGET, so that each sendto and recvfrom on it runs one
+// NAPI poll of the queue in the calling thread (net/xdp/xsk.c:
+// sk_busy_loop with nonblock, one round per call; the sockets only take
+// MSG_DONTWAIT), and a wait for received frames or for TX completions
+// keeps making such calls, checking the rings in between, for up to
+// BusyPoll before it sleeps in the netpoller. The netpoller itself never
+// busy polls (epoll does only with the net.core.busy_poll sysctl).
+//
+// What it needs from the NIC. The kernel busy polls the NAPI context the
+// socket's packets came from (SO_INCOMING_NAPI_ID, Socket.NAPIID), known
+// from the first packet received: only a driver's native XDP path has
+// one; in generic mode there is none and the calls poll nothing. A veth
+// has NAPI only with a native XDP program attached (or GRO on), and on
+// Linux 6.18 even then its XDP path gives AF_XDP sockets no NAPI ID
+// (observed: SO_INCOMING_NAPI_ID stays 0, GRO on or off, while a UDP
+// socket fed through the same veth's NAPI gets one), so on a veth busy
+// polling only adds system calls. For the application's polls to
+// replace the interrupt-driven NAPI rather than race it, set the
+// interface's napi_defer_hard_irqs (e.g. 2) and gro_flush_timeout (in
+// ns, e.g. 200000: longer than the gap between two polls) in
+// /sys/class/net/IF/ (per NAPI through netdev netlink since Linux 6.13):
+// after a busy poll the kernel then arms that timer instead of
+// rescheduling the NAPI or re-enabling its interrupt, and the timer
+// takes over when the application stops polling. Both default to 0
+// (veth too), which leaves busy polling opportunistic: the softirq goes
+// on as before. An idle port answers within about gro_flush_timeout.
+// With prefer busy poll and zero-copy, the kernel skips the driver
+// wake-ups (xsk_no_wakeup): the application's calls drive TX too; in
+// copy mode a sendto still transmits.
+//
+// The kernel may refuse the options: ENOPROTOOPT from a kernel built
+// without CONFIG_NET_RX_BUSY_POLL (or older than 5.11),
+// EPERM without CAP_NET_ADMIN (SO_PREFER_BUSY_POLL, and raising the
+// budget). Open then fails with ErrNoBusyPoll: busy polling is asked for
+// to be measured, and silently running without it would mislead.
+// (Linux 6.18 has no getsockopt for SO_BUSY_POLL_BUDGET.)
+//
 // The sockets and rings are our own; from asavie/xdp only the XSKMAP
 // registration is used (see prog_linux.go for why). Ring indices go
 // through sync/atomic, and everything that needs package unsafe lives in

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"time"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/internal/prefix"
@@ -78,6 +79,17 @@ const (
 	MaxNumFrames     = 1 << 18
 	MaxRingSize      = 1 << 16
 	MaxChainLimit    = 64 // the largest Config.MaxChain
+
+	// MaxBusyPoll is the longest Config.BusyPoll: a wait polls at most
+	// this long before it sleeps (the gateway's sink waits 1ms at a
+	// time; longer spins burn a core on every wake-up of an idle port).
+	MaxBusyPoll = time.Millisecond
+	// DefaultBusyPollBudget is the busy-poll budget (packets per NAPI
+	// poll) when Config.BusyPollBudget is 0: a NAPI weight, and the
+	// batch xdpsock and DPDK use (the kernel's own default is 8).
+	DefaultBusyPollBudget = 64
+	// MaxBusyPollBudget is the largest budget the kernel takes (U16_MAX).
+	MaxBusyPollBudget = 1<<16 - 1
 )
 
 const (
@@ -129,6 +141,12 @@ var (
 	// 5.18) or bind an AF_XDP socket with XDP_USE_SG (Linux 6.6; in
 	// zero-copy mode, a driver that supports it).
 	ErrNoMultiBuffer = errors.New("kernel or driver without AF_XDP multi-buffer (BPF_F_XDP_HAS_FRAGS, XDP_USE_SG)")
+	// ErrNoBusyPoll: Config.BusyPoll was set but the kernel refused a
+	// busy-poll socket option: ENOPROTOOPT from a kernel built without
+	// CONFIG_NET_RX_BUSY_POLL or older than Linux 5.11
+	// (SO_PREFER_BUSY_POLL, SO_BUSY_POLL_BUDGET), EPERM without
+	// CAP_NET_ADMIN. Open fails rather than run without what was asked.
+	ErrNoBusyPoll = errors.New("kernel refused AF_XDP busy polling (SO_BUSY_POLL, SO_PREFER_BUSY_POLL, SO_BUSY_POLL_BUDGET)")
 )
 
 // Config configures Open.
@@ -172,6 +190,21 @@ type Config struct {
 	// (Oversize); a longer chain that reaches a socket anyway is dropped
 	// and counted (RXChainTooLong).
 	MaxChain int
+	// BusyPoll turns on preferred busy polling (Linux 5.11) on every
+	// socket, 1µs..MaxBusyPoll in whole microseconds; 0, the default,
+	// leaves it off. The sockets get SO_PREFER_BUSY_POLL, SO_BUSY_POLL
+	// (in µs) and SO_BUSY_POLL_BUDGET, so that every sendto and
+	// recvfrom on them runs the queue's NAPI poll in the calling thread;
+	// and a wait for received frames or for TX completions first polls,
+	// one non-blocking recvfrom (or sendto, while TX frames wait) at a
+	// time, for up to BusyPoll, and only then sleeps in the netpoller.
+	// See the package documentation for what it needs from the NIC.
+	// Where the kernel refuses an option, Open fails with ErrNoBusyPoll.
+	BusyPoll time.Duration
+	// BusyPollBudget is the most packets one busy poll takes
+	// (SO_BUSY_POLL_BUDGET), 1..MaxBusyPollBudget; 0 means
+	// DefaultBusyPollBudget. Only with BusyPoll.
+	BusyPollBudget int
 }
 
 // withDefaults fills in defaults and checks cfg without system calls.
@@ -198,6 +231,18 @@ func (cfg Config) withDefaults() (Config, error) {
 	case cfg.MaxChain != 0 && (cfg.MaxChain < 2 || cfg.MaxChain > min(MaxChainLimit, cfg.RingSize, cfg.NumFrames/2)):
 		return bad("max chain %d: want 2..%d (MaxChainLimit, RingSize, NumFrames/2)", cfg.MaxChain,
 			min(MaxChainLimit, cfg.RingSize, cfg.NumFrames/2))
+	}
+	switch {
+	case cfg.BusyPoll < 0 || cfg.BusyPoll > MaxBusyPoll || cfg.BusyPoll > 0 && cfg.BusyPoll < time.Microsecond:
+		return bad("busy poll %v: want 0 (off) or %v to %v", cfg.BusyPoll, time.Microsecond, MaxBusyPoll)
+	case cfg.BusyPollBudget < 0 || cfg.BusyPollBudget > MaxBusyPollBudget:
+		return bad("busy-poll budget %d: want 1..%d, or 0 for %d", cfg.BusyPollBudget, MaxBusyPollBudget, DefaultBusyPollBudget)
+	case cfg.BusyPollBudget != 0 && cfg.BusyPoll == 0:
+		return bad("busy-poll budget %d without busy poll", cfg.BusyPollBudget)
+	}
+	cfg.BusyPoll = cfg.BusyPoll.Truncate(time.Microsecond)
+	if cfg.BusyPoll > 0 {
+		cfg.BusyPollBudget = xdpOr(cfg.BusyPollBudget, DefaultBusyPollBudget)
 	}
 	cfg.MaxChain = xdpOr(cfg.MaxChain, defaultMaxChain(cfg))
 	if cfg.MaxChain < 2 { // NumFrames 2: one RX frame
@@ -234,6 +279,7 @@ type Stats struct {
 	Kicks       uint64 // sendto/recvfrom wakeups
 	KickRetries uint64 // wakeups that got EAGAIN, EBUSY, ENOBUFS, EINTR or ENETDOWN (retried later)
 	KickErrors  uint64 // wakeups that failed otherwise
+	BusyPolls   uint64 // non-blocking recvfrom/sendto made while waiting, to run the NAPI poll (Config.BusyPoll)
 	BadFrames   uint64 // frame addresses refused on transmit, recycle or free, and bad ring entries
 
 	// Multi-buffer receive: packets that came as chains of frames

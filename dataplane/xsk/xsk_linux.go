@@ -317,10 +317,13 @@ type Socket struct {
 	poll       poller   // waits through the Go runtime's netpoller
 	st         xskCounters
 	final      Stats // kernel counters read at close
+
+	rxStopped atomic.Bool // stopRX was called (busy polling checks it)
 }
 
 type xskCounters struct {
 	rx, tx, completed, kicks, kickRetries, kickErrors, badFrames atomic.Uint64
+	busyPolls                                                    atomic.Uint64
 	multiBuffer, chainTooLong, chainBroken                       atomic.Uint64
 }
 
@@ -379,6 +382,12 @@ func (x *Socket) setup(ifindex int, cfg Config, multi bool) error {
 		x.initChains(1)
 	}
 	x.txBudget = setTxBudget(x.fd, min(cfg.RingSize, sinkFrames))
+	if cfg.BusyPoll > 0 {
+		if err := setBusyPoll(x.fd, cfg.BusyPoll, cfg.BusyPollBudget); err != nil {
+			return err
+		}
+		x.poll.busy = cfg.BusyPoll
+	}
 	return x.poll.init(x)
 }
 
@@ -704,7 +713,7 @@ func (x *Socket) Stats() Stats {
 	x.mu.RUnlock()
 	s.RX, s.TX, s.Completed = x.st.rx.Load(), x.st.tx.Load(), x.st.completed.Load()
 	s.Kicks, s.KickRetries, s.KickErrors = x.st.kicks.Load(), x.st.kickRetries.Load(), x.st.kickErrors.Load()
-	s.BadFrames = x.st.badFrames.Load()
+	s.BadFrames, s.BusyPolls = x.st.badFrames.Load(), x.st.busyPolls.Load()
 	s.RXMultiBuffer, s.RXChainTooLong = x.st.multiBuffer.Load(), x.st.chainTooLong.Load()
 	s.RXChainBroken = x.st.chainBroken.Load()
 	return s
