@@ -28,14 +28,21 @@ udpfwd:
 
 # Long runs, not in CI. The soak runs the gateway for SOAKTIME under load,
 # link flaps and neighbour churn, and fails if its memory or goroutines
-# grow; fuzz runs every fuzz target for FUZZTIME.
+# grow; fuzz runs every fuzz target for FUZZTIME, one after another.
 SOAKTIME ?= 10m
 FUZZTIME ?= 10m
 soak:
 	GSOPLANE_SOAK=$(SOAKTIME) $(GO) test -count=1 -run '^TestSoak$$' -timeout 0 -v ./dataplane
 
+# Each fuzz target as package:name; the XDP program and receive targets
+# run the kernel's verifier and sockets, so they need root. One worker
+# each, which leaves the other core to the kernel and the machine.
+FUZZ_TARGETS = ./segment:FuzzSplit ./segment:FuzzValidate ./segment:FuzzCoalesce \
+	./segment:FuzzWire ./segment:FuzzCopySum ./internal/ethernet:FuzzIsIP \
+	./internal/icmperr:FuzzErrorFor ./dataplane/afpacket:FuzzReceiveFrame \
+	./dataplane/xsk:FuzzReceiveChains ./dataplane/xsk:FuzzXDPProgram
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzSplit$$' -fuzztime $(FUZZTIME) ./segment
-	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./segment
-	$(GO) test -run '^$$' -fuzz '^FuzzCoalesce$$' -fuzztime $(FUZZTIME) ./segment
-	$(GO) test -run '^$$' -fuzz '^FuzzXDPProgram$$' -fuzztime $(FUZZTIME) ./dataplane/xsk
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "fuzz $${t#*:} in $${t%%:*} for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) -parallel 1 "$${t%%:*}"; \
+	done
