@@ -77,6 +77,8 @@ func TestSmoke(t *testing.T) {
 		"gro/gro", "gro/no-gro", "gro/packet-gro", "gro/kernel", "gro/wireguard-go", "gro/forward",
 		"queues/fwd-1q-1f", "queues/fwd-2q-2f", "queues/rev-1q-1f", "queues/rev-2q-2f",
 		"hook/none", "hook/noop", "hook/inspect",
+		"xdphook/none", "xdphook/noop", "xdphook/inspect", "xdphook/generator", "xdphook/tun",
+		"ingress/ingress", "ingress/kernel", "ingress/tun",
 		"peers/gsoplane", "peers/wireguard-go", "peers/tailscale-split",
 	} {
 		if _, ok := rows[want]; !ok {
@@ -120,10 +122,23 @@ func TestSmoke(t *testing.T) {
 				c.row, x["packet_tx_super"], x["packet_tx_partial"], c.super, c.partial)
 		}
 	}
+	// The generator's frames went through the gateway's ingress port,
+	// many per wake-up; C's super-packets reached it whole and were cut.
+	for _, r := range []string{"xdphook/none", "xdphook/generator"} {
+		if x := rows[r]; x.PPS == 0 || x.Sent == 0 || x.Extra["gen_frames_per_kick"] < 8 {
+			t.Errorf("%s: %.0f pps, %d frames sent, %.1f frames per wake-up", r, x.PPS, x.Sent, x.Extra["gen_frames_per_kick"])
+		}
+	}
+	if x := rows["xdphook/none"]; x.Received == 0 {
+		t.Error("xdphook/none: nothing reached gw-b")
+	}
+	if r := rows["ingress/ingress"]; r.SegsPerRead < 2 || r.ThroughputBps == 0 {
+		t.Errorf("ingress/ingress: %.0f bit/s, %.1f segments per packet read: want C's super-packets cut", r.ThroughputBps, r.SegsPerRead)
+	}
 	if x := rows["gro/packet-gro"].Extra; x["packet_rx_super"] == 0 {
 		t.Errorf("gro/packet-gro: no GRO super-packet received: %v", x)
 	}
-	for _, r := range []string{"gso/gsoplane", "gso/kernel", "gso/packet-offload", "gro/packet-gro", "peers/wireguard-go"} {
+	for _, r := range []string{"gso/gsoplane", "gso/kernel", "gso/packet-offload", "gro/packet-gro", "peers/wireguard-go", "ingress/ingress", "ingress/kernel"} {
 		if rows[r].Retransmits == nil {
 			t.Errorf("%s: no retransmits field", r)
 		}

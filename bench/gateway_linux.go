@@ -20,7 +20,8 @@ type gateway struct {
 
 // startGateway opens a gateway in A configured by cfg (names and routes
 // are filled in), brings its TUN device up with A's addresses and routes
-// (a Host's device is the caller's to set up), and runs it.
+// (a Host's device is the caller's to set up; with an ingress device
+// there is none), and runs it.
 func startGateway(l *lab, cfg dataplane.GatewayConfig) (*gateway, error) {
 	cfg.TUN.Name, cfg.NIC, cfg.Routes = tunName, nicA, aRoutes
 	gw := &gateway{done: make(chan error, 1)}
@@ -32,7 +33,7 @@ func startGateway(l *lab, cfg dataplane.GatewayConfig) (*gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Host == nil {
+	if cfg.Host == nil && cfg.Ingress == "" {
 		if err := l.TUNUp(tunName); err != nil {
 			return nil, errors.Join(err, gw.g.Close())
 		}

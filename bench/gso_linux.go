@@ -32,26 +32,35 @@ import (
 
 const tcpPort = 5201
 
+// tcpUnits are the units of the rows of one TCP stream.
+var tcpUnits = units{sent: "bytes", received: "packets at gw-b"}
+
+// gatewayTCPRow is a row of one TCP stream from A to B through a gateway
+// configured by cfg.
+func gatewayTCPRow(name string, cfg dataplane.GatewayConfig) rowSpec {
+	return rowSpec{name: name, units: tcpUnits, retrans: true, start: func(ctx context.Context) (trial, error) {
+		return withLab(func(l *lab) (*labTrial, error) {
+			g, err := startGateway(l, cfg)
+			if err != nil {
+				return nil, err
+			}
+			s, err := startTCPStreams(l, 1, false, tcpPort)
+			if err != nil {
+				return nil, errors.Join(err, g.stop())
+			}
+			return &labTrial{dp: gwDataplane{gateway: g}, tr: tcpTraffic{s}, rxAtB: true}, nil
+		})
+	}}
+}
+
+// xdpTUNConfig is the gateway of the gso scenario's AF_XDP rows: the TUN
+// device with or without offloads, the AF_XDP port, backpressure.
+func xdpTUNConfig(offload bool) dataplane.GatewayConfig {
+	return dataplane.GatewayConfig{TUN: tun.Config{Offload: offload}, Port: dataplane.PortXDP, Backpressure: true}
+}
+
 func gsoRows(opts measureOpts) []rowSpec {
-	tcpUnits := units{sent: "bytes", received: "packets at gw-b"}
-	gw := func(name string, cfg dataplane.GatewayConfig) rowSpec {
-		return rowSpec{name: name, units: tcpUnits, retrans: true, start: func(ctx context.Context) (trial, error) {
-			return withLab(func(l *lab) (*labTrial, error) {
-				g, err := startGateway(l, cfg)
-				if err != nil {
-					return nil, err
-				}
-				s, err := startTCPStreams(l, 1, false, tcpPort)
-				if err != nil {
-					return nil, errors.Join(err, g.stop())
-				}
-				return &labTrial{dp: gwDataplane{gateway: g}, tr: tcpTraffic{s}, rxAtB: true}, nil
-			})
-		}}
-	}
-	xdp := func(offload bool) dataplane.GatewayConfig {
-		return dataplane.GatewayConfig{TUN: tun.Config{Offload: offload}, Port: dataplane.PortXDP, Backpressure: true}
-	}
+	gw, xdp := gatewayTCPRow, xdpTUNConfig
 	packet := func(mode afpacket.GSOMode) dataplane.GatewayConfig {
 		return dataplane.GatewayConfig{TUN: tun.Config{Offload: true}, Port: dataplane.PortPacket, PacketGSO: mode, Backpressure: true}
 	}

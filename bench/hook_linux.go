@@ -87,40 +87,32 @@ func inspectHook(pkt []byte) bool {
 }
 
 func hookRows() []rowSpec {
-	row := func(name string, hook pipeline.Hook) rowSpec {
-		return rowSpec{
-			name: name, ppsMain: true,
-			units: units{sent: "datagrams", received: "packets at gw-b"},
-			start: func(ctx context.Context) (trial, error) {
-				return withLab(func(l *lab) (*labTrial, error) {
-					// Without the drop program, B's stack drops them
-					// instead (no socket on the port): costlier for B,
-					// still correct.
-					tcDrop := 1.0
-					if l.dropUDPAtB(hookPort) != nil {
-						tcDrop = 0
-					}
-					g, err := startGateway(l, dataplane.GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true, Hook: hook})
-					if err != nil {
-						return nil, err
-					}
-					f, err := startSmallFlood(l, netip.AddrPortFrom(srv4, hookPort), hookFlows, hookSenders, hookPayload)
-					if err != nil {
-						return nil, errors.Join(err, g.stop())
-					}
-					return &labTrial{
-						dp: gwDataplane{gateway: g, ipBytesAsRx: true}, tr: floodTraffic{f}, rxAtB: true,
-						// Datagrams B's stack saw: the drop program should leave none.
-						onStop: func(fin *final) {
-							fin.Extra["b_udp_noports"] = float64(l.udpCounterB("NoPorts"))
-							fin.Extra["b_tc_drop"] = tcDrop
-						},
-					}, nil
-				})
-			},
-		}
+	return []rowSpec{hookRow("none", nil), hookRow("noop", noopHook), hookRow("inspect", inspectHook)}
+}
+
+// hookRow is a row of the small-packet flood from A through the TUN
+// device and the gateway's fast path, with hook (nil: none).
+func hookRow(name string, hook pipeline.Hook) rowSpec {
+	return rowSpec{
+		name: name, ppsMain: true,
+		units: units{sent: "datagrams", received: "packets at gw-b"},
+		start: func(ctx context.Context) (trial, error) {
+			return withLab(func(l *lab) (*labTrial, error) {
+				onStop := l.dropFloodAtB()
+				g, err := startGateway(l, dataplane.GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true, Hook: hook})
+				if err != nil {
+					return nil, err
+				}
+				f, err := startSmallFlood(l, netip.AddrPortFrom(srv4, hookPort), hookFlows, hookSenders, hookPayload)
+				if err != nil {
+					return nil, errors.Join(err, g.stop())
+				}
+				return &labTrial{
+					dp: gwDataplane{gateway: g, ipBytesAsRx: true}, tr: floodTraffic{f}, rxAtB: true, onStop: onStop,
+				}, nil
+			})
+		},
 	}
-	return []rowSpec{row("none", nil), row("noop", noopHook), row("inspect", inspectHook)}
 }
 
 func hookRatios(rows []*rowResult) []ratio {

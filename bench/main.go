@@ -19,6 +19,11 @@
 //	              comparison
 //	queues        TCP with one or two queues, one or two streams, both ways
 //	hook          64-byte packets, many flows: no hook, no-op hook, inspecting hook
+//	xdphook       the hook rows at Mpps: an AF_XDP generator in a third namespace
+//	              feeding the gateway's AF_XDP ingress port, the generator
+//	              alone, and the TUN fast path
+//	ingress       TCP stream from a container's veth (TSO) through the
+//	              gateway's ingress port, vs the kernel forwarding, vs the TUN
 //	peers         TCP stream with wireguard-go's TUN reader and Tailscale's
 //	              GSOSplit in place of gsoplane's reader and segmenter
 //
@@ -60,7 +65,7 @@ const (
 )
 
 // scenarioNames lists the scenarios in the order they run.
-var scenarioNames = []string{"backpressure", "gso", "gro", "queues", "hook", "peers"}
+var scenarioNames = []string{"backpressure", "gso", "gro", "queues", "hook", "xdphook", "ingress", "peers"}
 
 // options are the parsed flags.
 type options struct {

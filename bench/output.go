@@ -28,21 +28,47 @@ type ratio struct {
 	// table says whether its median did (never asserted: the bench
 	// reports, it does not judge a shared machine's numbers).
 	Target float64
+	// Ceiling, if set, is the most Value is meant to be (a spread, a
+	// cost), reported as Target is.
+	Ceiling float64
 }
 
-// verdict says whether the ratio reached its target, or "" without one.
+// missed reports whether the median missed the target or the ceiling.
+func (r ratio) missed() bool {
+	return r.Target > 0 && r.Value < r.Target || r.Ceiling > 0 && r.Value > r.Ceiling
+}
+
+// verdict says whether the ratio reached its target (or stayed under its
+// ceiling), or "" without one.
 func (r ratio) verdict() string {
-	if r.Target <= 0 {
+	if r.Target <= 0 && r.Ceiling <= 0 {
 		return ""
 	}
 	s := "met"
 	switch {
-	case r.Value < r.Target:
+	case r.missed():
 		s = "MISSED"
-	case r.Hi > 0 && r.Lo < r.Target:
+	case r.Hi > 0 && (r.Target > 0 && r.Lo < r.Target || r.Ceiling > 0 && r.Hi > r.Ceiling):
 		s = "met by the median, not by every run"
 	}
-	return fmt.Sprintf("target ≥ %.2f×: %s", r.Target, s)
+	return fmt.Sprintf("target %s: %s", r.bound(), s)
+}
+
+// bound is the target or ceiling as the value is shown.
+func (r ratio) bound() string {
+	op, v := "≥", r.Target
+	if r.Ceiling > 0 {
+		op, v = "≤", r.Ceiling
+	}
+	switch {
+	case r.Show != "":
+		return fmt.Sprintf("%s %g", op, v)
+	case r.Delta:
+		return fmt.Sprintf("%s %+.2f%%", op, (v-1)*100)
+	case r.Pct:
+		return fmt.Sprintf("%s %.1f%%", op, v*100)
+	}
+	return fmt.Sprintf("%s %.2f×", op, v)
 }
 
 func (r ratio) String() string {
@@ -84,12 +110,13 @@ type ratioSpec struct {
 	target     float64
 }
 
-// throughputRatios computes the ratios of specs whose rows both ran.
+// throughputRatios computes the ratios of specs whose rows both ran, of
+// their throughput, or of their pps where both rows rank by it.
 func throughputRatios(rows []*rowResult, specs []ratioSpec) []ratio {
 	var out []ratio
 	for _, c := range specs {
 		if a, b := findRow(rows, c.a), findRow(rows, c.b); a != nil && b != nil {
-			q := ratioOf(c.a+"/"+c.b, c.text, a, b, false)
+			q := ratioOf(c.a+"/"+c.b, c.text, a, b, a.spec.ppsMain && b.spec.ppsMain)
 			q.Target = c.target
 			out = append(out, q)
 		}
@@ -143,8 +170,8 @@ func newReport(o options) *report { return &report{opts: o, started: time.Now()}
 // target, one saying so.
 func (r *report) add(name, title string, rows []*rowResult, ratios []ratio, notes []string) {
 	for _, q := range ratios {
-		if q.Target > 0 && q.Value < q.Target {
-			notes = append(notes[:len(notes):len(notes)], fmt.Sprintf("target missed: %s = %.2f×, the target is ≥ %.2f× (%s)", q.Key, q.Value, q.Target, q.Text))
+		if q.missed() {
+			notes = append(notes[:len(notes):len(notes)], fmt.Sprintf("target missed: %s = %s, the target is %s (%s)", q.Key, q, q.bound(), q.Text))
 		}
 	}
 	r.scenarios = append(r.scenarios, scenarioResult{name, title, rows, ratios, notes})
@@ -295,7 +322,7 @@ func columnsFor(scenario string) []column {
 		good := column{"msg goodput Mbit/s", func(_ *rowResult, m runResult, _, _ float64) string { return fmt.Sprintf("%.0f", m.GoodputBps/1e6) }}
 		sent.head, recv.head, mbps.head = "sent msgs", "recv dgrams", "rx Mbit/s [min–max]"
 		return []column{name, sent, errs, msgs, recv, mbps, good, drops, lost, cpu}
-	case "hook":
+	case "hook", "xdphook":
 		return []column{name, mpps, mbps, sent, errs, recv, drops, cpu}
 	case "gro":
 		spr.head = "pkts/write"
@@ -413,6 +440,9 @@ func (r *report) json() jsonReport {
 			}
 			if x.Target > 0 {
 				q[x.Key+" target"] = x.Target
+			}
+			if x.Ceiling > 0 {
+				q[x.Key+" ceiling"] = x.Ceiling
 			}
 		}
 		out.Ratios[s.name] = q

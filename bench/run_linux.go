@@ -105,6 +105,46 @@ var scenarios = map[string]scenarioDef{
 			"In the JSON, percentages are fractions (0.0003 = 0.03%).",
 		},
 	},
+	"xdphook": {
+		name: "xdphook",
+		title: func(o options) string {
+			return fmt.Sprintf("xdphook: %d-byte UDP payloads, %d flows, from an AF_XDP generator in C (%d frames per wake-up) through the gateway's AF_XDP ingress port and the hook to gw-a; B drops them at ingress (tcx eBPF)",
+				hookPayload, hookFlows, genRing)
+		},
+		rows:   func(o options) []rowSpec { return xdphookRows() },
+		ratios: func(rows []*rowResult, o options) []ratio { return xdphookRatios(rows) },
+		notes: []string{
+			"Mpps = segments the gateway forwarded per second (Gateway.Stats); sent = frames the kernel took from the generator",
+			"  (xsk.Generator: prebuilt frames, a TX ring batch per sendto, no per-packet system call), received = packets at gw-b.",
+			"none, noop, inspect: generator on app0 (C) → gw-c (the gateway's AF_XDP ingress port, native XDP) → hook →",
+			"  AF_XDP on gw-a → gw-b; noop and inspect are the hook scenario's hooks.",
+			"generator = the generator alone, no gateway: an XDP program on gw-c (native) counts its frames and drops them;",
+			"  its Mpps is what the generator gets into gw-c on this machine, the ceiling of the other rows.",
+			"tun = the hook scenario's no-hook row (sendmmsg from A through the TUN device), measured in this run.",
+			"The generator shares the 2 cores with the gateway and the kernel's veth work, so rates are the whole system's.",
+			"Where the time goes (perf, none row): two thirds of the bench process is the generator's sendto (copy-mode AF_XDP xmit,",
+			"  one skb per frame, and gw-c's veth NAPI and XDP redirect in the same softirq), a sixth the gateway's TX kick on gw-a.",
+			"In the JSON, percentages are fractions (0.0003 = 0.03%).",
+		},
+	},
+	"ingress": {
+		name: "ingress",
+		title: func(o options) string {
+			return "ingress: one TCP stream C→B through the gateway's ingress port (C's veth keeps TSO: 64 KiB super-packets) vs the kernel forwarding vs the TUN source (A→B)"
+		},
+		rows:   func(o options) []rowSpec { return ingressRows() },
+		ratios: func(rows []*rowResult, o options) []ratio { return ingressRatios(rows) },
+		notes: []string{
+			"Mbit/s = bytes read by the receiving socket; Mpps = segments the gateway sent (kernel: packets at gw-b);",
+			"  segs/read = segments per packet the gateway took from its source (ingress: C's TSO chains cut to gw-a's MTU 1500).",
+			"ingress: GatewayConfig.Ingress = gw-c, both AF_XDP ports in generic XDP mode (native XDP on a veth turns the",
+			"  peer's TSO off); C's super-packets reach the port whole (multi-buffer) and pipeline.WireSource cuts them.",
+			"kernel: no gateway; A forwards (ip_forward), C's super-packets cross to B unsegmented (GRO/GSO forwarding).",
+			"tun: the gso scenario's gsoplane row (TUN offloads, AF_XDP), the stream from A.",
+			"Where the time goes (perf, ingress row): ~40% of the bench process is the AF_XDP copy-mode TX kick on gw-a (one skb per",
+			"  1500-byte segment, ~44 per super-packet the kernel row sends as one), ~15% the forwarder (WireSource read, cut, copy).",
+		},
+	},
 	"peers": {
 		name: "peers",
 		title: func(o options) string {

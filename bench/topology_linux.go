@@ -8,6 +8,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 
@@ -32,11 +33,12 @@ var (
 	aRoutes = netlab.AppRoutes
 )
 
-// lab is one instance of the topology, with what the bench adds to B.
+// lab is one instance of the topology, with what the bench adds to it.
 type lab struct {
 	*netlab.Topology
-	drop *ebpf.Program // B's ingress drop program (dropUDPAtB), if any
-	link link.Link     // its attachment
+	// bpf are the BPF programs the bench loaded (dropUDPAtB,
+	// countAtIngress) and their attachments, closed in reverse order.
+	bpf []io.Closer
 }
 
 // liveLabs are the labs not yet closed, removed by closeAllLabs on the way
@@ -63,21 +65,17 @@ func newLab() (*lab, error) {
 	return l, nil
 }
 
-// close detaches B's drop program and deletes the namespaces (and with
-// them every device inside).
+// close detaches and closes the bench's BPF programs and deletes the
+// namespaces (and with them every device inside).
 func (l *lab) close() error {
 	liveLabs.Lock()
 	delete(liveLabs.m, l)
 	liveLabs.Unlock()
 	var errs []error
-	if l.link != nil {
-		errs = append(errs, l.link.Close())
-		l.link = nil
+	for i := len(l.bpf) - 1; i >= 0; i-- {
+		errs = append(errs, l.bpf[i].Close())
 	}
-	if l.drop != nil {
-		errs = append(errs, l.drop.Close())
-		l.drop = nil
-	}
+	l.bpf = nil
 	return errors.Join(append(errs, l.Topology.Close())...)
 }
 
@@ -120,16 +118,17 @@ func (l *lab) dropUDPAtB(port int) error {
 	if err != nil {
 		return fmt.Errorf("load the UDP drop program: %w", err)
 	}
-	l.drop = prog
+	l.bpf = append(l.bpf, prog)
 	dev, err := l.B.Link(nicB)
 	if err != nil {
 		return err
 	}
 	return l.B.Run(func() error { // the interface index is B's
-		l.link, err = link.AttachTCX(link.TCXOptions{Interface: dev.Attrs().Index, Program: prog, Attach: ebpf.AttachTCXIngress})
+		lk, err := link.AttachTCX(link.TCXOptions{Interface: dev.Attrs().Index, Program: prog, Attach: ebpf.AttachTCXIngress})
 		if err != nil {
 			return fmt.Errorf("attach the UDP drop program to %s: %w", nicB, err)
 		}
+		l.bpf = append(l.bpf, lk)
 		return nil
 	})
 }

@@ -1,0 +1,73 @@
+package main
+
+// Scenario "ingress" (issue 12 §5): one TCP stream from C to B, where C
+// is a container behind a veth into A whose side keeps TSO (netlab
+// AddIngress), and so hands A 64 KiB super-packets:
+//
+//	ingress: the gateway's ingress port on gw-c (GatewayConfig.Ingress,
+//	         AF_XDP in generic mode, which keeps the peer's TSO: native
+//	         XDP on a veth turns it off) cuts them to gw-a's MTU
+//	         (pipeline.WireSource) and sends them through its AF_XDP port;
+//	kernel:  no gateway, A forwards as a router (GRO and GSO by the
+//	         kernel);
+//	tun:     the gso scenario's gsoplane row: the same gateway build with
+//	         the TUN source, the stream from A.
+
+import (
+	"context"
+	"errors"
+
+	"github.com/gsoplane/gsoplane/dataplane/xsk"
+)
+
+// targetIngressKernel is the least ingress/kernel the issue asks for.
+const targetIngressKernel = 0.5
+
+func ingressRows() []rowSpec {
+	return []rowSpec{
+		ingressTCPRow("ingress", false, func(l *lab) (dataplaneUnderTest, error) {
+			g, err := startGateway(l, ingressConfig(xsk.ModeGeneric, nil))
+			if err != nil {
+				return nil, err
+			}
+			return gwDataplane{gateway: g}, nil
+		}),
+		ingressTCPRow("kernel", true, func(l *lab) (dataplaneUnderTest, error) {
+			return nil, errors.Join(l.A.Sysctl("net/ipv4/ip_forward", "1"), l.RouteKernel())
+		}),
+		gatewayTCPRow("tun", xdpTUNConfig(true)),
+	}
+}
+
+// ingressTCPRow is a row of one TCP stream from C to B, through what
+// setup builds in A (a nil dataplane: the kernel forwards; ppsAtB then
+// counts gw-b's packets).
+func ingressTCPRow(name string, ppsAtB bool, setup func(l *lab) (dataplaneUnderTest, error)) rowSpec {
+	return rowSpec{name: name, units: tcpUnits, retrans: true, ppsAtB: ppsAtB, start: func(ctx context.Context) (trial, error) {
+		return withLab(func(l *lab) (*labTrial, error) {
+			if err := l.AddIngress(ingressMTU, 2); err != nil {
+				return nil, err
+			}
+			dp, err := setup(l)
+			if err != nil {
+				return nil, err
+			}
+			s, err := startStream(l.C, l.B, srv4, tcpPort)
+			if err != nil {
+				if dp != nil {
+					err = errors.Join(err, dp.stop())
+				}
+				return nil, err
+			}
+			return &labTrial{dp: dp, tr: tcpTraffic{tcpStreams{s}}, rxAtB: true}, nil
+		})
+	}}
+}
+
+func ingressRatios(rows []*rowResult) []ratio {
+	return throughputRatios(rows, []ratioSpec{
+		{"ingress", "kernel", "TCP throughput C→B, the gateway's ingress port / the kernel forwarding", targetIngressKernel},
+		{"ingress", "tun", "TCP throughput, the ingress port (C→B) / the TUN source (A→B), same TX path", 0},
+		{"tun", "kernel", "TCP throughput, the TUN source (A→B) / the kernel forwarding C→B", 0},
+	})
+}
