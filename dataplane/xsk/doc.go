@@ -52,7 +52,8 @@
 // sk_busy_loop with nonblock, one round per call; the sockets only take
 // MSG_DONTWAIT), and a wait for received frames or for TX completions
 // keeps making such calls, checking the rings in between, for up to
-// BusyPoll before it naps or blocks as without (see wait_linux.go).
+// BusyPoll before it sleeps in the netpoller. The netpoller itself never
+// busy polls (epoll does only with the net.core.busy_poll sysctl).
 //
 // What it needs from the NIC. The kernel busy polls the NAPI context the
 // socket's packets came from (SO_INCOMING_NAPI_ID, Socket.NAPIID), known

@@ -222,15 +222,15 @@ var _ pipeline.Receiver = (*receiver)(nil)
 
 // Receiver returns the socket's receive side as a pipeline.Receiver: each
 // Receive gives the frames of the previous one back to the kernel (fill
-// ring), then returns the Ethernet frames waiting, waiting (napping while
-// traffic flows, blocked in poll(2) once idle) until one comes, the port
-// stops receiving (Port.StopReceive: then it returns none) or the port
-// is closed. A frame in one UMEM frame is handed over in place; a
-// multi-buffer one (a chain of UMEM frames) is copied into one buffer of
-// the socket. Either stays valid until the next Receive. A frame whose
-// EtherType is not IPv4 or IPv6, or does not match its IP version, comes
-// back with an empty packet (the return path counts it as invalid). Use
-// one Receiver per socket, from one goroutine.
+// ring), then returns the Ethernet frames waiting, waiting (through the
+// Go runtime's netpoller) until one comes, the port stops receiving
+// (Port.StopReceive: then it returns none) or the port is closed. A
+// frame in one UMEM frame is handed over in place; a multi-buffer one
+// (a chain of UMEM frames) is copied into one buffer of the socket.
+// Either stays valid until the next Receive. A frame whose EtherType is
+// not IPv4 or IPv6, or does not match its IP version, comes back with an
+// empty packet (the return path counts it as invalid). Use one Receiver
+// per socket, from one goroutine.
 func (x *Socket) Receiver() pipeline.Receiver { return &receiver{x: x} }
 
 // Headroom is the Ethernet header.

@@ -1,28 +1,13 @@
 package xsk
 
-// Waiting on an AF_XDP socket, the way a NIC's NAPI does it: while
-// traffic flows, a wait naps a few microseconds at a time and takes
-// whatever arrived meanwhile as one batch; only a socket that stays idle
-// blocks, in poll(2) on its fd and an eventfd, which costs nothing until
-// a frame arrives or the socket is stopped or closed.
-//
-// Why not the Go runtime's netpoller (which waited here before): a
-// socket registered with epoll has the netpoller call its poll handler
-// on every wakeup, once per received frame and once per transmitted
-// frame freed, and on Linux 6.18 the poll handler of a copy-mode socket
-// transmits from the TX ring as well (xsk_poll runs the generic xmit
-// whenever the socket has a TX ring; cached_need_wakeup is set for every
-// socket), racing our own sendto for the socket's TX mutex. Measured with
-// udpfwd under one TCP stream on the reference veth (3 interleaved runs),
-// the netpoller cost 0.20-0.24 cores per Gbit/s backward against 0.10
-// for napping, and 0.30-0.32 forward against 0.25-0.29.
-//
-// The conditions are checked under the socket's read lock, and a blocked
-// wait holds it: closing first signals the eventfd, which ends every
-// blocked wait, and then takes the write lock before it unmaps the
-// rings, so it never races a waiter. Waits for TX completions never
-// block: they run only while frames are in flight, and nap until the
-// kernel completes them or the caller's deadline passes.
+// Waiting on an AF_XDP socket through the Go runtime's netpoller: the
+// socket's fd is an os.File in non-blocking mode, so a goroutine waiting
+// for received frames or for TX completions parks without holding a
+// thread, wakes on the socket's own events (the kernel signals readable
+// when it adds RX descriptors, writable when transmitted frames are
+// released), and is woken when the socket is closed. The condition is
+// checked under the socket's read lock, so closing, which takes the write
+// lock before it unmaps the rings, never races a waiter.
 //
 // With busy polling (Config.BusyPoll), a wait first drives the queue's
 // NAPI context itself: it makes one non-blocking recvfrom (sendto while
@@ -30,15 +15,15 @@ package xsk
 // time, in each of which the kernel runs one NAPI poll of up to the
 // budget (sk_busy_loop with nonblock: one round, whatever SO_BUSY_POLL
 // says), and checks the rings between them, for up to BusyPoll; then it
-// waits as without. Each round holds the read lock across its syscall
-// and checks for close and stop first, so closing still ends every
-// waiter within one round.
+// sleeps in the netpoller as without. Each round holds the read lock
+// across its syscall and checks for close and stop first, so closing
+// still wakes every waiter within one round.
 
 import (
 	"errors"
 	"fmt"
 	"os"
-	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -47,151 +32,127 @@ import (
 // errStopped: receiving was stopped (Port.StopReceive).
 var errStopped = errors.New("xsk: receiving stopped")
 
-// How waits nap: up to rxNaps naps of nap for received frames before a
-// wait blocks, naps of nap for TX completions.
-const (
-	nap    = 20 * time.Microsecond
-	rxNaps = 3
-)
-
-// poller holds what a socket's waits need besides its rings.
+// poller waits for a socket's events.
 type poller struct {
-	wake   int            // eventfd, signalled to end blocked waits for good
-	ending atomic.Bool    // wake was signalled: the socket is stopping or closing
-	rxFds  [2]unix.PollFd // a blocked RX wait's poll set: the socket and wake
-	busy   time.Duration  // Config.BusyPoll: how long a wait polls before it naps; 0: off
+	file    *os.File
+	rc      syscall.RawConn
+	rxReady func(uintptr) bool // made once, so that waits do not allocate
+	cqReady func(uintptr) bool
+	busy    time.Duration // Config.BusyPoll: how long a wait polls before it sleeps; 0: off
 }
 
-// init opens the eventfd of x's waits.
+// init hands x's fd to the runtime's netpoller.
 func (p *poller) init(x *Socket) error {
-	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		return os.NewSyscallError("eventfd", err)
+	if err := unix.SetNonblock(x.fd, true); err != nil {
+		return os.NewSyscallError("fcntl", err)
 	}
-	p.wake = fd
-	p.rxFds = [2]unix.PollFd{{Fd: int32(x.fd), Events: unix.POLLIN}, {Fd: int32(fd), Events: unix.POLLIN}}
+	p.file = os.NewFile(uintptr(x.fd), "xsk")
+	rc, err := p.file.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("netpoller: %w", err)
+	}
+	p.rc, p.rxReady, p.cqReady = rc, x.rxReady, x.cqReady
 	return nil
 }
 
-// signal ends every blocked wait, now and later: the eventfd stays
-// readable.
-func (p *poller) signal() {
-	if p.wake < 0 || p.ending.Swap(true) {
-		return
-	}
-	one := [8]byte{1}
-	unix.Write(p.wake, one[:])
-}
-
-// close closes the socket's fd and the eventfd; the caller has signalled
-// and holds the write lock.
+// close closes the fd (through its File once it has one), waking every
+// waiter.
 func (p *poller) close(fd int) error {
-	err := os.NewSyscallError("close", unix.Close(fd))
-	if p.wake >= 0 {
-		err = errors.Join(err, os.NewSyscallError("close", unix.Close(p.wake)))
-		p.wake = -1
+	if p.file == nil {
+		return os.NewSyscallError("close", unix.Close(fd))
 	}
-	return err
+	return p.file.Close()
 }
 
-// waitRX waits until received frames are on the RX ring: it naps while
-// traffic flows and blocks once the socket stays idle. It returns
+// waitRX waits until received frames are on the RX ring. It returns
 // ErrClosed once the socket is closed and errStopped once receiving was
 // stopped.
 func (x *Socket) waitRX() error {
 	if x.poll.busy > 0 {
 		x.busyPollRX()
 	}
-	for range rxNaps {
-		if done, err := x.rxDone(); done {
-			return err
-		}
-		time.Sleep(nap)
-	}
-	return x.blockRX()
-}
-
-// rxDone reports whether a wait for received frames is over, and with
-// what.
-func (x *Socket) rxDone() (bool, error) {
-	if !x.enter() {
-		return true, ErrClosed
-	}
-	defer x.mu.RUnlock()
-	return x.rxOver()
-}
-
-// rxOver is rxDone with the read lock held.
-func (x *Socket) rxOver() (bool, error) {
-	switch {
-	case x.rx.loadProducer() != x.rx.local:
-		return true, nil
-	case x.rxStopped.Load():
-		return true, errStopped
-	case x.poll.ending.Load():
-		return true, ErrClosed
-	}
-	return false, nil
-}
-
-// blockRX blocks in poll(2) until frames arrive or the eventfd says the
-// socket is stopping or closing.
-func (x *Socket) blockRX() error {
 	if !x.enter() {
 		return ErrClosed
 	}
-	defer x.mu.RUnlock()
-	for {
-		if done, err := x.rxOver(); done {
-			return err
-		}
-		if _, err := unix.Poll(x.poll.rxFds[:], -1); err != nil && err != unix.EINTR {
-			return fmt.Errorf("xsk: queue %d: %w", x.queueID, os.NewSyscallError("poll", err))
-		}
-	}
+	p := x.poll
+	x.mu.RUnlock()
+	return x.waitError(p.rc.Read(p.rxReady))
 }
 
 // waitCompletions waits up to d until transmitted frames are on the
-// completion ring, kicking the kernel for TX entries still waiting. It
-// naps; it returns ErrClosed once the socket is closed.
+// completion ring, kicking the kernel for TX entries still waiting.
 func (x *Socket) waitCompletions(d time.Duration) error {
 	end := time.Now().Add(d)
 	if x.poll.busy > 0 {
 		x.busyPollTX(min(x.poll.busy, d))
 	}
-	for {
-		if done, err := x.cqDone(); done {
-			return err
-		}
-		left := time.Until(end)
-		if left <= 0 {
-			return nil
-		}
-		time.Sleep(min(nap, left))
+	if !x.enter() {
+		return ErrClosed
 	}
+	p := x.poll
+	x.mu.RUnlock()
+	if err := p.file.SetWriteDeadline(end); err != nil {
+		return x.waitError(err)
+	}
+	if err := x.waitError(p.rc.Write(p.cqReady)); !errors.Is(err, errStopped) {
+		return err
+	}
+	return nil // the deadline: d has passed
 }
 
-// cqDone reports whether a wait for completions is over; it kicks the
-// kernel for TX entries it has not taken yet.
-func (x *Socket) cqDone() (bool, error) {
-	if !x.enter() {
-		return true, ErrClosed
+// waitError turns a netpoller error into the socket's.
+func (x *Socket) waitError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return errStopped
+	case errors.Is(err, os.ErrClosed) || x.isClosed():
+		// A waiter parked when the socket closes gets the poller's
+		// "use of closed file", which is not os.ErrClosed.
+		return ErrClosed
 	}
+	return fmt.Errorf("xsk: queue %d: %w", x.queueID, err)
+}
+
+// isClosed reports whether the socket is closed (waiting for a close in
+// progress to finish).
+func (x *Socket) isClosed() bool {
+	x.mu.RLock()
 	defer x.mu.RUnlock()
-	if x.comp.loadProducer() != x.comp.local {
-		return true, nil
+	return x.closed
+}
+
+// rxReady reports, for the netpoller, whether the wait for received
+// frames is over.
+func (x *Socket) rxReady(uintptr) bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.closed || x.rx.loadProducer() != x.rx.local
+}
+
+// cqReady reports, for the netpoller, whether the wait for completions is
+// over; it kicks the kernel for TX entries it has not taken yet.
+func (x *Socket) cqReady(uintptr) bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if x.closed || x.comp.loadProducer() != x.comp.local {
+		return true
 	}
 	if err := x.kickTX(); err != nil && x.txErr == nil {
 		x.txErr = err
 	}
-	return false, nil
+	return false
 }
 
 // stopRX makes every wait for received frames return at once, now and
 // later.
 func (x *Socket) stopRX() {
 	x.rxStopped.Store(true)
-	x.poll.signal()
+	if x.enter() {
+		x.poll.file.SetReadDeadline(time.Unix(1, 0))
+		x.mu.RUnlock()
+	}
 }
 
 // busyPollRX polls until frames are on the RX ring, the socket is

@@ -197,7 +197,7 @@ type Config struct {
 	// recvfrom on them runs the queue's NAPI poll in the calling thread;
 	// and a wait for received frames or for TX completions first polls,
 	// one non-blocking recvfrom (or sendto, while TX frames wait) at a
-	// time, for up to BusyPoll, and only then naps or blocks as without.
+	// time, for up to BusyPoll, and only then sleeps in the netpoller.
 	// See the package documentation for what it needs from the NIC.
 	// Where the kernel refuses an option, Open fails with ErrNoBusyPoll.
 	BusyPoll time.Duration

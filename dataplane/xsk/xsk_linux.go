@@ -314,11 +314,11 @@ type Socket struct {
 	chainRoom  int      // the arena bytes a chain may take
 	chain      rxChain  // the chain being received
 	sgErr      error    // why bind refused XDP_USE_SG, if it did
-	poll       poller   // what the waits need (wait_linux.go)
+	poll       poller   // waits through the Go runtime's netpoller
 	st         xskCounters
 	final      Stats // kernel counters read at close
 
-	rxStopped atomic.Bool // stopRX was called
+	rxStopped atomic.Bool // stopRX was called (busy polling checks it)
 }
 
 type xskCounters struct {
@@ -350,7 +350,6 @@ func newXSK(ifname string, ifindex, queue int, cfg Config, multi bool) (*Socket,
 // newSocket returns the socket on fd of queue, its frame layout set.
 func newSocket(fd, queue int, cfg Config) *Socket {
 	x := &Socket{fd: fd, queueID: queue, frameSize: cfg.FrameSize, rxFrames: uint32(cfg.NumFrames / 2)}
-	x.poll.wake = -1
 	for 1<<x.frameShift < x.frameSize {
 		x.frameShift++
 	}
@@ -488,7 +487,6 @@ func (x *Socket) initFrames(n int) {
 
 // close closes the socket and unmaps everything; idempotent.
 func (x *Socket) close() error {
-	x.poll.signal() // ends blocked waits, which hold the read lock
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.closed {
