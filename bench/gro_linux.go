@@ -132,8 +132,8 @@ func (l *lab) rxPacketsA() uint64 {
 	return dev.Attrs().Statistics.RxPackets
 }
 
-// targetPacketGRO is the AF_PACKET return path's target against the
-// per-packet one (the closing note of the issue that added it).
+// targetPacketGRO is the project's target for the AF_PACKET return path
+// against the per-packet one.
 const targetPacketGRO = 2.0 // packet-gro / no-gro
 
 func groRatios(rows []*rowResult) []ratio {

@@ -109,9 +109,9 @@ func iperf3Skipped() string {
 	return ""
 }
 
-// The targets of the AF_PACKET rows (the closing note of the issue that
-// added them): with the NIC segmenting, within reach of the kernel alone;
-// cutting every segment itself, at least as fast as AF_XDP.
+// The project's targets for the AF_PACKET rows: with the NIC segmenting,
+// within reach of the kernel alone; cutting every segment itself, at
+// least as fast as AF_XDP.
 const (
 	targetPacketOffload = 0.8 // packet-offload / kernel
 	targetPacketFull    = 1.0 // packet-full / gsoplane (AF_XDP)

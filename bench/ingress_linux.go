@@ -1,6 +1,6 @@
 package main
 
-// Scenario "ingress" (issue 12 §5): one TCP stream from C to B, where C
+// Scenario "ingress": one TCP stream from C to B, where C
 // is a container behind a veth into A whose side keeps TSO (netlab
 // AddIngress), and so hands A 64 KiB super-packets:
 //
@@ -20,7 +20,7 @@ import (
 	"github.com/gsoplane/gsoplane/dataplane/xsk"
 )
 
-// targetIngressKernel is the least ingress/kernel the issue asks for.
+// targetIngressKernel is the project's target for ingress/kernel.
 const targetIngressKernel = 0.5
 
 func ingressRows() []rowSpec {

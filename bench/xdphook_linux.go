@@ -10,7 +10,7 @@ package main
 // ingress. Rows: no hook, the no-op hook, the inspecting hook; the
 // generator alone, into an XDP program on gw-c that counts and drops
 // (the ceiling on this machine); and the TUN fast path of scenario hook
-// with no hook, for the ratio the issue asks for.
+// with no hook, for the ratio between the two sources.
 
 import (
 	"context"
@@ -32,7 +32,7 @@ import (
 	"github.com/gsoplane/gsoplane/internal/netlab"
 )
 
-// The targets of issue 12 §4.
+// The project's targets for the hook experiment at Mpps.
 const (
 	targetXDPHookMpps  = 1.0  // Mpps the no-hook row forwards
 	targetXDPHookVsTUN = 5.0  // none / tun

@@ -1161,7 +1161,7 @@ func TestKernelRejects(t *testing.T) {
 
 	// Packets this kernel accepts (and segments or forwards) but Validate
 	// refuses on purpose, being stricter than the kernel (see its doc
-	// comment and the issue: no already-fragmented input for TSO/USO, no
+	// comment: no already-fragmented input for TSO/USO, no
 	// header beyond the packet): the kernel's output is logged for the
 	// record; these are not failures.
 	strict := []rejectCase{
