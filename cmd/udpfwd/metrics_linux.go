@@ -136,12 +136,13 @@ func (e emitter) traffic(s dataplane.GatewayStats) {
 // both directions, from packets received on a wire.
 func (e emitter) ingress(s dataplane.GatewayStats) {
 	for _, d := range []struct {
-		dir string
-		f   pipeline.Stats
-	}{{"ingress_to_nic", s.Forward}, {"nic_to_ingress", s.Reverse}} {
+		dir  string
+		f    pipeline.Stats
+		sent uint64 // by the port it leaves through
+	}{{"ingress_to_nic", s.Forward, s.Sent}, {"nic_to_ingress", s.Reverse, s.Ingress.Sent}} {
 		e.counter(descSuperPackets, d.f.SuperPackets, d.dir, e.port)
 		e.counter(descSegments, d.f.Segments, d.dir, e.port)
-		e.counter(descPackets, d.f.Transmitted-d.f.Drops[pipeline.DropUnresolved]-d.f.Drops[pipeline.DropNotRouted], d.dir, e.port)
+		e.counter(descPackets, d.sent, d.dir, e.port)
 		e.counter(descBytes, d.f.Bytes, d.dir, e.port)
 		for r := range pipeline.NumDropReasons {
 			e.counter(descDrops, d.f.Drops[r], d.dir, r.String())
