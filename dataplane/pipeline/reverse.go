@@ -291,23 +291,11 @@ func ipHeaderValid(pkt []byte) bool {
 	case len(pkt) >= 20 && pkt[0]>>4 == 4:
 		ihl := int(pkt[0]&0xf) * 4
 		total := int(binary.BigEndian.Uint16(pkt[2:4]))
-		return ihl >= 20 && total >= ihl && total == len(pkt) && sum16(pkt[:ihl]) == 0xffff
+		return ihl >= 20 && total >= ihl && total == len(pkt) && segment.Checksum(pkt[:ihl], 0) == 0
 	case len(pkt) >= 40 && pkt[0]>>4 == 6:
 		return 40+int(binary.BigEndian.Uint16(pkt[4:6])) == len(pkt)
 	}
 	return false
-}
-
-// sum16 is the ones' complement sum of b (of even length), folded.
-func sum16(b []byte) uint16 {
-	var s uint32
-	for i := 0; i+1 < len(b); i += 2 {
-		s += uint32(binary.BigEndian.Uint16(b[i:]))
-	}
-	for s > 0xffff {
-		s = s>>16 + s&0xffff
-	}
-	return uint16(s)
 }
 
 // ipPacket trims b to the length its IP header gives, if shorter.
