@@ -352,9 +352,7 @@ func (w *wireRun) run(c wireCase) (got, want *wireFate) {
 	got.err = w.send(f.frame)
 	nicForm := wireNICForm(f.frame)
 	collect := func() {
-		for _, p := range w.tunCap.drain() {
-			got.tun = append(got.tun, p)
-		}
+		got.tun = append(got.tun, w.tunCap.drain()...)
 		for _, p := range w.nicCap.drain() {
 			if bytes.Equal(p, nicForm) {
 				got.ctr["nic.tap"]++
