@@ -146,13 +146,18 @@ func (e *Ether) resolved() {
 // Wait waits, after Header said Hold, until the resolver learns
 // something, the hold ends or d has passed, whichever comes first.
 func (e *Ether) Wait(d time.Duration) {
-	const poll = 50 * time.Microsecond
-	v, end := e.r.Changed(), e.now().Add(d)
-	if e.holdEnd.Before(end) {
-		end = e.holdEnd
+	wake := e.r.Wake(e.r.Changed())
+	if left := e.holdEnd.Sub(e.now()); left < d {
+		d = left
 	}
-	for e.r.Changed() == v && e.now().Before(end) {
-		time.Sleep(poll)
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-wake:
+	case <-t.C:
 	}
 }
 

@@ -131,6 +131,7 @@ type Resolver struct {
 	mu    sync.Mutex
 	tab   table
 	stats Stats
+	wake  chan struct{} // closed by the next change, for Wake; nil until asked for
 
 	sys *system // the kernel side
 }
@@ -182,6 +183,34 @@ func (r *Resolver) Lookup(dst netip.Addr) (mac [6]byte, st State) {
 // destinations looks them up again when it moves; reading it costs an
 // atomic load.
 func (r *Resolver) Changed() uint64 { return r.version.Load() }
+
+// closedChan is a channel that is always closed.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// Wake returns a channel that is closed once Changed is no longer v: at
+// once if it already moved. It lets a caller wait for a change without
+// polling.
+func (r *Resolver) Wake(v uint64) <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.version.Load() != v {
+		return closedChan
+	}
+	if r.wake == nil {
+		r.wake = make(chan struct{})
+	}
+	return r.wake
+}
+
+// bump records a change (see Changed) and wakes Wake's waiters; r.mu is
+// held.
+func (r *Resolver) bump() {
+	r.version.Add(1)
+	if r.wake != nil {
+		close(r.wake)
+		r.wake = nil
+	}
+}
 
 // Stats returns the counters.
 func (r *Resolver) Stats() Stats {
@@ -299,7 +328,7 @@ func (r *Resolver) apply(e *entry, n neigh, now int64) {
 	default:
 		return
 	}
-	r.version.Add(1)
+	r.bump()
 }
 
 // restart resolves a resolved entry again: its neighbour failed, or was
@@ -315,7 +344,7 @@ func (r *Resolver) restart(e *entry, now int64) {
 	e.mac, e.until = [6]byte{}, now+r.cfg.Timeout.Milliseconds()
 	r.stats.Started++
 	r.jobs <- job{key: e.dst} // there is room: every sender holds r.mu
-	r.version.Add(1)
+	r.bump()
 }
 
 // fail marks an entry Failed until FailedTTL from now.
@@ -325,7 +354,7 @@ func (r *Resolver) fail(e *entry, now int64) {
 	}
 	r.tab.setState(e, Failed)
 	e.until = now + r.cfg.FailedTTL.Milliseconds()
-	r.version.Add(1)
+	r.bump()
 }
 
 // failKey fails the resolution of key, if it is still under way.
@@ -351,7 +380,7 @@ func (r *Resolver) rechecked(key, hop netip.Addr) (static, ok bool) {
 	e.queued = false
 	if e.hop != hop {
 		r.tab.remove(e)
-		r.version.Add(1)
+		r.bump()
 		return false, false
 	}
 	return e.static, true
