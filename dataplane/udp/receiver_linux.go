@@ -44,8 +44,8 @@ type Receiver struct {
 }
 
 type receiverCounters struct {
-	datagrams, messages, groMessages, syscalls, short, refused, truncated atomic.Uint64
-	gro                                                                   atomic.Bool
+	datagrams, messages, groMessages, syscalls, short, refused, truncated, peerErrors atomic.Uint64
+	gro                                                                               atomic.Bool
 }
 
 // NewReceiver returns a Receiver on conn, a UDP socket bound to the
@@ -144,17 +144,25 @@ func (r *Receiver) fill() error {
 }
 
 // recv runs recvmmsg for the runtime poller: false waits for the socket
-// to become readable.
+// to become readable. An error that an ICMP message from the peer or the
+// route left on the socket (the peer's port closed for a moment, a host
+// unreachable) concerns the datagrams the sink sent, not receiving: it is
+// counted and receiving goes on, as the sink goes on sending.
 func (r *Receiver) recv(fd uintptr) bool {
-	n, errno := r.msgs.Recv(fd, r.msgs.Len())
-	switch errno {
-	case unix.EAGAIN:
-		return false
-	case unix.EINTR:
-		return r.recv(fd)
+	for {
+		n, errno := r.msgs.Recv(fd, r.msgs.Len())
+		switch errno {
+		case unix.EAGAIN:
+			return false
+		case unix.EINTR:
+			continue
+		case unix.ECONNREFUSED, unix.EHOSTUNREACH, unix.ENETUNREACH, unix.EHOSTDOWN:
+			r.st.peerErrors.Add(1)
+			continue
+		}
+		r.got, r.errno = n, errno
+		return true
 	}
-	r.got, r.errno = n, errno
-	return true
 }
 
 // split cuts message k into its datagrams, gso_size bytes each (the last
@@ -209,6 +217,6 @@ func (r *Receiver) Stats() ReceiverStats {
 	return ReceiverStats{
 		Datagrams: c.datagrams.Load(), Messages: c.messages.Load(), GROMessages: c.groMessages.Load(),
 		Syscalls: c.syscalls.Load(), Short: c.short.Load(), Refused: c.refused.Load(),
-		Truncated: c.truncated.Load(), GRO: c.gro.Load(),
+		Truncated: c.truncated.Load(), PeerErrors: c.peerErrors.Load(), GRO: c.gro.Load(),
 	}
 }

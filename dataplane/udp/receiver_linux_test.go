@@ -2,7 +2,10 @@ package udp
 
 import (
 	"bytes"
+	"net"
+	"net/netip"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -70,5 +73,49 @@ func TestUDPReceiverGRO(t *testing.T) { // not parallel: AllocsPerRun refuses
 	t.Logf("stats %+v", st)
 	if allocs := testing.AllocsPerRun(20, round); allocs != 0 {
 		t.Errorf("send and Receive: %.1f allocations per round, want 0", allocs)
+	}
+}
+
+// TestUDPReceiverPeerError: an ICMP port unreachable for a datagram the
+// socket sent (the peer's port closed for a moment) leaves ECONNREFUSED
+// on the connected socket; the Receiver counts it and goes on receiving
+// instead of failing.
+func TestUDPReceiverPeerError(t *testing.T) {
+	loop := netip.MustParseAddr("127.0.0.1")
+	free, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(loop, 0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := free.LocalAddr().(*net.UDPAddr)
+	free.Close() // nobody on the peer's port for now
+	conn, err := net.DialUDP("udp", nil, peer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	r, err := NewReceiver(conn, ReceiverConfig{Headroom: uskHdrLen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Write([]byte("to a closed port")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond) // the port unreachable comes back
+	back, err := net.ListenUDP("udp", peer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer back.Close()
+	want := bytes.Repeat([]byte{0x5a}, uskHdrLen+20)
+	if _, err := back.WriteToUDP(want, conn.LocalAddr().(*net.UDPAddr)); err != nil {
+		t.Fatal(err)
+	}
+	frames := make([][]byte, 4)
+	k, err := r.Receive(frames)
+	if err != nil || k != 1 || !bytes.Equal(frames[0], want) {
+		t.Fatalf("Receive: %d frames, %v; want the peer's datagram", k, err)
+	}
+	if st := r.Stats(); st.PeerErrors != 1 {
+		t.Errorf("PeerErrors %d, want 1", st.PeerErrors)
 	}
 }

@@ -105,5 +105,6 @@ type ReceiverStats struct {
 	Short       uint64 // datagrams shorter than Headroom, dropped
 	Refused     uint64 // datagrams Decap refused, dropped
 	Truncated   uint64 // messages larger than their buffer, dropped
+	PeerErrors  uint64 // errors an ICMP message left on the socket (ECONNREFUSED, EHOSTUNREACH, ...), counted and passed over
 	GRO         bool   // whether the kernel coalesces with UDP_GRO
 }
