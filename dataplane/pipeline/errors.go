@@ -1,6 +1,9 @@
 package pipeline
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Errors shared by the pipeline and the ports.
 var (
@@ -13,4 +16,9 @@ var (
 	ErrPacketTruncated = errors.New("packet larger than the read buffer")
 	// ErrSourceClosed wraps the error that ended the Forwarder's source.
 	ErrSourceClosed = errors.New("source closed")
+	// ErrNotSupported is wrapped by every error about something this
+	// operating system or kernel does not have (a port on another OS, a
+	// kernel without AF_XDP or tcx), by the ports and the gateway alike.
+	// It wraps errors.ErrUnsupported, so either matches with errors.Is.
+	ErrNotSupported = fmt.Errorf("not supported: %w", errors.ErrUnsupported)
 )
