@@ -1,0 +1,124 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The dashboard and the alert rules in contrib/ name only metrics udpfwd
+// exports, and their PromQL parses.
+
+const (
+	dashboardFile = "../../contrib/grafana-udpfwd.json"
+	alertsFile    = "../../contrib/udpfwd-alerts.yml"
+)
+
+var metricName = regexp.MustCompile(`\budpfwd_[a-z_]+`)
+
+// exported is every metric name the collector describes, with the
+// series names of its histograms.
+func exported(t *testing.T) map[string]bool {
+	ch := make(chan *prometheus.Desc, 64)
+	go func() { (&statsCollector{}).Describe(ch); close(ch) }()
+	names := map[string]bool{}
+	fq := regexp.MustCompile(`fqName: "([^"]+)"`)
+	for d := range ch {
+		m := fq.FindStringSubmatch(d.String())
+		if m == nil {
+			t.Fatalf("no name in %s", d)
+		}
+		names[m[1]] = true
+		if d == descSegsPerSP || d == descTxLatency {
+			for _, s := range []string{"_bucket", "_sum", "_count"} {
+				names[m[1]+s] = true
+			}
+		}
+	}
+	return names
+}
+
+func checkNames(t *testing.T, file, text string, names map[string]bool) {
+	t.Helper()
+	found := metricName.FindAllString(text, -1)
+	if len(found) == 0 {
+		t.Fatalf("%s names no udpfwd metric", file)
+	}
+	for _, n := range found {
+		if !names[n] {
+			t.Errorf("%s names %s, which udpfwd does not export", file, n)
+		}
+	}
+}
+
+// dashboardExprs returns the PromQL of every panel target.
+func dashboardExprs(t *testing.T) (titles []string, exprs []string) {
+	b, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatalf("%s: %v", dashboardFile, err)
+	}
+	for _, p := range d.Panels {
+		titles = append(titles, p.Title)
+		for _, tg := range p.Targets {
+			exprs = append(exprs, tg.Expr)
+		}
+	}
+	return titles, exprs
+}
+
+func TestContribNames(t *testing.T) {
+	names := exported(t)
+	titles, exprs := dashboardExprs(t)
+	checkNames(t, dashboardFile, strings.Join(exprs, "\n"), names)
+	for _, want := range []string{"Throughput", "Drops by reason", "Producer stalls", "Queue depth", "NIC up", "Program attached", "GRO merge ratio"} {
+		if !strings.Contains(strings.Join(titles, "\n"), want) {
+			t.Errorf("dashboard has no %q panel", want)
+		}
+	}
+	rules, err := os.ReadFile(alertsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkNames(t, alertsFile, string(rules), names)
+}
+
+// TestContribSyntax checks the alert rules, and every dashboard query as
+// a recording rule (Grafana's variables replaced), with promtool.
+func TestContribSyntax(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Skip("promtool not installed (scripts/test-deps installs it as root)")
+	}
+	_, exprs := dashboardExprs(t)
+	var rec strings.Builder
+	rec.WriteString("groups:\n  - name: dashboard\n    rules:\n")
+	vars := strings.NewReplacer("$__rate_interval", "5m", "$instance", ".*")
+	for i, e := range exprs {
+		q, _ := json.Marshal(vars.Replace(e)) // a JSON string is a YAML string
+		fmt.Fprintf(&rec, "      - record: dashboard:query%d\n        expr: %s\n", i, q)
+	}
+	dash := filepath.Join(t.TempDir(), "dashboard-rules.yml")
+	if err := os.WriteFile(dash, []byte(rec.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(promtool, "check", "rules", alertsFile, dash).CombinedOutput()
+	if err != nil {
+		t.Fatalf("promtool check rules: %v\n%s", err, out)
+	}
+}
