@@ -31,7 +31,7 @@ func TestCollector(t *testing.T) {
 	s.Replies = pipeline.ReplyStats{Sent: 4, Limited: 2, Silent: 1}
 
 	rec := httptest.NewRecorder()
-	newHTTPServer(newRegistry(&statsCollector{stats: func() dataplane.GatewayStats { return s }, port: "xdp", backpressure: true}), false, slog.New(slog.DiscardHandler)).
+	newHTTPServer(newRegistry(&statsCollector{stats: func() dataplane.GatewayStats { return s }, port: "xdp", backpressure: true}), func() error { return nil }, false, slog.New(slog.DiscardHandler)).
 		Handler.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	m, err := parseMetrics(rec.Body)
 	if err != nil {

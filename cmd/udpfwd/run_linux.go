@@ -8,9 +8,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/gsoplane/gsoplane/dataplane"
@@ -35,10 +35,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	// Signals are caught from here on: one during set-up stops the
 	// gateway as soon as it runs, instead of killing udpfwd with the XDP
-	// program still attached.
+	// program still attached. SIGHUP (the terminal or session went away)
+	// stops it cleanly too. A closed stderr (udpfwd -v | head) loses the
+	// log lines after it, never the gateway: SIGPIPE is ignored.
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(sigs, stopSignals...)
 	defer signal.Stop(sigs)
+	signal.Ignore(syscall.SIGPIPE)
 	d, code := start(cfg, acct, newLogger(cfg, stderr))
 	if d == nil {
 		return code
@@ -53,8 +56,10 @@ type daemon struct {
 	log   *slog.Logger
 	gw    *gateway
 	ln    net.Listener // nil without -metrics
-	srv   *http.Server
+	srv   httpServer
 	stats io.Writer // for -v
+	// stopping is set once a signal asked for the drain (/healthz: 503).
+	stopping atomic.Bool
 }
 
 // start binds the metrics address, opens the gateway, drops privileges

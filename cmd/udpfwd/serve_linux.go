@@ -18,6 +18,7 @@ func (d *daemon) serve(ctx context.Context, sigs <-chan os.Signal) int {
 	defer close(done)
 	go watchSignals(sigs, done, func(s os.Signal) {
 		d.log.Info("stopping", "signal", s.String(), "drain_timeout", d.cfg.DrainTimeout.String())
+		d.stopping.Store(true)
 		stop()
 	}, d.exitNow)
 
@@ -75,19 +76,35 @@ func (d *daemon) startHTTP() <-chan error {
 		return errc
 	}
 	reg := newRegistry(&statsCollector{stats: d.gw.Stats, port: d.gw.Port().String(), ingress: d.cfg.Ingress != "", backpressure: d.cfg.Backpressure})
-	d.srv = newHTTPServer(reg, d.cfg.Pprof, d.log)
+	d.srv = newHTTPServer(reg, d.health, d.cfg.Pprof, d.log)
 	go func() {
-		if err := d.srv.Serve(d.ln); !errors.Is(err, http.ErrServerClosed) {
+		if err := d.srv.serve(d.ln); !errors.Is(err, http.ErrServerClosed) {
 			errc <- err
 		}
 	}()
 	return errc
 }
 
+// health says why the gateway does not forward now, or nil while it does:
+// /healthz answers 503 with it.
+func (d *daemon) health() error {
+	if d.stopping.Load() {
+		return errors.New("stopping: draining what is queued")
+	}
+	n := d.gw.Stats().NIC
+	switch {
+	case !n.Up:
+		return errors.New("the NIC is down")
+	case !n.Attached:
+		return errors.New("the port's program is not attached to the NIC")
+	}
+	return nil
+}
+
 // finish stops the metrics server, reports what was left unsent, closes
 // the gateway and returns the exit status.
 func (d *daemon) finish(failure error) int {
-	if d.srv != nil {
+	if d.srv.Server != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		d.srv.Shutdown(ctx)
 		cancel()

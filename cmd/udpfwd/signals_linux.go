@@ -5,7 +5,10 @@ import (
 	"syscall"
 )
 
-// watchSignals acts on SIGINT and SIGTERM from sigs until done is
+// stopSignals drain and stop the gateway: SIGINT, SIGTERM, and SIGHUP.
+var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP}
+
+// watchSignals acts on the stopSignals from sigs until done is
 // closed: the first one calls stop (drain and exit cleanly), a second
 // one calls now (exit at once).
 func watchSignals(sigs <-chan os.Signal, done <-chan struct{}, stop, now func(os.Signal)) {

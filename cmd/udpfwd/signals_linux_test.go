@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"os"
+	"os/exec"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // TestWatchSignals checks that the first signal stops and the second
@@ -24,4 +27,69 @@ func TestWatchSignals(t *testing.T) {
 
 	close(done) // a clean stop: no signal, no call
 	watchSignals(make(chan os.Signal), done, func(os.Signal) { t.Error("stop called") }, func(os.Signal) { t.Error("now called") })
+}
+
+// TestHangupAndClosedStderr runs udpfwd -v with its standard error on a
+// pipe whose reader goes away after the first line: udpfwd goes on
+// (SIGPIPE ignored; /healthz still answers) and SIGHUP then stops it
+// cleanly, exit 0, nothing left behind.
+func TestHangupAndClosedStderr(t *testing.T) {
+	requireRoot(t)
+	a, _ := newLab(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(udpfwdBinary(t), append([]string{"-v", "-drain-timeout", "2s"}, labArgs...)...)
+	cmd.Env = cleanEnv(labEnv...)
+	cmd.Stdout, cmd.Stderr = w, w
+	if err := a.Start(cmd); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	done := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(done) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-done })
+
+	if _, err := bufio.NewReader(r).ReadString('\n'); err != nil {
+		t.Fatalf("no first log line: %v", err)
+	}
+	r.Close() // the reader goes away: every later write gets EPIPE
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := get(a, "127.0.0.1:9464", "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("udpfwd not healthy: %v", err)
+		}
+		select {
+		case <-done:
+			t.Fatalf("udpfwd ended with its stderr closed: %v", waitErr)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	// -v writes a stats line every second: two of them into the broken pipe.
+	select {
+	case <-done:
+		t.Fatalf("udpfwd ended with its stderr closed: %v", waitErr)
+	case <-time.After(2500 * time.Millisecond):
+	}
+	cmd.Process.Signal(syscall.SIGHUP)
+	select {
+	case <-done:
+		if waitErr != nil {
+			t.Fatalf("after SIGHUP: %v, want exit 0", waitErr)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("udpfwd still running 10s after SIGHUP")
+	}
+	if left := leftovers(t, a); left != "" {
+		t.Errorf("left behind: %s", left)
+	}
 }
