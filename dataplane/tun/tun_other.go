@@ -17,5 +17,5 @@ func Open(cfg Config) (*Device, error) {
 	if _, err := cfg.withDefaults(); err != nil {
 		return nil, err
 	}
-	return nil, fmt.Errorf("tun: %w on %s", pipeline.ErrNotSupported, runtime.GOOS)
+	return nil, fmt.Errorf("tun: TUN device on %s: %w", runtime.GOOS, pipeline.ErrNotSupported)
 }
