@@ -39,7 +39,7 @@ func backpressureRows(lineRate int64) []rowSpec {
 			start: func(ctx context.Context) (trial, error) {
 				return withLab(func(l *lab) (*labTrial, error) {
 					gw, err := startGateway(l, dataplane.GatewayConfig{
-						TUN:                 dataplane.TUNOptions{Offload: true, TxQueueLen: bpTUNRing},
+						TUN:                 dataplane.TUNOptions{TxQueueLen: bpTUNRing},
 						DisableBackpressure: !on,
 						DisableGRO:          true,
 						TxRate:              lineRate,

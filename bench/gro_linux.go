@@ -21,7 +21,7 @@ import (
 func groRows() []rowSpec {
 	tcpUnits := units{sent: "bytes", received: "packets at gw-b"}
 	gw := gatewayRow
-	on := dataplane.GatewayConfig{TUN: dataplane.TUNOptions{Offload: true}, Port: dataplane.PortXDP}
+	on := dataplane.GatewayConfig{Port: dataplane.PortXDP}
 	off := on
 	off.DisableGRO = true
 	packet := on
@@ -157,7 +157,7 @@ func queuesRows() []rowSpec {
 	}{{"fwd", false}, {"rev", true}} {
 		for _, q := range []int{1, 2} {
 			for _, flows := range []int{1, 2} {
-				cfg := dataplane.GatewayConfig{TUN: dataplane.TUNOptions{Offload: true, Queues: q}}
+				cfg := dataplane.GatewayConfig{TUN: dataplane.TUNOptions{Queues: q}}
 				rows = append(rows, gatewayRow(fmt.Sprintf("%s-%dq-%df", dir.name, q, flows), cfg, flows, dir.toA))
 			}
 		}

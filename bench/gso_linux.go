@@ -54,13 +54,13 @@ func gatewayTCPRow(name string, cfg dataplane.GatewayConfig) rowSpec {
 // xdpTUNConfig is the gateway of the gso scenario's AF_XDP rows: the TUN
 // device with or without offloads, the AF_XDP port, backpressure.
 func xdpTUNConfig(offload bool) dataplane.GatewayConfig {
-	return dataplane.GatewayConfig{TUN: dataplane.TUNOptions{Offload: offload}, Port: dataplane.PortXDP, DisableGRO: true}
+	return dataplane.GatewayConfig{TUN: dataplane.TUNOptions{DisableOffload: !offload}, Port: dataplane.PortXDP, DisableGRO: true}
 }
 
 func gsoRows(opts measureOpts) []rowSpec {
 	gw, xdp := gatewayTCPRow, xdpTUNConfig
 	packet := func(mode dataplane.PacketGSO) dataplane.GatewayConfig {
-		return dataplane.GatewayConfig{TUN: dataplane.TUNOptions{Offload: true}, Port: dataplane.PortPacket, Packet: dataplane.PacketOptions{GSO: mode}, DisableGRO: true}
+		return dataplane.GatewayConfig{Port: dataplane.PortPacket, Packet: dataplane.PacketOptions{GSO: mode}, DisableGRO: true}
 	}
 	rows := []rowSpec{
 		gw("gsoplane", xdp(true)),

@@ -98,7 +98,7 @@ func hookRow(name string, hook pipeline.Hook) rowSpec {
 		start: func(ctx context.Context) (trial, error) {
 			return withLab(func(l *lab) (*labTrial, error) {
 				onStop := l.dropFloodAtB()
-				g, err := startGateway(l, dataplane.GatewayConfig{TUN: dataplane.TUNOptions{Offload: true}, DisableGRO: true, Hook: hook})
+				g, err := startGateway(l, dataplane.GatewayConfig{DisableGRO: true, Hook: hook})
 				if err != nil {
 					return nil, err
 				}

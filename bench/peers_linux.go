@@ -46,7 +46,7 @@ func peersRows() []rowSpec {
 				if err != nil {
 					return nil, err
 				}
-				g, err := startGateway(l, dataplane.GatewayConfig{TUN: dataplane.TUNOptions{Offload: true}, Host: host, DisableGRO: true})
+				g, err := startGateway(l, dataplane.GatewayConfig{Host: host, DisableGRO: true})
 				if err != nil {
 					if host != nil {
 						err = errors.Join(err, host.Close())
@@ -101,7 +101,7 @@ func wireguardHost(l *lab) (*dataplane.Host, func() map[string]float64, error) {
 func tailscaleHost(l *lab) (*dataplane.Host, func() map[string]float64, error) {
 	var host *dataplane.Host
 	err := l.A.Run(func() (err error) {
-		host, err = dataplane.OpenTUNHost(dataplane.TUNOptions{Name: tunName, Offload: true})
+		host, err = dataplane.OpenTUNHost(dataplane.TUNOptions{Name: tunName})
 		return err
 	})
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 // its sockets did poll.
 func TestGatewayBusyPoll(t *testing.T) {
 	const busy = 50 * time.Microsecond
-	lab := newGwLab(t, GatewayConfig{TUN: TUNOptions{Offload: true}, Port: PortXDP, XDP: XDPOptions{BusyPoll: busy}})
+	lab := newGwLab(t, GatewayConfig{Port: PortXDP, XDP: XDPOptions{BusyPoll: busy}})
 	for file, v := range map[string]string{"napi_defer_hard_irqs": "2", "gro_flush_timeout": "200000"} {
 		netlab.Must(t, lab.A.WriteSysfs("/sys/class/net/"+netlab.NICA+"/"+file, v))
 	}
@@ -55,7 +55,7 @@ func TestGatewayBusyPollPacket(t *testing.T) {
 	tp.A.Do(t, func() {
 		var g *Gateway
 		g, err = OpenGateway(GatewayConfig{
-			TUN: TUNOptions{Name: labTUN, Offload: true}, NIC: netlab.NICA, Routes: netlab.AppRoutes,
+			TUN: TUNOptions{Name: labTUN}, NIC: netlab.NICA, Routes: netlab.AppRoutes,
 			Port: PortPacket, XDP: XDPOptions{BusyPoll: 50 * time.Microsecond}, DisableBackpressure: true, DisableGRO: true,
 		})
 		if err == nil {

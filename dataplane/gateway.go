@@ -24,7 +24,8 @@ var ErrNotSupported = pipeline.ErrNotSupported
 
 // GatewayConfig describes a gateway between a TUN device and a NIC. Its
 // zero value, with a NIC and Routes, is the production gateway: a TUN
-// device, the NIC port chosen automatically, backpressure and GRO on.
+// device with offloads, the NIC port chosen automatically, backpressure
+// and GRO; the Disable fields are ablations.
 type GatewayConfig struct {
 	// TUN is the TUN device to open. The gateway gives it the noqueue
 	// qdisc, so that its drops reach the senders.
@@ -93,11 +94,12 @@ type TUNOptions struct {
 	Queues int
 	// MTU is set on the device unless it is 0.
 	MTU int
-	// Offload has the kernel hand over super-packets (TSO, USO with
-	// checksum offload), falling back without USO and then without ECN
-	// when the kernel refuses them. Without it the kernel segments and
-	// checksums every packet before the TUN.
-	Offload bool
+	// DisableOffload turns off the offloads through which the kernel
+	// hands over super-packets (TSO, USO with checksum offload; the
+	// gateway falls back without USO and then without ECN when the
+	// kernel refuses them): the kernel then segments and checksums every
+	// packet before the TUN (an ablation).
+	DisableOffload bool
 	// TxQueueLen sets the device's txqueuelen, the ring of packets the
 	// kernel holds for the reader; 0 keeps the kernel's (500).
 	TxQueueLen int
@@ -251,30 +253,28 @@ type SocketStats struct {
 	TX        uint64 // frames handed to the kernel
 	Completed uint64 // frames the kernel reported sent (AF_PACKET: once it has copied them, so TX)
 
-	// AF_XDP: the socket's wakeups and frames.
-	Kicks       uint64 // sendto/recvfrom wakeups
-	KickRetries uint64 // wakeups that got EAGAIN, EBUSY, ENOBUFS, EINTR or ENETDOWN (retried later)
-	KickErrors  uint64 // wakeups that failed otherwise
-	BusyPolls   uint64 // non-blocking calls made while waiting, to run the NAPI poll (XDPOptions.BusyPoll)
-	BadFrames   uint64 // frame addresses refused on transmit, recycle or free, and bad ring entries
-	// AF_XDP multi-buffer receive: packets that came as chains of frames.
-	RXMultiBuffer  uint64 // chains of two frames or more (counted in RX too)
-	RXChainTooLong uint64 // chains too long for a packet, dropped
-	RXChainBroken  uint64 // chains with a bad descriptor or shorter than an Ethernet header, dropped
-	// AF_XDP, from the kernel (XDP_STATISTICS).
-	RXDropped   uint64 // dropped for other reasons (e.g. too big for a frame)
-	RXInvalid   uint64 // invalid RX descriptors
-	RXRingFull  uint64 // dropped because the RX ring was full
-	RXFillEmpty uint64 // times the fill ring was empty when a packet came
-	TXInvalid   uint64 // invalid TX descriptors
-	TXRingEmpty uint64 // times the TX ring was empty on a wakeup
+	// AF_XDP: sendto/recvfrom wakeups; those that got EAGAIN, EBUSY,
+	// ENOBUFS, EINTR or ENETDOWN (retried later); those that failed
+	// otherwise; non-blocking calls made while waiting to run the NAPI
+	// poll (XDPOptions.BusyPoll); frame addresses refused and bad ring
+	// entries.
+	Kicks, KickRetries, KickErrors, BusyPolls, BadFrames uint64
+	// AF_XDP multi-buffer receive: chains of two frames or more (counted
+	// in RX too); chains dropped as too long, or as broken (a bad
+	// descriptor, shorter than an Ethernet header).
+	RXMultiBuffer, RXChainTooLong, RXChainBroken uint64
+	// AF_XDP, from the kernel (XDP_STATISTICS): packets dropped for other
+	// reasons (e.g. too big for a frame), invalid RX descriptors, packets
+	// dropped for a full RX ring, times the fill ring was empty when a
+	// packet came, invalid TX descriptors, times the TX ring was empty on
+	// a wakeup.
+	RXDropped, RXInvalid, RXRingFull, RXFillEmpty, TXInvalid, TXRingEmpty uint64
 	// AF_XDP, from the XDP program of the socket's queue: frames for the
-	// routed prefixes it passed to the kernel instead of the socket, by
-	// reason, and IP frames with the wrong version.
-	Oversize        uint64 // longer than a socket takes
-	OtherHost       uint64 // sent to another host's unicast MAC address (the kernel drops them)
-	NotUnicast      uint64 // sent to a broadcast or multicast MAC address
-	VersionMismatch uint64 // any destination: IP version not that of the EtherType (the kernel drops them)
+	// routed prefixes passed to the kernel instead of the socket, as
+	// longer than a socket takes, sent to another host's unicast MAC
+	// address, or to a broadcast or multicast one; and IP frames of any
+	// destination whose version is not that of the EtherType.
+	Oversize, OtherHost, NotUnicast, VersionMismatch uint64
 
 	// AF_PACKET: the socket's system calls, bytes and offloads.
 	RXBytes, TXBytes uint64 // Ethernet bytes received and sent

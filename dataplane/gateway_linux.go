@@ -131,7 +131,7 @@ func (g *Gateway) openInside(cfg GatewayConfig) error {
 // tunConfig is the configuration of the TUN device o describes: with the
 // noqueue qdisc, so that its drops reach the senders.
 func tunConfig(o TUNOptions) tun.Config {
-	return tun.Config{Name: o.Name, Queues: o.Queues, MTU: o.MTU, Offload: o.Offload, TxQueueLen: o.TxQueueLen, NoQueue: true}
+	return tun.Config{Name: o.Name, Queues: o.Queues, MTU: o.MTU, Offload: !o.DisableOffload, TxQueueLen: o.TxQueueLen, NoQueue: true}
 }
 
 // OpenTUNHost opens the TUN device o describes, as OpenGateway would, and

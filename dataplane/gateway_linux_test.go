@@ -224,7 +224,7 @@ func TestGatewayTCP(t *testing.T) {
 
 func gatewayTCP(t *testing.T, port labPort, gro string, size int64) {
 	nicGRO := gro == "nic-gro"
-	lab := newGwLab(t, port.config(GatewayConfig{TUN: TUNOptions{Offload: true}, DisableGRO: gro == "gro=false"}))
+	lab := newGwLab(t, port.config(GatewayConfig{DisableGRO: gro == "gro=false"}))
 	if nicGRO {
 		netlab.Must(t, lab.A.SetFeatures(netlab.NICA, map[string]bool{"gro": true}))
 	}
@@ -359,7 +359,7 @@ func checkGRO(t *testing.T, r pipeline.ReturnStats, on bool) {
 func TestGatewayGROUDP(t *testing.T) { forPorts(t, gatewayGROUDP) }
 
 func gatewayGROUDP(t *testing.T, port labPort) {
-	lab := newGwLab(t, port.config(GatewayConfig{TUN: TUNOptions{Offload: true}}))
+	lab := newGwLab(t, port.config(GatewayConfig{}))
 	for _, c := range []struct {
 		name string
 		app  netip.Addr
@@ -547,7 +547,7 @@ func TestGatewayUDPBackpressure(t *testing.T) { forPorts(t, gatewayUDPBackpressu
 func gatewayUDPBackpressure(t *testing.T, port labPort) {
 	const rate, sends, segs = 200e6, 300, 40
 	t.Run("on", func(t *testing.T) {
-		lab := newGwLab(t, port.config(GatewayConfig{TUN: TUNOptions{Offload: true, TxQueueLen: 32}, DisableGRO: true, TxRate: rate}))
+		lab := newGwLab(t, port.config(GatewayConfig{TUN: TUNOptions{TxQueueLen: 32}, DisableGRO: true, TxRate: rate}))
 		r := udpFlood(t, lab, sends, segs)
 		st := lab.g.Stats()
 		t.Logf("%+v; gateway drops %v, budget stalls %d (%v), peak %d of %d, %d super-packets sent whole",
@@ -560,7 +560,7 @@ func gatewayUDPBackpressure(t *testing.T, port labPort) {
 		}
 	})
 	t.Run("off", func(t *testing.T) {
-		lab := newGwLab(t, port.config(GatewayConfig{TUN: TUNOptions{Offload: true}, DisableBackpressure: true, DisableGRO: true, QueueLen: 256, TxRate: rate}))
+		lab := newGwLab(t, port.config(GatewayConfig{DisableBackpressure: true, DisableGRO: true, QueueLen: 256, TxRate: rate}))
 		r := udpFlood(t, lab, sends, segs)
 		st := lab.g.Stats()
 		t.Logf("%+v; gateway drops %v", r, st.Forward.Drops)
@@ -594,7 +594,7 @@ func TestGatewayShutdown(t *testing.T) {
 func gatewayShutdown(t *testing.T, port labPort) []string {
 	const budget = 1 << 20 // a fixed budget sizes the TX frames
 	fds := ownObjects(t)
-	lab := newGwLab(t, port.config(GatewayConfig{TUN: TUNOptions{Offload: true}, DisableGRO: true, Budget: budget}))
+	lab := newGwLab(t, port.config(GatewayConfig{DisableGRO: true, Budget: budget}))
 	names := []string{lab.A.Name, lab.B.Name}
 	tcpTransfer(t, lab, labSrv4, 1<<20, false)
 	switch port.kind {
@@ -634,7 +634,7 @@ func gatewayShutdown(t *testing.T, port labPort) []string {
 		t.Errorf("%s still there after Close: %v", labTUN, err)
 	}
 	lab.A.Do(t, func() {
-		g, err := OpenGateway(port.config(GatewayConfig{TUN: TUNOptions{Name: labTUN, Offload: true}, NIC: netlab.NICA, Routes: netlab.AppRoutes, DisableGRO: true}))
+		g, err := OpenGateway(port.config(GatewayConfig{TUN: TUNOptions{Name: labTUN}, NIC: netlab.NICA, Routes: netlab.AppRoutes, DisableGRO: true}))
 		if err != nil {
 			t.Fatalf("second start: %v", err)
 		}
@@ -751,7 +751,7 @@ func TestGatewayIperf3(t *testing.T) {
 }
 
 func gatewayIperf3(t *testing.T, port labPort) {
-	lab := newGwLab(t, port.config(GatewayConfig{TUN: TUNOptions{Offload: true}}))
+	lab := newGwLab(t, port.config(GatewayConfig{}))
 	for _, c := range []struct {
 		name string
 		args []string
@@ -840,7 +840,7 @@ func BenchmarkGatewayTCP(b *testing.B) {
 		offload bool
 	}{{"gso", true}, {"no-gso", false}} {
 		b.Run(c.name, func(b *testing.B) {
-			lab := newGwLab(b, GatewayConfig{TUN: TUNOptions{Offload: c.offload}, DisableGRO: true})
+			lab := newGwLab(b, GatewayConfig{TUN: TUNOptions{DisableOffload: !c.offload}, DisableGRO: true})
 			ln, _ := lab.listen(b, "tcp", labSrv4, 5201)
 			defer ln.Close()
 			conn := lab.dial(b, "tcp", labSrv4, 5201)

@@ -299,7 +299,6 @@ type wireRun struct {
 }
 
 func newWireRun(t *testing.T, cfg GatewayConfig, mtu int) *wireRun {
-	cfg.TUN = TUNOptions{Offload: true}
 	lab := newGwLab(t, cfg)
 	if lab.g.Port() != cfg.Port {
 		t.Fatalf("the gateway opened port %v, want %v", lab.g.Port(), cfg.Port)

@@ -48,7 +48,7 @@ func gatewayConfig(cfg *config) dataplane.GatewayConfig {
 	ports := map[string]dataplane.PortKind{"auto": dataplane.PortAuto, "xdp": dataplane.PortXDP, "packet": dataplane.PortPacket}
 	gso := map[string]dataplane.PacketGSO{"auto": dataplane.PacketGSOAuto, "offload": dataplane.PacketGSOOffload, "partial": dataplane.PacketGSOPartial, "full": dataplane.PacketGSOFull}
 	return dataplane.GatewayConfig{
-		TUN:                 dataplane.TUNOptions{Name: cfg.TUN, Queues: cfg.Queues, MTU: cfg.MTU, Offload: cfg.GSO},
+		TUN:                 dataplane.TUNOptions{Name: cfg.TUN, Queues: cfg.Queues, MTU: cfg.MTU, DisableOffload: !cfg.GSO},
 		NIC:                 cfg.NIC,
 		Routes:              cfg.redirects(),
 		Ingress:             dataplane.IngressOptions{Device: cfg.Ingress, Routes: cfg.IngressRedirect},
