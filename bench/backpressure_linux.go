@@ -18,7 +18,6 @@ import (
 	"math"
 
 	"github.com/gsoplane/gsoplane/dataplane"
-	"github.com/gsoplane/gsoplane/dataplane/tun"
 )
 
 const (
@@ -40,9 +39,10 @@ func backpressureRows(lineRate int64) []rowSpec {
 			start: func(ctx context.Context) (trial, error) {
 				return withLab(func(l *lab) (*labTrial, error) {
 					gw, err := startGateway(l, dataplane.GatewayConfig{
-						TUN:          tun.Config{Offload: true, TxQueueLen: bpTUNRing},
-						Backpressure: on,
-						TxRate:       lineRate,
+						TUN:                 dataplane.TUNOptions{TxQueueLen: bpTUNRing},
+						DisableBackpressure: !on,
+						DisableGRO:          true,
+						TxRate:              lineRate,
 					})
 					if err != nil {
 						return nil, err

@@ -5,9 +5,7 @@ import (
 	"errors"
 
 	"github.com/gsoplane/gsoplane/dataplane"
-	"github.com/gsoplane/gsoplane/dataplane/afpacket"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
-	"github.com/gsoplane/gsoplane/txqueue"
 )
 
 // gateway is a dataplane.Gateway running between the TUN device in A and
@@ -33,7 +31,7 @@ func startGateway(l *lab, cfg dataplane.GatewayConfig) (*gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Host == nil && cfg.Ingress == "" {
+	if cfg.Host == nil && cfg.Ingress.Device == "" {
 		if err := l.TUNUp(tunName); err != nil {
 			return nil, errors.Join(err, gw.g.Close())
 		}
@@ -80,15 +78,15 @@ func (gw *gateway) extra() map[string]float64 {
 	switch gw.g.Port() {
 	case dataplane.PortXDP:
 		var kicks uint64
-		for _, x := range st.XSK {
+		for _, x := range st.Port.Sockets {
 			kicks += x.Kicks
 		}
 		m["xsk_kicks_per_super_packet"] = per(kicks)
 	case dataplane.PortPacket:
-		var p afpacket.Stats
-		for _, x := range st.Packet {
+		var p dataplane.SocketStats
+		for _, x := range st.Port.Sockets {
 			p.TX, p.TXCalls, p.TXSuper, p.TXPartial, p.TXBusy = p.TX+x.TX, p.TXCalls+x.TXCalls, p.TXSuper+x.TXSuper, p.TXPartial+x.TXPartial, p.TXBusy+x.TXBusy
-			p.RX, p.RXCalls, p.RXSuper, p.Drops.Kernel = p.RX+x.RX, p.RXCalls+x.RXCalls, p.RXSuper+x.RXSuper, p.Drops.Kernel+x.Drops.Kernel
+			p.RX, p.RXCalls, p.RXSuper, p.RXKernelDrop = p.RX+x.RX, p.RXCalls+x.RXCalls, p.RXSuper+x.RXSuper, p.RXKernelDrop+x.RXKernelDrop
 		}
 		m["packet_sendmmsg_per_super_packet"] = per(p.TXCalls)
 		m["packet_tx_frames"] = float64(p.TX)
@@ -98,13 +96,13 @@ func (gw *gateway) extra() map[string]float64 {
 		m["packet_rx_frames"] = float64(p.RX)
 		m["packet_rx_super"] = float64(p.RXSuper)
 		m["packet_rx_per_recvmmsg"] = float64(p.RX) / float64(max(p.RXCalls, 1))
-		m["packet_rx_kernel_drops"] = float64(p.Drops.Kernel)
+		m["packet_rx_kernel_drops"] = float64(p.RXKernelDrop)
 	}
 	return m
 }
 
 // waits summarises a forwarder's waits for the JSON "extra" object.
-func waits(f pipeline.Stats, b txqueue.BudgetStats, q txqueue.Stats) map[string]float64 {
+func waits(f pipeline.Stats, b dataplane.BudgetStats, q dataplane.QueueStats) map[string]float64 {
 	m := map[string]float64{
 		"frame_stalls":       float64(f.FrameStalls),
 		"budget_stalls":      float64(b.Stalls),

@@ -16,15 +16,14 @@ import (
 	"fmt"
 
 	"github.com/gsoplane/gsoplane/dataplane"
-	"github.com/gsoplane/gsoplane/dataplane/tun"
 )
 
 func groRows() []rowSpec {
 	tcpUnits := units{sent: "bytes", received: "packets at gw-b"}
 	gw := gatewayRow
-	on := dataplane.GatewayConfig{TUN: tun.Config{Offload: true}, Port: dataplane.PortXDP, Backpressure: true, GRO: true}
+	on := dataplane.GatewayConfig{Port: dataplane.PortXDP}
 	off := on
-	off.GRO = false
+	off.DisableGRO = true
 	packet := on
 	packet.Port = dataplane.PortPacket
 	return []rowSpec{
@@ -50,7 +49,7 @@ func groRows() []rowSpec {
 				if err != nil {
 					return nil, err
 				}
-				g, err := startGateway(l, dataplane.GatewayConfig{Host: host, Backpressure: true})
+				g, err := startGateway(l, dataplane.GatewayConfig{Host: host, DisableGRO: true})
 				if err != nil {
 					return nil, errors.Join(err, host.Close())
 				}
@@ -158,7 +157,7 @@ func queuesRows() []rowSpec {
 	}{{"fwd", false}, {"rev", true}} {
 		for _, q := range []int{1, 2} {
 			for _, flows := range []int{1, 2} {
-				cfg := dataplane.GatewayConfig{TUN: tun.Config{Offload: true, Queues: q}, Backpressure: true, GRO: true}
+				cfg := dataplane.GatewayConfig{TUN: dataplane.TUNOptions{Queues: q}}
 				rows = append(rows, gatewayRow(fmt.Sprintf("%s-%dq-%df", dir.name, q, flows), cfg, flows, dir.toA))
 			}
 		}

@@ -26,8 +26,6 @@ import (
 	"os/exec"
 
 	"github.com/gsoplane/gsoplane/dataplane"
-	"github.com/gsoplane/gsoplane/dataplane/afpacket"
-	"github.com/gsoplane/gsoplane/dataplane/tun"
 )
 
 const tcpPort = 5201
@@ -56,13 +54,13 @@ func gatewayTCPRow(name string, cfg dataplane.GatewayConfig) rowSpec {
 // xdpTUNConfig is the gateway of the gso scenario's AF_XDP rows: the TUN
 // device with or without offloads, the AF_XDP port, backpressure.
 func xdpTUNConfig(offload bool) dataplane.GatewayConfig {
-	return dataplane.GatewayConfig{TUN: tun.Config{Offload: offload}, Port: dataplane.PortXDP, Backpressure: true}
+	return dataplane.GatewayConfig{TUN: dataplane.TUNOptions{DisableOffload: !offload}, Port: dataplane.PortXDP, DisableGRO: true}
 }
 
 func gsoRows(opts measureOpts) []rowSpec {
 	gw, xdp := gatewayTCPRow, xdpTUNConfig
-	packet := func(mode afpacket.GSOMode) dataplane.GatewayConfig {
-		return dataplane.GatewayConfig{TUN: tun.Config{Offload: true}, Port: dataplane.PortPacket, PacketGSO: mode, Backpressure: true}
+	packet := func(mode dataplane.PacketGSO) dataplane.GatewayConfig {
+		return dataplane.GatewayConfig{Port: dataplane.PortPacket, Packet: dataplane.PacketOptions{GSO: mode}, DisableGRO: true}
 	}
 	rows := []rowSpec{
 		gw("gsoplane", xdp(true)),
@@ -79,9 +77,9 @@ func gsoRows(opts measureOpts) []rowSpec {
 				return &labTrial{tr: tcpTraffic{s}, rxAtB: true}, nil
 			})
 		}},
-		gw("packet-offload", packet(afpacket.GSOModeAuto)),
-		gw("packet-partial", packet(afpacket.GSOModePartial)),
-		gw("packet-full", packet(afpacket.GSOModeFull)),
+		gw("packet-offload", packet(dataplane.PacketGSOAuto)),
+		gw("packet-partial", packet(dataplane.PacketGSOPartial)),
+		gw("packet-full", packet(dataplane.PacketGSOFull)),
 	}
 	if iperf3Skipped() == "" {
 		rows = append(rows, rowSpec{name: "gsoplane-iperf3", units: tcpUnits, retrans: true, start: func(ctx context.Context) (trial, error) {

@@ -20,7 +20,6 @@ import (
 
 	"github.com/gsoplane/gsoplane/dataplane"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
-	"github.com/gsoplane/gsoplane/dataplane/tun"
 )
 
 const (
@@ -99,7 +98,7 @@ func hookRow(name string, hook pipeline.Hook) rowSpec {
 		start: func(ctx context.Context) (trial, error) {
 			return withLab(func(l *lab) (*labTrial, error) {
 				onStop := l.dropFloodAtB()
-				g, err := startGateway(l, dataplane.GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true, Hook: hook})
+				g, err := startGateway(l, dataplane.GatewayConfig{DisableGRO: true, Hook: hook})
 				if err != nil {
 					return nil, err
 				}

@@ -17,7 +17,7 @@ import (
 	"context"
 	"errors"
 
-	"github.com/gsoplane/gsoplane/dataplane/xsk"
+	"github.com/gsoplane/gsoplane/dataplane"
 )
 
 // targetIngressKernel is the project's target for ingress/kernel.
@@ -26,7 +26,7 @@ const targetIngressKernel = 0.5
 func ingressRows() []rowSpec {
 	return []rowSpec{
 		ingressTCPRow("ingress", false, func(l *lab) (dataplaneUnderTest, error) {
-			g, err := startGateway(l, ingressConfig(xsk.ModeGeneric, nil))
+			g, err := startGateway(l, ingressConfig(dataplane.XDPModeGeneric, nil))
 			if err != nil {
 				return nil, err
 			}

@@ -26,7 +26,6 @@ import (
 	wgtun "golang.zx2c4.com/wireguard/tun"
 
 	"github.com/gsoplane/gsoplane/dataplane"
-	"github.com/gsoplane/gsoplane/dataplane/tun"
 	"github.com/gsoplane/gsoplane/segment"
 )
 
@@ -47,7 +46,7 @@ func peersRows() []rowSpec {
 				if err != nil {
 					return nil, err
 				}
-				g, err := startGateway(l, dataplane.GatewayConfig{TUN: tun.Config{Offload: true}, Host: host, Backpressure: true})
+				g, err := startGateway(l, dataplane.GatewayConfig{Host: host, DisableGRO: true})
 				if err != nil {
 					if host != nil {
 						err = errors.Join(err, host.Close())
@@ -100,20 +99,19 @@ func wireguardHost(l *lab) (*dataplane.Host, func() map[string]float64, error) {
 // tailscaleHost is our TUN device read as is, each super-packet split
 // with Tailscale's tun.GSOSplit.
 func tailscaleHost(l *lab) (*dataplane.Host, func() map[string]float64, error) {
-	var dev *tun.Device
+	var host *dataplane.Host
 	err := l.A.Run(func() (err error) {
-		dev, err = tun.Open(tun.Config{Name: tunName, Offload: true, NoQueue: true})
+		host, err = dataplane.OpenTUNHost(dataplane.TUNOptions{Name: tunName})
 		return err
 	})
 	if err != nil {
 		return nil, nil, err
 	}
 	if err := l.TUNUp(tunName); err != nil {
-		return nil, nil, errors.Join(err, dev.Close())
+		return nil, nil, errors.Join(err, host.Close())
 	}
-	q := dev.Queues()[0]
-	src := newTSSource(q, dev.HeaderSize())
-	host := &dataplane.Host{Source: src, Writer: q, HeaderSize: dev.HeaderSize(), Batch: peerBatch, Close: dev.Close}
+	src := newTSSource(host.Source, host.HeaderSize)
+	host.Source, host.Batch = src, peerBatch
 	return host, func() map[string]float64 { return map[string]float64{"source_errors": float64(src.errors.Load())} }, nil
 }
 

@@ -14,7 +14,6 @@ import (
 	wgtun "golang.zx2c4.com/wireguard/tun"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
-	"github.com/gsoplane/gsoplane/dataplane/tun"
 	"github.com/gsoplane/gsoplane/segment"
 )
 
@@ -69,7 +68,7 @@ const wgVnetHdrLen = 10
 // Tailscale's tun.GSOSplit (github.com/tailscale/wireguard-go), into the
 // forwarder's buffers.
 type tsSource struct {
-	q       *tun.Queue
+	q       pipeline.Source // our TUN queue
 	hdrSize int
 	raw     [][]byte // super-packets read, not yet split
 	rawLen  []int
@@ -77,7 +76,7 @@ type tsSource struct {
 	errors  atomic.Uint64
 }
 
-func newTSSource(q *tun.Queue, hdrSize int) *tsSource {
+func newTSSource(q pipeline.Source, hdrSize int) *tsSource {
 	s := &tsSource{q: q, hdrSize: hdrSize, raw: make([][]byte, 8), rawLen: make([]int, 8)}
 	for i := range s.raw {
 		s.raw[i] = make([]byte, hdrSize+65535)

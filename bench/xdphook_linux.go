@@ -52,10 +52,10 @@ const ingressMTU = 1500
 
 // ingressConfig is a gateway from the ingress device gw-c to gw-a, both
 // AF_XDP ports with the XDP programs in mode.
-func ingressConfig(mode xsk.Mode, hook pipeline.Hook) dataplane.GatewayConfig {
+func ingressConfig(mode dataplane.XDPMode, hook pipeline.Hook) dataplane.GatewayConfig {
 	return dataplane.GatewayConfig{
-		Ingress: netlab.Ingress, IngressRoutes: netlab.SrvRoutes, NextHop: netlab.NICB4,
-		Port: dataplane.PortXDP, Mode: mode, Backpressure: true, Hook: hook,
+		Ingress: dataplane.IngressOptions{Device: netlab.Ingress, Routes: netlab.SrvRoutes}, NextHop: netlab.NICB4,
+		Port: dataplane.PortXDP, XDP: dataplane.XDPOptions{Mode: mode}, DisableGRO: true, Hook: hook,
 	}
 }
 
@@ -78,7 +78,7 @@ func xdphookRow(name string, hook pipeline.Hook) rowSpec {
 				return nil, err
 			}
 			onStop := l.dropFloodAtB()
-			g, err := startGateway(l, ingressConfig(xsk.ModeAuto, hook))
+			g, err := startGateway(l, ingressConfig(dataplane.XDPModeAuto, hook))
 			if err != nil {
 				return nil, err
 			}

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gsoplane/gsoplane/dataplane/tun"
 	"github.com/gsoplane/gsoplane/internal/netlab"
 )
 
@@ -15,7 +14,7 @@ import (
 // its sockets did poll.
 func TestGatewayBusyPoll(t *testing.T) {
 	const busy = 50 * time.Microsecond
-	lab := newGwLab(t, GatewayConfig{TUN: tun.Config{Offload: true}, Port: PortXDP, Backpressure: true, GRO: true, BusyPoll: busy})
+	lab := newGwLab(t, GatewayConfig{Port: PortXDP, XDP: XDPOptions{BusyPoll: busy}})
 	for file, v := range map[string]string{"napi_defer_hard_irqs": "2", "gro_flush_timeout": "200000"} {
 		netlab.Must(t, lab.A.WriteSysfs("/sys/class/net/"+netlab.NICA+"/"+file, v))
 	}
@@ -39,7 +38,7 @@ func TestGatewayBusyPoll(t *testing.T) {
 		t.Errorf("the gateway dropped: forward %v, return %v", st.Forward.Drops, st.Return.Drops)
 	}
 	var polls uint64
-	for i, s := range st.XSK {
+	for i, s := range st.Port.Sockets {
 		t.Logf("socket %d: %d busy polls, %d kicks, %d received, %d sent", i, s.BusyPolls, s.Kicks, s.RX, s.TX)
 		polls += s.BusyPolls
 	}
@@ -56,8 +55,8 @@ func TestGatewayBusyPollPacket(t *testing.T) {
 	tp.A.Do(t, func() {
 		var g *Gateway
 		g, err = OpenGateway(GatewayConfig{
-			TUN: tun.Config{Name: labTUN, Offload: true}, NIC: netlab.NICA, Routes: netlab.AppRoutes,
-			Port: PortPacket, BusyPoll: 50 * time.Microsecond,
+			TUN: TUNOptions{Name: labTUN}, NIC: netlab.NICA, Routes: netlab.AppRoutes,
+			Port: PortPacket, XDP: XDPOptions{BusyPoll: 50 * time.Microsecond}, DisableBackpressure: true, DisableGRO: true,
 		})
 		if err == nil {
 			g.Close()

@@ -24,5 +24,6 @@
 //
 // Imports flow one way: dataplane → ports → pipeline → segment, txqueue.
 // No port imports another. The gateway needs Linux, CAP_NET_ADMIN,
-// CAP_BPF and CAP_NET_RAW; elsewhere OpenGateway returns an error.
+// CAP_BPF and CAP_NET_RAW; elsewhere OpenGateway returns an error
+// wrapping ErrNotSupported.
 package dataplane

@@ -13,7 +13,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
-	"github.com/gsoplane/gsoplane/dataplane/tun"
 	"github.com/gsoplane/gsoplane/dataplane/xsk"
 	"github.com/gsoplane/gsoplane/internal/netlab"
 )
@@ -22,7 +21,7 @@ import (
 // the gateway keeps running (a down link is not an error), holds what it
 // cannot send, and the stream finishes with every byte intact.
 func TestGatewayLinkFlap(t *testing.T) {
-	lab := newGwLab(t, GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true, GRO: true})
+	lab := newGwLab(t, GatewayConfig{})
 	nic := lab.A.LinkT(t, netlab.NICA)
 	flapped := make(chan error, 1)
 	go func() {
@@ -34,7 +33,7 @@ func TestGatewayLinkFlap(t *testing.T) {
 	tcpTransfer(t, lab, labSrv4, 256<<20, false)
 	netlab.Must(t, <-flapped)
 	st := lab.g.Stats()
-	t.Logf("NIC %+v, forward drops %v, kicks retried %d", st.NIC, st.Forward.Drops, st.XSK[0].KickRetries+st.XSK[1].KickRetries)
+	t.Logf("NIC %+v, forward drops %v, kicks retried %d", st.NIC, st.Forward.Drops, st.Port.Sockets[0].KickRetries+st.Port.Sockets[1].KickRetries)
 	if st.NIC.Downs != 1 || !st.NIC.Up {
 		t.Errorf("NIC stats %+v: want one down, and up now", st.NIC)
 	}
@@ -52,7 +51,7 @@ func TestGatewayLinkFlap(t *testing.T) {
 // error saying so.
 func TestGatewayDetached(t *testing.T) {
 	t.Run("reattach", func(t *testing.T) {
-		lab := newGwLab(t, GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true, GRO: true})
+		lab := newGwLab(t, GatewayConfig{})
 		detachOutside(t, lab)
 		deadline := time.Now().Add(3 * attachCheckEvery)
 		for lab.g.Stats().NIC.Reattaches == 0 && time.Now().Before(deadline) {
@@ -64,7 +63,7 @@ func TestGatewayDetached(t *testing.T) {
 		}
 	})
 	t.Run("stop", func(t *testing.T) {
-		lab := newGwLab(t, GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true, OnDetach: DetachStop})
+		lab := newGwLab(t, GatewayConfig{DisableGRO: true, OnDetach: DetachStop})
 		detachOutside(t, lab)
 		select {
 		case err := <-lab.done:
@@ -106,7 +105,7 @@ var labRouters = []netip.Addr{netip.MustParseAddr("198.18.0.2"), netip.MustParse
 // kernel gives up its sender gets ICMP host unreachable, as from a
 // router.
 func TestGatewayUnresolved(t *testing.T) {
-	lab := newGwLab(t, GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true, GRO: true, RouterAddrs: labRouters})
+	lab := newGwLab(t, GatewayConfig{RouterAddrs: labRouters})
 	netlab.Must(t, lab.A.AddRoute("198.19.5.0/24", labTUN, "")) // into the TUN; on gw-a nobody answers for it
 	dead := lab.dial(t, "udp", netip.MustParseAddr("198.19.5.7"), 9)
 	defer dead.Close()
@@ -149,8 +148,8 @@ func TestGatewayUnresolved(t *testing.T) {
 	netlab.Must(t, lab.stop())
 	st = lab.g.Stats()
 	sinkDrops := st.Forward.Drops[pipeline.DropUnresolved] + st.Forward.Drops[pipeline.DropNotRouted]
-	if st.Sent+sinkDrops != st.Forward.Transmitted {
-		t.Errorf("sent %d + dropped by the sinks %d != taken by the sinks %d: a dropped frame counted as sent", st.Sent, sinkDrops, st.Forward.Transmitted)
+	if st.Port.Sent+sinkDrops != st.Forward.Transmitted {
+		t.Errorf("sent %d + dropped by the sinks %d != taken by the sinks %d: a dropped frame counted as sent", st.Port.Sent, sinkDrops, st.Forward.Transmitted)
 	}
 }
 
@@ -195,7 +194,7 @@ func tcpMaxGap(t *testing.T, lab *gwLab, srv netip.Addr, d time.Duration) time.D
 // (IPv4, DF set) or packet too big (IPv6), which the sender's kernel
 // learns the path MTU from.
 func TestGatewayMTU(t *testing.T) {
-	lab := newGwLab(t, GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true, GRO: true, RouterAddrs: labRouters})
+	lab := newGwLab(t, GatewayConfig{RouterAddrs: labRouters})
 	setMTU := func(ns *netlab.NS, name string, mtu int) {
 		t.Helper()
 		netlab.Must(t, ns.Netlink().LinkSetMTU(ns.LinkT(t, name), mtu))

@@ -18,25 +18,25 @@ import (
 // gateway, the pipeline or a port refused before any system call.
 var ErrInvalidConfig = pipeline.ErrInvalidConfig
 
-// GatewayConfig describes a gateway between a TUN device and a NIC.
+// ErrNotSupported is wrapped by the error OpenGateway returns on a system
+// without the gateway (any but Linux); it wraps errors.ErrUnsupported.
+var ErrNotSupported = pipeline.ErrNotSupported
+
+// GatewayConfig describes a gateway between a TUN device and a NIC. Its
+// zero value, with a NIC and Routes, is the production gateway: a TUN
+// device with offloads, the NIC port chosen automatically, backpressure
+// and GRO; the Disable fields are ablations.
 type GatewayConfig struct {
-	// TUN is the TUN device to open (TUN.Offload on: the kernel hands
-	// over super-packets, GSO on). The gateway gives it the noqueue
-	// qdisc (tun.Config.NoQueue), so that its drops reach the senders.
-	TUN tun.Config
+	// TUN is the TUN device to open. The gateway gives it the noqueue
+	// qdisc, so that its drops reach the senders.
+	TUN TUNOptions
 	// Host, if set, replaces the TUN device with the caller's own source
 	// of super-packets and writer for returning packets (one queue).
 	Host *Host
-	// Ingress, if set, replaces the TUN device with a network device,
-	// such as the veth of a container whose side does TSO, or a
-	// jumbo-frame link: packets for IngressRoutes arriving on it go out
-	// of the NIC, and packets for Routes arriving on the NIC go out of
-	// it, each cut to the egress MTU as Linux forwards
-	// (pipeline.WireSource; TCP to the flow's MSS, SYNs clamped to the
-	// smaller MTU). Its port is of the same kind as the NIC's.
-	Ingress       string
-	IngressRoutes []netip.Prefix
-	NIC           string
+	// Ingress, if its Device is set, replaces the TUN device with a
+	// network device.
+	Ingress IngressOptions
+	NIC     string
 	// Routes are the prefixes behind the TUN device (or the ingress
 	// device): packets arriving on the NIC for them are taken from the
 	// kernel and written into the TUN.
@@ -44,21 +44,9 @@ type GatewayConfig struct {
 	NextHop netip.Addr // the NIC-side gateway; zero: each destination's route through the NIC
 	// Port is the kind of NIC port: AF_XDP, AF_PACKET, or PortAuto
 	// (AF_XDP where the driver runs XDP natively, else AF_PACKET).
-	Port     PortKind
-	Mode     xsk.Mode // AF_XDP: how the XDP program runs
-	ZeroCopy bool     // AF_XDP: zero-copy sockets
-	// BusyPoll turns on preferred busy polling on the AF_XDP sockets for
-	// this long per wait, 1µs..xsk.MaxBusyPoll; 0 (the default) leaves
-	// it off (see xsk.Config.BusyPoll, and the xsk package documentation
-	// for the NIC's napi_defer_hard_irqs and gro_flush_timeout it
-	// needs). AF_XDP only: with PortPacket it is an ErrInvalidConfig;
-	// PortAuto falling back to AF_PACKET says in the log that it is off.
-	// A kernel refusing the socket options fails OpenGateway with
-	// xsk.ErrNoBusyPoll.
-	BusyPoll time.Duration
-	// PacketGSO says what an AF_PACKET port leaves to the NIC: whole
-	// super-packets, checksums, or nothing (see afpacket.GSOMode).
-	PacketGSO afpacket.GSOMode
+	Port   PortKind
+	XDP    XDPOptions    // how an AF_XDP port runs
+	Packet PacketOptions // how an AF_PACKET port runs
 	// RouterAddrs are the gateway's own addresses on the TUN's link, at
 	// most one per IP version, as a router's: the source of the ICMP
 	// errors it writes into the TUN (host unreachable for a next hop that
@@ -70,20 +58,20 @@ type GatewayConfig struct {
 	// stack (raw sockets), which routes them.
 	RouterAddrs []netip.Addr
 
-	// Backpressure charges segments to a budget and stops reading the TUN
-	// while it is full (the production mode). Off, the queue drops what
+	// DisableBackpressure turns off the budget that charges segments and
+	// stops reading the TUN while it is full: the queue then drops what
 	// does not fit instead (an ablation, to show the failure mode).
-	Backpressure bool
-	Budget       int   // budget limit in truesize bytes; 0: self-sizing up to what the frames hold
-	QueueLen     int   // most segments queued or in flight; 0: every TX frame
-	TxRate       int64 // emulated line rate in bit/s; 0: none
-	Hook         pipeline.Hook
-	// GRO merges the packets the NIC hands back into TCP super-packets
-	// (and UDP ones when the TUN device took the USO offloads) before
-	// they are written into the TUN: one write per super-packet instead
-	// of one per packet. It needs the inside's writer to be a
-	// pipeline.VectorWriter (a tun.Queue is).
-	GRO bool
+	DisableBackpressure bool
+	Budget              int   // budget limit in truesize bytes; 0: self-sizing up to what the frames hold
+	QueueLen            int   // most segments queued or in flight; 0: every TX frame
+	TxRate              int64 // emulated line rate in bit/s; 0: none
+	Hook                pipeline.Hook
+	// DisableGRO turns off merging the packets the NIC hands back into
+	// TCP super-packets (and UDP ones when the TUN device took the USO
+	// offloads) before they are written into the TUN: one write per
+	// packet instead of one per super-packet (an ablation). GRO needs the
+	// inside's writer to be a pipeline.VectorWriter (a TUN queue is).
+	DisableGRO bool
 	// OnDetach is what the gateway does when its XDP program is detached
 	// from outside: attach it again (the default) or stop.
 	OnDetach DetachPolicy
@@ -94,6 +82,91 @@ type GatewayConfig struct {
 	// queued; 0: pipeline.DefaultDrainTime.
 	DrainTimeout time.Duration
 }
+
+// TUNOptions describe the TUN device a gateway opens.
+type TUNOptions struct {
+	// Name is the device name (at most 15 bytes). The device is created
+	// if missing and attached if it exists; empty lets the kernel pick
+	// a name (tunN).
+	Name string
+	// Queues is the number of queues, 1..MaxTUNQueues, one forwarder
+	// each; 0 means 1.
+	Queues int
+	// MTU is set on the device unless it is 0.
+	MTU int
+	// DisableOffload turns off the offloads through which the kernel
+	// hands over super-packets (TSO, USO with checksum offload; the
+	// gateway falls back without USO and then without ECN when the
+	// kernel refuses them): the kernel then segments and checksums every
+	// packet before the TUN (an ablation).
+	DisableOffload bool
+	// TxQueueLen sets the device's txqueuelen, the ring of packets the
+	// kernel holds for the reader; 0 keeps the kernel's (500).
+	TxQueueLen int
+}
+
+// IngressOptions describe the network device a gateway forwards from
+// instead of a TUN device: the veth of a container whose side does TSO,
+// or a jumbo-frame link. Packets for Routes arriving on it go out of the
+// NIC, and packets for GatewayConfig.Routes arriving on the NIC go out of
+// it, each cut to the egress MTU as Linux forwards (pipeline.WireSource;
+// TCP to the flow's MSS, SYNs clamped to the smaller MTU). Its port is of
+// the same kind as the NIC's.
+type IngressOptions struct {
+	Device string         // the device's name; empty: a TUN device (or the Host)
+	Routes []netip.Prefix // the prefixes behind the NIC; required with a Device
+}
+
+// XDPOptions describe how an AF_XDP port runs.
+type XDPOptions struct {
+	Mode     XDPMode // how the XDP program runs
+	ZeroCopy bool    // zero-copy sockets (the driver must support it)
+	// BusyPoll turns on preferred busy polling on the AF_XDP sockets for
+	// this long per wait, 1µs..MaxBusyPoll; 0 (the default) leaves it off
+	// (the NIC needs napi_defer_hard_irqs and gro_flush_timeout set).
+	// AF_XDP only: with PortPacket it is an ErrInvalidConfig; PortAuto
+	// falling back to AF_PACKET says in the log that it is off. A kernel
+	// refusing the socket options fails OpenGateway.
+	BusyPoll time.Duration
+}
+
+// XDPMode is how an AF_XDP port's XDP program is attached.
+type XDPMode = xsk.Mode
+
+// The XDP modes.
+const (
+	XDPModeAuto    = xsk.ModeAuto    // native, else generic
+	XDPModeNative  = xsk.ModeNative  // in the driver
+	XDPModeGeneric = xsk.ModeGeneric // on the kernel's skb path
+)
+
+// PacketOptions describe how an AF_PACKET port runs.
+type PacketOptions struct {
+	GSO PacketGSO // what the port leaves to the NIC
+}
+
+// PacketGSO says what an AF_PACKET port leaves to the NIC: whole
+// super-packets, checksums, or nothing.
+type PacketGSO = afpacket.GSOMode
+
+// The AF_PACKET GSO modes.
+const (
+	// PacketGSOAuto, the default, hands a super-packet to the NIC whole
+	// where the NIC segments its kind, else cuts it here with partial
+	// checksums where the NIC completes them, else with complete ones.
+	PacketGSOAuto = afpacket.GSOModeAuto
+	// PacketGSOOffload decides as PacketGSOAuto, but opening the port
+	// fails when the NIC segments no kind at all.
+	PacketGSOOffload = afpacket.GSOModeOffload
+	PacketGSOPartial = afpacket.GSOModePartial // never whole super-packets: segments with partial checksums where the NIC completes them
+	PacketGSOFull    = afpacket.GSOModeFull    // complete segments: no offload
+)
+
+// Limits of the options.
+const (
+	MaxTUNQueues = tun.MaxQueues   // the most TUNOptions.Queues
+	MaxBusyPoll  = xsk.MaxBusyPoll // the longest XDPOptions.BusyPoll
+)
 
 // PortKind is the kind of NIC port a gateway opens.
 type PortKind int
@@ -129,10 +202,13 @@ const (
 // Host is the inside of a gateway when it is not a TUN device opened by
 // the gateway: a benchmark's or a VPN's own reader and writer.
 type Host struct {
-	Source     pipeline.Source // super-packets, virtio-net header first
-	Writer     pipeline.Writer // returning packets, virtio-net header first
-	HeaderSize int             // virtio-net header size of both
-	Batch      int             // packets per Source.Read; 0: the pipeline's default
+	Source pipeline.Source // super-packets, virtio-net header first
+	// Writer takes the returning packets, virtio-net header first; with
+	// GRO (unless GatewayConfig.DisableGRO) it must be a
+	// pipeline.VectorWriter.
+	Writer     pipeline.Writer
+	HeaderSize int // virtio-net header size of both
+	Batch      int // packets per Source.Read; 0: the pipeline's default
 	// Close unblocks a Source.Read in progress; the gateway calls it when
 	// it stops, and again from Close.
 	Close func() error
@@ -144,27 +220,78 @@ type GatewayStats struct {
 	Reverse pipeline.Stats       // toward the ingress device (GatewayConfig.Ingress), the same way
 	Wire    pipeline.WireStats   // the packets from the ingress device and from the NIC toward it
 	Return  pipeline.ReturnStats // summed over the return paths
-	Budget  txqueue.BudgetStats  // summed over the TUN queues' budgets
-	Queue   txqueue.Stats        // summed over their queues
+	Budget  BudgetStats          // summed over the TUN queues' budgets
+	Queue   QueueStats           // summed over their queues
+	Port    PortStats            // the NIC's port
+	Ingress PortStats            // the ingress device's port (GatewayConfig.Ingress)
+	Replies pipeline.ReplyStats  // ICMP errors written into the TUN
+	NIC     NICStats
+}
+
+// BudgetStats are the counters of the send budgets.
+type BudgetStats = txqueue.BudgetStats
+
+// QueueStats are the counters of the transmit queues.
+type QueueStats = txqueue.Stats
+
+// PortStats are the counters of a port and its sockets, one per queue.
+type PortStats struct {
+	Kind PortKind // PortXDP or PortPacket
 	// Sent counts the frames the port handed to the NIC (a super-packet
 	// the NIC segments counts once), Completed those the NIC reported
 	// gone; frames a sink dropped (Forward.Drops[DropUnresolved]) are in
 	// neither, though the forwarder's Transmitted and Completed count
 	// them as taken.
 	Sent, Completed uint64
-	XSK             []xsk.Stats         // per AF_XDP socket, with its queue's XDP program counters
-	Packet          []afpacket.Stats    // per AF_PACKET socket
-	Ingress         PortStats           // the ingress device's port (GatewayConfig.Ingress)
-	Replies         pipeline.ReplyStats // ICMP errors written into the TUN
-	NIC             NICStats
+	Sockets         []SocketStats
 }
 
-// PortStats are the counters of a port's sockets: Sent and Completed as
-// in GatewayStats, and the sockets' own.
-type PortStats struct {
-	Sent, Completed uint64
-	XSK             []xsk.Stats
-	Packet          []afpacket.Stats
+// SocketStats are the counters of one socket of a port, AF_XDP or
+// AF_PACKET (PortStats.Kind); a counter the other kind keeps stays 0.
+type SocketStats struct {
+	RX        uint64 // packets received (an AF_XDP multi-buffer chain counts once)
+	TX        uint64 // frames handed to the kernel
+	Completed uint64 // frames the kernel reported sent (AF_PACKET: once it has copied them, so TX)
+
+	// AF_XDP: sendto/recvfrom wakeups; those that got EAGAIN, EBUSY,
+	// ENOBUFS, EINTR or ENETDOWN (retried later); those that failed
+	// otherwise; non-blocking calls made while waiting to run the NAPI
+	// poll (XDPOptions.BusyPoll); frame addresses refused and bad ring
+	// entries.
+	Kicks, KickRetries, KickErrors, BusyPolls, BadFrames uint64
+	// AF_XDP multi-buffer receive: chains of two frames or more (counted
+	// in RX too); chains dropped as too long, or as broken (a bad
+	// descriptor, shorter than an Ethernet header).
+	RXMultiBuffer, RXChainTooLong, RXChainBroken uint64
+	// AF_XDP, from the kernel (XDP_STATISTICS): packets dropped for other
+	// reasons (e.g. too big for a frame), invalid RX descriptors, packets
+	// dropped for a full RX ring, times the fill ring was empty when a
+	// packet came, invalid TX descriptors, times the TX ring was empty on
+	// a wakeup.
+	RXDropped, RXInvalid, RXRingFull, RXFillEmpty, TXInvalid, TXRingEmpty uint64
+	// AF_XDP, from the XDP program of the socket's queue: frames for the
+	// routed prefixes passed to the kernel instead of the socket, as
+	// longer than a socket takes, sent to another host's unicast MAC
+	// address, or to a broadcast or multicast one; and IP frames of any
+	// destination whose version is not that of the EtherType.
+	Oversize, OtherHost, NotUnicast, VersionMismatch uint64
+
+	// AF_PACKET: the socket's system calls, bytes and offloads.
+	RXBytes, TXBytes uint64 // Ethernet bytes received and sent
+	RXCalls, TXCalls uint64 // recvmmsg and sendmmsg calls
+	RXSuper          uint64 // received frames with a GSO type: the kernel's GRO merged them
+	TXSuper          uint64 // transmitted frames with a GSO type: the NIC segments them
+	TXPartial        uint64 // transmitted frames with a partial checksum
+	TXBusy           uint64 // sends cut short by a full send buffer, device queue or a link down, retried
+	KernelPackets    uint64 // packets the kernel had for the socket, the dropped ones included
+	// AF_PACKET drops.
+	RXMalformed  uint64 // received frames not IPv4/IPv6, with the wrong EtherType or shorter than their headers
+	RXTruncated  uint64 // received frames larger than a receive buffer
+	RXHeader     uint64 // received packets the kernel could not describe with a virtio-net header
+	RXKernelDrop uint64 // packets the kernel dropped before the socket saw them, its receive buffer full
+	TXUnresolved uint64 // frames to transmit whose next hop did not resolve
+	TXNotRouted  uint64 // frames to transmit to an address a router does not forward
+	TXRefused    uint64 // frames the kernel refused to transmit
 }
 
 // NICStats is the NIC as the gateway last saw it.
@@ -179,16 +306,27 @@ type NICStats struct {
 	Reattaches uint64 // times it was attached again
 }
 
+// UMEMFrameSize is the size of an AF_XDP socket's UMEM frame: each is
+// that many bytes of locked memory.
+const UMEMFrameSize = xsk.DefaultFrameSize
+
 // UMEMFrames is the number of UMEM frames, half of them for TX, of each
 // AF_XDP socket a gateway with a fixed budget of that many truesize bytes
 // opens: enough TX frames to hold the budget plus one worst-case
 // super-packet. Without a fixed budget (0) it is xsk.DefaultNumFrames.
-// Each frame is xsk.DefaultFrameSize bytes of locked memory.
 func UMEMFrames(budget int) int {
 	if budget <= 0 {
 		return xsk.DefaultNumFrames
 	}
-	size := txqueue.Truesize(xsk.DefaultFrameSize)
+	size := txqueue.Truesize(UMEMFrameSize)
 	tx := (budget+size-1)/size + segment.DefaultMaxSegments
 	return min(2*tx, xsk.MaxNumFrames)
+}
+
+// BudgetRange returns the range of a fixed GatewayConfig.Budget: from one
+// worst-case super-packet of default-sized frames to what the most
+// AF_XDP TX frames hold besides one.
+func BudgetRange() (lo, hi int64) {
+	size := int64(txqueue.Truesize(UMEMFrameSize))
+	return segment.DefaultMaxSegments * size, (xsk.MaxNumFrames/2 - segment.DefaultMaxSegments) * size
 }

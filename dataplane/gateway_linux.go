@@ -97,7 +97,7 @@ type inside struct {
 // namespace of the devices.
 func OpenGateway(cfg GatewayConfig) (*Gateway, error) {
 	g := &Gateway{host: cfg.Host}
-	if cfg.Ingress == "" {
+	if cfg.Ingress.Device == "" {
 		if err := g.openInside(cfg); err != nil {
 			return nil, err
 		}
@@ -117,8 +117,7 @@ func (g *Gateway) openInside(cfg GatewayConfig) error {
 		g.inside = []inside{{h.Source, h.Writer}}
 		return nil
 	}
-	cfg.TUN.NoQueue = true
-	t, err := tun.Open(cfg.TUN)
+	t, err := tun.Open(tunConfig(cfg.TUN))
 	if err != nil {
 		return err
 	}
@@ -127,6 +126,24 @@ func (g *Gateway) openInside(cfg GatewayConfig) error {
 		g.inside = append(g.inside, inside{q, q})
 	}
 	return nil
+}
+
+// tunConfig is the configuration of the TUN device o describes: with the
+// noqueue qdisc, so that its drops reach the senders.
+func tunConfig(o TUNOptions) tun.Config {
+	return tun.Config{Name: o.Name, Queues: o.Queues, MTU: o.MTU, Offload: !o.DisableOffload, TxQueueLen: o.TxQueueLen, NoQueue: true}
+}
+
+// OpenTUNHost opens the TUN device o describes, as OpenGateway would, and
+// returns its first queue as a Host: for a caller that reads or writes
+// the device through its own code before handing it to a gateway.
+func OpenTUNHost(o TUNOptions) (*Host, error) {
+	t, err := tun.Open(tunConfig(o))
+	if err != nil {
+		return nil, err
+	}
+	q := t.Queues()[0]
+	return &Host{Source: q, Writer: q, HeaderSize: t.HeaderSize(), Close: t.Close}, nil
 }
 
 // batch is how many packets the forwarders read at once.
@@ -159,7 +176,7 @@ func (g *Gateway) open(cfg GatewayConfig) error {
 	if g.mon, err = newMonitor(n, cfg, log, g.linkUp, g.mtu.follow); err != nil {
 		return err
 	}
-	if cfg.Ingress != "" {
+	if cfg.Ingress.Device != "" {
 		err = g.openIngress(cfg, log)
 	} else {
 		err = g.wireInside(cfg)
@@ -229,7 +246,7 @@ func (g *Gateway) returnConfig(cfg GatewayConfig, l lane, w pipeline.Writer) pip
 	uso := g.tun != nil && g.tun.Offloads().Has(tun.OffloadUSO4|tun.OffloadUSO6)
 	return pipeline.ReturnConfig{
 		Receiver: l.recv, Writer: w, HeaderSize: g.headerSize(),
-		TCP: cfg.GRO, UDP: cfg.GRO && uso,
+		TCP: !cfg.DisableGRO, UDP: !cfg.DisableGRO && uso,
 		OnRefused: func(kind segment.GSOType, err error) {
 			log.Warn("the TUN device refused a GRO super-packet: this kind of merge is off, its packets go one by one",
 				"kind", kind.String(), "err", err)
@@ -253,8 +270,8 @@ func (g *Gateway) newForwarder(cfg GatewayConfig, src pipeline.Source, hdrSize i
 }
 
 // newAccounting returns the budget and the queue in front of l, sized
-// from its TX frames and cfg's Backpressure, Budget and QueueLen: without
-// backpressure no budget and a DropTail queue.
+// from its TX frames and cfg's DisableBackpressure, Budget and QueueLen:
+// without backpressure no budget and a DropTail queue.
 func newAccounting(cfg GatewayConfig, l lane) (*txqueue.Budget, *txqueue.Queue[pipeline.Frame], error) {
 	frames := l.frames
 	size := txqueue.Truesize(l.frameSize)
@@ -265,7 +282,7 @@ func newAccounting(cfg GatewayConfig, l lane) (*txqueue.Budget, *txqueue.Queue[p
 	if cfg.QueueLen > 0 {
 		qlen = cfg.QueueLen
 	}
-	if !cfg.Backpressure {
+	if cfg.DisableBackpressure {
 		q, err := txqueue.NewQueue[pipeline.Frame](txqueue.QueueConfig{Policy: txqueue.DropTail, Packets: qlen, Bytes: qlen * size})
 		return nil, q, err
 	}
@@ -276,7 +293,7 @@ func newAccounting(cfg GatewayConfig, l lane) (*txqueue.Budget, *txqueue.Queue[p
 	}
 	b, err := txqueue.NewBudget(txqueue.BudgetConfig{Burst: burst, Limit: limit, Fixed: cfg.Budget > 0})
 	if err != nil {
-		return nil, nil, fmt.Errorf("dataplane: %w: budget: %w", ErrInvalidConfig, err)
+		return nil, nil, fmt.Errorf("dataplane: %w: %w", ErrInvalidConfig, err)
 	}
 	q, err := txqueue.NewQueue[pipeline.Frame](txqueue.QueueConfig{Policy: txqueue.Block, Packets: qlen, Bytes: limit + burst})
 	return b, q, err
@@ -401,8 +418,7 @@ func (g *Gateway) Stats() GatewayStats {
 		}
 	}
 	if g.nic != nil {
-		p := g.nic.stats()
-		s.Sent, s.Completed, s.XSK, s.Packet = p.Sent, p.Completed, p.XSK, p.Packet
+		s.Port = g.nic.stats()
 	}
 	if g.ingress != nil {
 		s.Ingress = g.ingress.stats()

@@ -26,7 +26,6 @@ import (
 
 	"github.com/gsoplane/gsoplane/dataplane/afpacket"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
-	"github.com/gsoplane/gsoplane/dataplane/tun"
 	"github.com/gsoplane/gsoplane/internal/netlab"
 )
 
@@ -48,7 +47,7 @@ type labPort struct {
 
 // config sets the port of cfg.
 func (p labPort) config(cfg GatewayConfig) GatewayConfig {
-	cfg.Port, cfg.PacketGSO = p.kind, p.gso
+	cfg.Port, cfg.Packet.GSO = p.kind, p.gso
 	return cfg
 }
 
@@ -225,7 +224,7 @@ func TestGatewayTCP(t *testing.T) {
 
 func gatewayTCP(t *testing.T, port labPort, gro string, size int64) {
 	nicGRO := gro == "nic-gro"
-	lab := newGwLab(t, port.config(GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true, GRO: gro != "gro=false"}))
+	lab := newGwLab(t, port.config(GatewayConfig{DisableGRO: gro == "gro=false"}))
 	if nicGRO {
 		netlab.Must(t, lab.A.SetFeatures(netlab.NICA, map[string]bool{"gro": true}))
 	}
@@ -275,28 +274,28 @@ func gatewayTCP(t *testing.T, port labPort, gro string, size int64) {
 func checkPort(t *testing.T, st GatewayStats, port labPort) {
 	t.Helper()
 	if port.kind == PortXDP {
-		if len(st.XSK) == 0 || len(st.Packet) != 0 || st.Sent == 0 {
-			t.Errorf("AF_XDP port: %d XSK stats, %d AF_PACKET stats, %d sent", len(st.XSK), len(st.Packet), st.Sent)
+		if st.Port.Kind != PortXDP || len(st.Port.Sockets) == 0 || st.Port.Sent == 0 {
+			t.Errorf("AF_XDP port: %v stats of %d sockets, %d sent", st.Port.Kind, len(st.Port.Sockets), st.Port.Sent)
 		}
 		return
 	}
-	if len(st.Packet) == 0 || len(st.XSK) != 0 {
-		t.Fatalf("AF_PACKET port: %d AF_PACKET stats, %d XSK stats", len(st.Packet), len(st.XSK))
+	if st.Port.Kind != PortPacket || len(st.Port.Sockets) == 0 {
+		t.Fatalf("AF_PACKET port: %v stats of %d sockets", st.Port.Kind, len(st.Port.Sockets))
 	}
 	var tx, super, partial, refused, busy, rxSuper uint64
-	for _, s := range st.Packet {
-		tx, super, partial, refused = tx+s.TX, super+s.TXSuper, partial+s.TXPartial, refused+s.Drops.Refused
+	for _, s := range st.Port.Sockets {
+		tx, super, partial, refused = tx+s.TX, super+s.TXSuper, partial+s.TXPartial, refused+s.TXRefused
 		busy, rxSuper = busy+s.TXBusy, rxSuper+s.RXSuper
 	}
 	t.Logf("AF_PACKET %v: %d frames sent, %d whole super-packets (%d offloaded by the forwarder), %d with partial checksums, %d sends retried, %d refused, %d super-packets received",
 		port.gso, tx, super, st.Forward.Offloaded, partial, busy, refused, rxSuper)
-	if tx != st.Sent || st.Sent == 0 {
-		t.Errorf("the sockets sent %d frames, the gateway says %d", tx, st.Sent)
+	if tx != st.Port.Sent || st.Port.Sent == 0 {
+		t.Errorf("the sockets sent %d frames, the gateway says %d", tx, st.Port.Sent)
 	}
 	if refused != 0 {
 		t.Errorf("the kernel refused %d frames", refused)
 	}
-	for i, s := range st.Packet {
+	for i, s := range st.Port.Sockets {
 		t.Logf("socket %d: %+v", i, s)
 	}
 	switch port.gso {
@@ -324,7 +323,7 @@ func checkPort(t *testing.T, st GatewayStats, port labPort) {
 func checkKernelGRO(t *testing.T, st GatewayStats) {
 	t.Helper()
 	var rx, rxSuper uint64
-	for _, s := range st.Packet {
+	for _, s := range st.Port.Sockets {
 		rx, rxSuper = rx+s.RX, rxSuper+s.RXSuper
 	}
 	r := st.Return
@@ -360,7 +359,7 @@ func checkGRO(t *testing.T, r pipeline.ReturnStats, on bool) {
 func TestGatewayGROUDP(t *testing.T) { forPorts(t, gatewayGROUDP) }
 
 func gatewayGROUDP(t *testing.T, port labPort) {
-	lab := newGwLab(t, port.config(GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true, GRO: true}))
+	lab := newGwLab(t, port.config(GatewayConfig{}))
 	for _, c := range []struct {
 		name string
 		app  netip.Addr
@@ -442,7 +441,7 @@ send:
 	}
 	if err := <-failed; err != nil {
 		st := lab.g.Stats()
-		t.Errorf("return path %+v; AF_XDP %+v; AF_PACKET %+v", st.Return, st.XSK, st.Packet)
+		t.Errorf("return path %+v; %v port %+v", st.Return, st.Port.Kind, st.Port.Sockets)
 		t.Fatal(err)
 	}
 }
@@ -548,7 +547,7 @@ func TestGatewayUDPBackpressure(t *testing.T) { forPorts(t, gatewayUDPBackpressu
 func gatewayUDPBackpressure(t *testing.T, port labPort) {
 	const rate, sends, segs = 200e6, 300, 40
 	t.Run("on", func(t *testing.T) {
-		lab := newGwLab(t, port.config(GatewayConfig{TUN: tun.Config{Offload: true, TxQueueLen: 32}, Backpressure: true, TxRate: rate}))
+		lab := newGwLab(t, port.config(GatewayConfig{TUN: TUNOptions{TxQueueLen: 32}, DisableGRO: true, TxRate: rate}))
 		r := udpFlood(t, lab, sends, segs)
 		st := lab.g.Stats()
 		t.Logf("%+v; gateway drops %v, budget stalls %d (%v), peak %d of %d, %d super-packets sent whole",
@@ -561,7 +560,7 @@ func gatewayUDPBackpressure(t *testing.T, port labPort) {
 		}
 	})
 	t.Run("off", func(t *testing.T) {
-		lab := newGwLab(t, port.config(GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: false, QueueLen: 256, TxRate: rate}))
+		lab := newGwLab(t, port.config(GatewayConfig{DisableBackpressure: true, DisableGRO: true, QueueLen: 256, TxRate: rate}))
 		r := udpFlood(t, lab, sends, segs)
 		st := lab.g.Stats()
 		t.Logf("%+v; gateway drops %v", r, st.Forward.Drops)
@@ -595,7 +594,7 @@ func TestGatewayShutdown(t *testing.T) {
 func gatewayShutdown(t *testing.T, port labPort) []string {
 	const budget = 1 << 20 // a fixed budget sizes the TX frames
 	fds := ownObjects(t)
-	lab := newGwLab(t, port.config(GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true, Budget: budget}))
+	lab := newGwLab(t, port.config(GatewayConfig{DisableGRO: true, Budget: budget}))
 	names := []string{lab.A.Name, lab.B.Name}
 	tcpTransfer(t, lab, labSrv4, 1<<20, false)
 	switch port.kind {
@@ -635,7 +634,7 @@ func gatewayShutdown(t *testing.T, port labPort) []string {
 		t.Errorf("%s still there after Close: %v", labTUN, err)
 	}
 	lab.A.Do(t, func() {
-		g, err := OpenGateway(port.config(GatewayConfig{TUN: tun.Config{Name: labTUN, Offload: true}, NIC: netlab.NICA, Routes: netlab.AppRoutes, Backpressure: true}))
+		g, err := OpenGateway(port.config(GatewayConfig{TUN: TUNOptions{Name: labTUN}, NIC: netlab.NICA, Routes: netlab.AppRoutes, DisableGRO: true}))
 		if err != nil {
 			t.Fatalf("second start: %v", err)
 		}
@@ -752,7 +751,7 @@ func TestGatewayIperf3(t *testing.T) {
 }
 
 func gatewayIperf3(t *testing.T, port labPort) {
-	lab := newGwLab(t, port.config(GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true, GRO: true}))
+	lab := newGwLab(t, port.config(GatewayConfig{}))
 	for _, c := range []struct {
 		name string
 		args []string
@@ -841,7 +840,7 @@ func BenchmarkGatewayTCP(b *testing.B) {
 		offload bool
 	}{{"gso", true}, {"no-gso", false}} {
 		b.Run(c.name, func(b *testing.B) {
-			lab := newGwLab(b, GatewayConfig{TUN: tun.Config{Offload: c.offload}, Backpressure: true})
+			lab := newGwLab(b, GatewayConfig{TUN: TUNOptions{DisableOffload: !c.offload}, DisableGRO: true})
 			ln, _ := lab.listen(b, "tcp", labSrv4, 5201)
 			defer ln.Close()
 			conn := lab.dial(b, "tcp", labSrv4, 5201)

@@ -12,9 +12,16 @@ import (
 // system.
 type Gateway struct{}
 
-// OpenGateway returns an error: the gateway needs Linux.
+// OpenGateway returns an error wrapping ErrNotSupported: the gateway
+// needs Linux.
 func OpenGateway(cfg GatewayConfig) (*Gateway, error) {
-	return nil, fmt.Errorf("dataplane: gateway not supported on %s", runtime.GOOS)
+	return nil, fmt.Errorf("dataplane: gateway on %s: %w", runtime.GOOS, ErrNotSupported)
+}
+
+// OpenTUNHost returns an error wrapping ErrNotSupported: TUN devices with
+// virtio-net headers are Linux's.
+func OpenTUNHost(o TUNOptions) (*Host, error) {
+	return nil, fmt.Errorf("dataplane: TUN device on %s: %w", runtime.GOOS, ErrNotSupported)
 }
 
 // Run returns at once.

@@ -19,17 +19,17 @@ import (
 // errors go through the host's stack, which routes them to their
 // destination on either side.
 func (g *Gateway) openIngress(cfg GatewayConfig, log *slog.Logger) error {
-	if len(cfg.IngressRoutes) == 0 {
-		return fmt.Errorf("dataplane: %w: an ingress device needs IngressRoutes", ErrInvalidConfig)
+	if len(cfg.Ingress.Routes) == 0 {
+		return fmt.Errorf("dataplane: %w: an ingress device needs Ingress.Routes", ErrInvalidConfig)
 	}
 	icfg := cfg // NextHop is the NIC side's: behind the ingress, destinations are on link or routed
-	icfg.NIC, icfg.Routes, icfg.NextHop = cfg.Ingress, cfg.IngressRoutes, netip.Addr{}
+	icfg.NIC, icfg.Routes, icfg.NextHop = cfg.Ingress.Device, cfg.Ingress.Routes, netip.Addr{}
 	in, err := openNIC(icfg, log)
 	if err != nil {
 		return err
 	}
 	g.ingress = in
-	inMTU, routers, err := linkOf(cfg.Ingress)
+	inMTU, routers, err := linkOf(cfg.Ingress.Device)
 	if err != nil {
 		return err
 	}

@@ -54,28 +54,28 @@ type lane struct {
 func openNIC(cfg GatewayConfig, log *slog.Logger) (*nic, error) {
 	switch cfg.Port {
 	case PortXDP:
-		return openXDP(cfg, cfg.Mode)
+		return openXDP(cfg, cfg.XDP.Mode)
 	case PortPacket:
-		if cfg.BusyPoll != 0 {
-			return nil, fmt.Errorf("dataplane: %w: busy polling (%v) is for AF_XDP sockets, not AF_PACKET", ErrInvalidConfig, cfg.BusyPoll)
+		if cfg.XDP.BusyPoll != 0 {
+			return nil, fmt.Errorf("dataplane: %w: busy polling (%v) is for AF_XDP sockets, not AF_PACKET", ErrInvalidConfig, cfg.XDP.BusyPoll)
 		}
 		return openPacket(cfg)
 	case PortAuto:
-		mode := cfg.Mode
+		mode := cfg.XDP.Mode
 		if mode == xsk.ModeAuto {
 			mode = xsk.ModeNative
 		}
 		n, err := openXDP(cfg, mode)
 		if err == nil {
-			log.Info("NIC port: AF_XDP", "nic", cfg.NIC, "xdp_mode", mode.String(), "busy_poll", cfg.BusyPoll)
+			log.Info("NIC port: AF_XDP", "nic", cfg.NIC, "xdp_mode", mode.String(), "busy_poll", cfg.XDP.BusyPoll)
 			return n, nil
 		}
 		if errors.Is(err, ErrInvalidConfig) || errors.Is(err, xsk.ErrAttached) || errors.Is(err, xsk.ErrNoBusyPoll) {
 			return nil, err
 		}
 		log.Info("NIC port: AF_PACKET, since AF_XDP is not available", "nic", cfg.NIC, "xdp_mode", mode.String(), "why", err.Error())
-		if cfg.BusyPoll != 0 {
-			log.Warn("busy polling is off: it is for AF_XDP sockets", "nic", cfg.NIC, "busy_poll", cfg.BusyPoll)
+		if cfg.XDP.BusyPoll != 0 {
+			log.Warn("busy polling is off: it is for AF_XDP sockets", "nic", cfg.NIC, "busy_poll", cfg.XDP.BusyPoll)
 		}
 		return openPacket(cfg)
 	}
@@ -85,8 +85,8 @@ func openNIC(cfg GatewayConfig, log *slog.Logger) (*nic, error) {
 // openXDP opens an AF_XDP port.
 func openXDP(cfg GatewayConfig, mode xsk.Mode) (*nic, error) {
 	x, err := xsk.Open(xsk.Config{
-		Ifname: cfg.NIC, Mode: mode, ZeroCopy: cfg.ZeroCopy, Redirect: cfg.Routes, NumFrames: UMEMFrames(cfg.Budget),
-		BusyPoll: cfg.BusyPoll,
+		Ifname: cfg.NIC, Mode: mode, ZeroCopy: cfg.XDP.ZeroCopy, Redirect: cfg.Routes, NumFrames: UMEMFrames(cfg.Budget),
+		BusyPoll: cfg.XDP.BusyPoll,
 	})
 	if err != nil {
 		return nil, err
@@ -111,7 +111,7 @@ func openPacket(cfg GatewayConfig) (*nic, error) {
 	for _, s := range p.Sockets() {
 		n.lanes = append(n.lanes, lane{
 			recv: s.Receiver(), frameSize: s.FrameSize(), frames: s.Frames() + s.LargeFrames(),
-			newSink: func() (nicSink, error) { return afpacket.NewSink(s, p.Ifindex(), cfg.NextHop, cfg.PacketGSO) },
+			newSink: func() (nicSink, error) { return afpacket.NewSink(s, p.Ifindex(), cfg.NextHop, cfg.Packet.GSO) },
 		})
 	}
 	return n, nil
@@ -130,21 +130,45 @@ func packetFrames(budget int) int {
 
 // stats returns the counters of the port's sockets.
 func (n *nic) stats() PortStats {
-	var s PortStats
+	s := PortStats{Kind: n.kind}
 	switch p := n.port.(type) {
 	case *xsk.Port:
-		s.XSK = p.Stats()
-		for _, x := range s.XSK {
-			s.Sent += x.TX
-			s.Completed += x.Completed
+		for _, x := range p.Stats() {
+			s.Sockets = append(s.Sockets, xskSocketStats(x))
 		}
 	case *afpacket.Port:
 		for _, k := range p.Sockets() {
-			st := k.Stats()
-			s.Packet = append(s.Packet, st)
-			s.Sent += st.TX
-			s.Completed += st.TX // complete once the kernel has copied it
+			s.Sockets = append(s.Sockets, packetSocketStats(k.Stats()))
 		}
 	}
+	for _, k := range s.Sockets {
+		s.Sent += k.TX
+		s.Completed += k.Completed
+	}
 	return s
+}
+
+// xskSocketStats maps an AF_XDP socket's counters, with its queue's XDP
+// program counters.
+func xskSocketStats(x xsk.Stats) SocketStats {
+	return SocketStats{
+		RX: x.RX, TX: x.TX, Completed: x.Completed,
+		Kicks: x.Kicks, KickRetries: x.KickRetries, KickErrors: x.KickErrors, BusyPolls: x.BusyPolls, BadFrames: x.BadFrames,
+		RXMultiBuffer: x.RXMultiBuffer, RXChainTooLong: x.RXChainTooLong, RXChainBroken: x.RXChainBroken,
+		RXDropped: x.RXDropped, RXInvalid: x.RXInvalid, RXRingFull: x.RXRingFull, RXFillEmpty: x.RXFillEmpty,
+		TXInvalid: x.TXInvalid, TXRingEmpty: x.TXRingEmpty,
+		Oversize: x.Oversize, OtherHost: x.OtherHost, NotUnicast: x.NotUnicast, VersionMismatch: x.VersionMismatch,
+	}
+}
+
+// packetSocketStats maps an AF_PACKET socket's counters. A frame is
+// complete once the kernel has copied it.
+func packetSocketStats(p afpacket.Stats) SocketStats {
+	return SocketStats{
+		RX: p.RX, TX: p.TX, Completed: p.TX,
+		RXBytes: p.RXBytes, TXBytes: p.TXBytes, RXCalls: p.RXCalls, TXCalls: p.TXCalls,
+		RXSuper: p.RXSuper, TXSuper: p.TXSuper, TXPartial: p.TXPartial, TXBusy: p.TXBusy, KernelPackets: p.KernelPackets,
+		RXMalformed: p.Drops.Invalid, RXTruncated: p.Drops.Truncated, RXHeader: p.Drops.Header, RXKernelDrop: p.Drops.Kernel,
+		TXUnresolved: p.Drops.Unresolved, TXNotRouted: p.Drops.NotRouted, TXRefused: p.Drops.Refused,
+	}
 }

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gsoplane/gsoplane/dataplane/tun"
 	"github.com/gsoplane/gsoplane/internal/netlab"
 )
 
@@ -40,7 +39,7 @@ func TestSoak(t *testing.T) {
 	if err != nil || d <= 0 {
 		t.Skipf("a soak: set %s=10m (make soak)", soakEnv)
 	}
-	lab := newGwLab(t, GatewayConfig{TUN: tun.Config{Offload: true}, Backpressure: true, GRO: true})
+	lab := newGwLab(t, GatewayConfig{})
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	defer func() { close(stop); wg.Wait() }() // no load left when the leak check runs

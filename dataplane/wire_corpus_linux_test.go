@@ -100,15 +100,15 @@ func TestWireCorpus(t *testing.T) {
 		for _, gro := range []bool{false, true} {
 			setups = append(setups, wireSetup{
 				name: fmt.Sprintf("%v/gro=%v", port, gro), cases: wireCases,
-				cfg: GatewayConfig{Port: port, GRO: gro},
+				cfg: GatewayConfig{Port: port, DisableGRO: !gro},
 			})
 		}
 	}
 	setups = append(setups,
 		wireSetup{name: "xdp-generic/jumbo", cases: wireJumboCases, mtu: 9000,
-			cfg: GatewayConfig{Port: PortXDP, Mode: xsk.ModeGeneric, GRO: true}},
+			cfg: GatewayConfig{Port: PortXDP, XDP: XDPOptions{Mode: XDPModeGeneric}}},
 		wireSetup{name: "packet/jumbo", cases: wireJumboCases, mtu: 9000,
-			cfg: GatewayConfig{Port: PortPacket, GRO: true}})
+			cfg: GatewayConfig{Port: PortPacket}})
 	for _, s := range setups {
 		t.Run(s.name, func(t *testing.T) { wireCorpus(t, s) })
 	}
@@ -124,7 +124,7 @@ type wireSetup struct {
 
 func wireCorpus(t *testing.T, s wireSetup) {
 	w := newWireRun(t, s.cfg, s.mtu)
-	port, gro := s.cfg.Port, s.cfg.GRO
+	port, gro := s.cfg.Port, !s.cfg.DisableGRO
 	tally := map[string]int{}
 	var rows []string
 	start := w.counters()
@@ -299,12 +299,11 @@ type wireRun struct {
 }
 
 func newWireRun(t *testing.T, cfg GatewayConfig, mtu int) *wireRun {
-	cfg.TUN, cfg.Backpressure = tun.Config{Offload: true}, true
 	lab := newGwLab(t, cfg)
 	if lab.g.Port() != cfg.Port {
 		t.Fatalf("the gateway opened port %v, want %v", lab.g.Port(), cfg.Port)
 	}
-	w := &wireRun{t: t, lab: lab, port: cfg.Port, gro: cfg.GRO, id: 0x5100, lns: map[string]*wireListener{}}
+	w := &wireRun{t: t, lab: lab, port: cfg.Port, gro: !cfg.DisableGRO, id: 0x5100, lns: map[string]*wireListener{}}
 	w.uso = lab.g.TUN().Offloads().Has(tun.OffloadUSO4 | tun.OffloadUSO6)
 	a, b := lab.A.LinkT(t, netlab.NICA), lab.B.LinkT(t, netlab.NICB)
 	w.macA, w.macB, w.ifA, w.ifB = a.Attrs().HardwareAddr, b.Attrs().HardwareAddr, a.Attrs().Index, b.Attrs().Index
@@ -471,7 +470,7 @@ func (w *wireRun) counters() map[string]uint64 {
 	} {
 		m["gro."+name] = v
 	}
-	for _, x := range st.XSK {
+	for _, x := range st.Port.Sockets {
 		m["port.rx"] += x.RX
 		m["xsk.RXDropped"] += x.RXDropped
 		m["xsk.RXInvalid"] += x.RXInvalid
@@ -479,14 +478,11 @@ func (w *wireRun) counters() map[string]uint64 {
 		m["xdp.OtherHost"] += x.OtherHost
 		m["xdp.NotUnicast"] += x.NotUnicast
 		m["xdp.VersionMismatch"] += x.VersionMismatch
-	}
-	for _, p := range st.Packet {
-		m["port.rx"] += p.RX
-		m["packet.KernelPackets"] += p.KernelPackets
-		m["packet.Invalid"] += p.Drops.Invalid
-		m["packet.Truncated"] += p.Drops.Truncated
-		m["packet.Header"] += p.Drops.Header
-		m["packet.Kernel"] += p.Drops.Kernel
+		m["packet.KernelPackets"] += x.KernelPackets
+		m["packet.Invalid"] += x.RXMalformed
+		m["packet.Truncated"] += x.RXTruncated
+		m["packet.Header"] += x.RXHeader
+		m["packet.Kernel"] += x.RXKernelDrop
 	}
 	kc, err := wireKernel(w.lab.A)
 	netlab.Must(w.t, err)

@@ -25,8 +25,8 @@ func TestBusyPollFlag(t *testing.T) {
 			t.Errorf("%v %v: %v", c.args, c.env, err)
 			continue
 		}
-		if cfg.BusyPoll != c.want || gatewayConfig(cfg).BusyPoll != c.want {
-			t.Errorf("%v %v: -busy-poll %v (dataplane %v), want %v", c.args, c.env, cfg.BusyPoll, gatewayConfig(cfg).BusyPoll, c.want)
+		if cfg.BusyPoll != c.want || gatewayConfig(cfg).XDP.BusyPoll != c.want {
+			t.Errorf("%v %v: -busy-poll %v (dataplane %v), want %v", c.args, c.env, cfg.BusyPoll, gatewayConfig(cfg).XDP.BusyPoll, c.want)
 		}
 	}
 	for _, c := range []struct {

@@ -12,9 +12,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/dataplane"
-	"github.com/gsoplane/gsoplane/dataplane/afpacket"
-	"github.com/gsoplane/gsoplane/dataplane/tun"
-	"github.com/gsoplane/gsoplane/dataplane/xsk"
 )
 
 // gateway is the running dataplane plus what udpfwd configured around
@@ -47,28 +44,25 @@ func openGateway(cfg *config, log *slog.Logger) (*gateway, error) {
 
 // gatewayConfig translates the flags into the dataplane's configuration.
 func gatewayConfig(cfg *config) dataplane.GatewayConfig {
-	modes := map[string]xsk.Mode{"auto": xsk.ModeAuto, "native": xsk.ModeNative, "generic": xsk.ModeGeneric}
+	modes := map[string]dataplane.XDPMode{"auto": dataplane.XDPModeAuto, "native": dataplane.XDPModeNative, "generic": dataplane.XDPModeGeneric}
 	ports := map[string]dataplane.PortKind{"auto": dataplane.PortAuto, "xdp": dataplane.PortXDP, "packet": dataplane.PortPacket}
-	gso := map[string]afpacket.GSOMode{"auto": afpacket.GSOModeAuto, "offload": afpacket.GSOModeOffload, "partial": afpacket.GSOModePartial, "full": afpacket.GSOModeFull}
+	gso := map[string]dataplane.PacketGSO{"auto": dataplane.PacketGSOAuto, "offload": dataplane.PacketGSOOffload, "partial": dataplane.PacketGSOPartial, "full": dataplane.PacketGSOFull}
 	return dataplane.GatewayConfig{
-		TUN:           tun.Config{Name: cfg.TUN, Queues: cfg.Queues, MTU: cfg.MTU, Offload: cfg.GSO},
-		NIC:           cfg.NIC,
-		Routes:        cfg.redirects(),
-		Ingress:       cfg.Ingress,
-		IngressRoutes: cfg.IngressRedirect,
-		NextHop:       cfg.NextHop.addr,
-		Port:          ports[cfg.Port.value],
-		PacketGSO:     gso[cfg.PacketGSO.value],
-		RouterAddrs:   routerAddrs(cfg.Addrs),
-		Mode:          modes[cfg.XDPMode.value],
-		ZeroCopy:      cfg.ZeroCopy,
-		BusyPoll:      cfg.BusyPoll,
-		Backpressure:  cfg.Backpressure,
-		Budget:        int(cfg.Budget.bytes),
-		QueueLen:      cfg.TxQueueLen,
-		DrainTimeout:  sendTime(cfg.DrainTimeout),
-		GRO:           cfg.GRO,
-		OnDetach:      map[string]dataplane.DetachPolicy{"reattach": dataplane.DetachReattach, "stop": dataplane.DetachStop}[cfg.Detached.value],
+		TUN:                 dataplane.TUNOptions{Name: cfg.TUN, Queues: cfg.Queues, MTU: cfg.MTU, DisableOffload: !cfg.GSO},
+		NIC:                 cfg.NIC,
+		Routes:              cfg.redirects(),
+		Ingress:             dataplane.IngressOptions{Device: cfg.Ingress, Routes: cfg.IngressRedirect},
+		NextHop:             cfg.NextHop.addr,
+		Port:                ports[cfg.Port.value],
+		XDP:                 dataplane.XDPOptions{Mode: modes[cfg.XDPMode.value], ZeroCopy: cfg.ZeroCopy, BusyPoll: cfg.BusyPoll},
+		Packet:              dataplane.PacketOptions{GSO: gso[cfg.PacketGSO.value]},
+		RouterAddrs:         routerAddrs(cfg.Addrs),
+		DisableBackpressure: !cfg.Backpressure,
+		Budget:              int(cfg.Budget.bytes),
+		QueueLen:            cfg.TxQueueLen,
+		DrainTimeout:        sendTime(cfg.DrainTimeout),
+		DisableGRO:          !cfg.GRO,
+		OnDetach:            map[string]dataplane.DetachPolicy{"reattach": dataplane.DetachReattach, "stop": dataplane.DetachStop}[cfg.Detached.value],
 	}
 }
 

@@ -6,9 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gsoplane/gsoplane/dataplane"
-	"github.com/gsoplane/gsoplane/dataplane/afpacket"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
-	"github.com/gsoplane/gsoplane/dataplane/xsk"
 )
 
 // Directions; with -ingress, ingress_to_nic and nic_to_ingress.
@@ -88,11 +86,9 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		e.traffic(s)
 		e.drops(s)
 	}
-	e.xsk("nic", s.XSK)
-	e.packet("nic", s.Packet)
+	e.sockets("nic", s.Port)
 	if c.ingress {
-		e.xsk("ingress", s.Ingress.XSK)
-		e.packet("ingress", s.Ingress.Packet)
+		e.sockets("ingress", s.Ingress)
 	}
 	e.nic(s.NIC)
 	e.icmp(s.Replies)
@@ -123,11 +119,11 @@ func (e emitter) traffic(s dataplane.GatewayStats) {
 	e.counter(descSuperPackets, r.SuperPackets, toTUN, port)
 	e.counter(descSegments, f.Segments, toNIC, port)
 	e.counter(descSegments, r.Packets, toTUN, port)
-	e.counter(descPackets, s.Sent, toNIC, port)
+	e.counter(descPackets, s.Port.Sent, toNIC, port)
 	e.counter(descPackets, r.Writes, toTUN, port)
 	e.counter(descBytes, f.Bytes, toNIC, port)
 	e.counter(descBytes, r.Bytes, toTUN, port)
-	e.counter(descCompleted, s.Completed, port)
+	e.counter(descCompleted, s.Port.Completed, port)
 	e.counter(descTxErrors, f.TxErrors, port)
 	e.gro(r)
 }
@@ -139,7 +135,7 @@ func (e emitter) ingress(s dataplane.GatewayStats) {
 		dir  string
 		f    pipeline.Stats
 		sent uint64 // by the port it leaves through
-	}{{"ingress_to_nic", s.Forward, s.Sent}, {"nic_to_ingress", s.Reverse, s.Ingress.Sent}} {
+	}{{"ingress_to_nic", s.Forward, s.Port.Sent}, {"nic_to_ingress", s.Reverse, s.Ingress.Sent}} {
 		e.counter(descSuperPackets, d.f.SuperPackets, d.dir, e.port)
 		e.counter(descSegments, d.f.Segments, d.dir, e.port)
 		e.counter(descPackets, d.sent, d.dir, e.port)
@@ -148,7 +144,7 @@ func (e emitter) ingress(s dataplane.GatewayStats) {
 			e.counter(descDrops, d.f.Drops[r], d.dir, r.String())
 		}
 	}
-	e.counter(descCompleted, s.Completed, e.port)
+	e.counter(descCompleted, s.Port.Completed, e.port)
 	w := s.Wire
 	for _, v := range []struct {
 		event string
@@ -187,7 +183,18 @@ func (e emitter) drops(s dataplane.GatewayStats) {
 	}
 }
 
-func (e emitter) xsk(dev string, socks []xsk.Stats) {
+// sockets exports the events of a port's sockets, AF_XDP or AF_PACKET;
+// dev is the device the port is on (nic or ingress).
+func (e emitter) sockets(dev string, p dataplane.PortStats) {
+	switch p.Kind {
+	case dataplane.PortXDP:
+		e.xsk(dev, p.Sockets)
+	case dataplane.PortPacket:
+		e.packet(dev, p.Sockets)
+	}
+}
+
+func (e emitter) xsk(dev string, socks []dataplane.SocketStats) {
 	for i, x := range socks {
 		q := strconv.Itoa(i)
 		counter := func(v uint64, event string) { e.counter(descXSKEvents, v, dev, q, event) }
@@ -207,15 +214,15 @@ func (e emitter) xsk(dev string, socks []xsk.Stats) {
 	}
 }
 
-func (e emitter) packet(dev string, socks []afpacket.Stats) {
+func (e emitter) packet(dev string, socks []dataplane.SocketStats) {
 	for i, x := range socks {
 		q := strconv.Itoa(i)
 		counter := func(v uint64, event string) { e.counter(descPacketEvents, v, dev, q, event) }
-		counter(x.Drops.Invalid, "rx_invalid")
-		counter(x.Drops.Truncated, "rx_truncated")
-		counter(x.Drops.Header, "rx_header")
-		counter(x.Drops.Kernel, "rx_kernel_drop")
-		counter(x.Drops.Refused, "tx_refused")
+		counter(x.RXMalformed, "rx_invalid")
+		counter(x.RXTruncated, "rx_truncated")
+		counter(x.RXHeader, "rx_header")
+		counter(x.RXKernelDrop, "rx_kernel_drop")
+		counter(x.TXRefused, "tx_refused")
 		counter(x.TXBusy, "tx_busy")
 	}
 }

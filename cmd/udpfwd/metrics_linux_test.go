@@ -8,7 +8,6 @@ import (
 
 	"github.com/gsoplane/gsoplane/dataplane"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
-	"github.com/gsoplane/gsoplane/dataplane/xsk"
 )
 
 // TestCollector checks the exported values against a known snapshot:
@@ -16,7 +15,7 @@ import (
 func TestCollector(t *testing.T) {
 	var s dataplane.GatewayStats
 	s.Forward.SuperPackets, s.Forward.Segments, s.Forward.Transmitted = 10, 95, 93
-	s.Sent, s.Completed = 90, 88 // Transmitted less the 3 unresolved
+	s.Port.Kind, s.Port.Sent, s.Port.Completed = dataplane.PortXDP, 90, 88 // Transmitted less the 3 unresolved
 	s.Forward.Drops[pipeline.DropHook] = 5
 	s.Forward.SegmentsPerRead[0], s.Forward.SegmentsPerRead[6], s.Forward.SegmentsPerRead[8] = 2, 7, 1 // 1, ≤64, >128
 	s.Forward.TxLatency[0], s.Forward.TxLatency[len(pipeline.LatencyBounds)] = 80, 10
@@ -26,7 +25,7 @@ func TestCollector(t *testing.T) {
 	s.Return.GRO.NoPayload, s.Return.Refused = 3, 1
 	s.Budget.Limit, s.Budget.InFlight, s.Budget.Stalls, s.Budget.StallTime = 1<<20, 4352, 4, 2*time.Second
 	s.Queue.Pending, s.Queue.PeakHeld = 3, 40
-	s.XSK = []xsk.Stats{{RX: 5}, {RX: 6, RXRingFull: 2, OtherHost: 7}}
+	s.Port.Sockets = []dataplane.SocketStats{{RX: 5}, {RX: 6, RXRingFull: 2, OtherHost: 7}}
 	s.NIC = dataplane.NICStats{Up: true, MTU: 1400, MTUChanges: 1, TUNMTU: 1400, Downs: 2, Attached: true, Detaches: 1, Reattaches: 1}
 	s.Replies = pipeline.ReplyStats{Sent: 4, Limited: 2, Silent: 1}
 

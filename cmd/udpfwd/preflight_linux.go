@@ -9,7 +9,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/dataplane"
-	"github.com/gsoplane/gsoplane/dataplane/xsk"
 )
 
 // tunClonePath is the TUN clone device.
@@ -55,7 +54,7 @@ func checkMemlock(cfg *config) problems {
 		lim.Cur = lim.Max
 		unix.Setrlimit(unix.RLIMIT_MEMLOCK, &lim)
 	}
-	umem := uint64(dataplane.UMEMFrames(int(cfg.Budget.bytes)) * xsk.DefaultFrameSize)
+	umem := uint64(dataplane.UMEMFrames(int(cfg.Budget.bytes)) * dataplane.UMEMFrameSize)
 	if lim.Cur == unix.RLIM_INFINITY || lim.Cur >= uint64(max(cfg.Queues, 1))*umem {
 		return nil
 	}

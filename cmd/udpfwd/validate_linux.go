@@ -9,10 +9,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/dataplane"
-	"github.com/gsoplane/gsoplane/dataplane/tun"
-	"github.com/gsoplane/gsoplane/dataplane/xsk"
-	"github.com/gsoplane/gsoplane/segment"
-	"github.com/gsoplane/gsoplane/txqueue"
 )
 
 // Flag limits.
@@ -24,15 +20,9 @@ const (
 	maxDrainTimeout = 10 * time.Minute
 )
 
-// segTruesize is what one segment costs the budget: a default-sized frame.
-var segTruesize = int64(txqueue.Truesize(xsk.DefaultFrameSize))
-
 // The fixed budget's range: from one worst-case super-packet (the
 // dataplane's Burst) to what the most TX frames hold besides one.
-var (
-	minBudget = segment.DefaultMaxSegments * segTruesize
-	maxBudget = (xsk.MaxNumFrames/2 - segment.DefaultMaxSegments) * segTruesize
-)
+var minBudget, maxBudget = dataplane.BudgetRange()
 
 // validate checks the flags against each other and their ranges, without
 // touching the system.
@@ -61,8 +51,8 @@ func (c *config) validateTUN() problems {
 	}
 	p.merge(networkProblems("-route", c.Routes))
 	p.merge(networkProblems("-redirect", c.Redirect))
-	if c.Queues < 1 || c.Queues > tun.MaxQueues {
-		p.add("-queues %d: want 1 to %d", c.Queues, tun.MaxQueues)
+	if c.Queues < 1 || c.Queues > dataplane.MaxTUNQueues {
+		p.add("-queues %d: want 1 to %d", c.Queues, dataplane.MaxTUNQueues)
 	}
 	return p
 }
@@ -99,10 +89,10 @@ func (c *config) validateNIC() problems {
 		p.add("-nic %q: the same device as -tun", c.NIC)
 	}
 	switch b := c.BusyPoll; {
-	case b != 0 && (b < time.Microsecond || b > xsk.MaxBusyPoll):
+	case b != 0 && (b < time.Microsecond || b > dataplane.MaxBusyPoll):
 		// SO_BUSY_POLL counts whole microseconds; a wait that polls
 		// longer than the sink's own 1ms wait burns a core for nothing.
-		p.add("-busy-poll %v: want 0 (off) or %v to %v", b, time.Microsecond, xsk.MaxBusyPoll)
+		p.add("-busy-poll %v: want 0 (off) or %v to %v", b, time.Microsecond, dataplane.MaxBusyPoll)
 	case b != 0 && c.Port.value == "packet":
 		p.add("-busy-poll %v: busy polling is for AF_XDP sockets, not -port packet", b)
 	}

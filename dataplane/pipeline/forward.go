@@ -77,7 +77,8 @@ type Sink interface {
 	// Complete returns how many transmitted frames are gone since the last
 	// call, in Transmit order; their frames are free again.
 	Complete() (int, error)
-	// Wait blocks for at most d until Complete may report more.
+	// Wait blocks for at most d until Complete may report more. An
+	// error from Transmit, Complete or Wait ends the forwarder.
 	Wait(d time.Duration) error
 }
 

@@ -87,6 +87,30 @@ func TestForwarderSinkFailure(t *testing.T) {
 	}
 }
 
+// stuckSink takes frames but never reports them gone, and its Wait fails.
+type stuckSink struct{ *memSink }
+
+var errWait = errors.New("completion ring gone")
+
+func (s stuckSink) Complete() (int, error)   { return 0, nil }
+func (s stuckSink) Wait(time.Duration) error { return errWait }
+
+// A sink whose Wait fails stops the forwarder with that error, as a failed
+// Transmit does, and nothing stays charged once the queue is closed.
+func TestForwarderSinkWaitFailure(t *testing.T) {
+	f, budget, queue := newTestForwarder(t, &sliceSource{pkts: [][]byte{tcpSuperPacket(10 << 10)}}, stuckSink{newMemSink(256, 2048)})
+	if err := runWithin(t, f); !errors.Is(err, errWait) {
+		t.Fatalf("Run = %v, want the sink's Wait error", err)
+	}
+	if st := f.Stats(); st.Transmitted == 0 || st.TxErrors != 0 {
+		t.Fatalf("stats %+v: want frames transmitted and no Transmit errors", st)
+	}
+	queue.Close()
+	if st := budget.Stats(); st.InFlight != 0 {
+		t.Fatalf("%d bytes still charged", st.InFlight)
+	}
+}
+
 // truncSource returns a packet together with ErrPacketTruncated, then
 // another packet, then io.EOF.
 type truncSource struct{ calls int }

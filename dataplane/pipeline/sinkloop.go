@@ -49,7 +49,12 @@ func (f *Forwarder) sinkLoop(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if stop := s.idle(ctx, sent+done); stop {
+		stop, err := s.idle(ctx, sent+done)
+		if err != nil {
+			s.complete() // release what did go out
+			return err
+		}
+		if stop {
 			return nil
 		}
 	}
@@ -131,24 +136,25 @@ func (s *sender) observe(n int) {
 // idle waits when no progress was made: for the queue when nothing is in
 // flight, else for the sink. It reports true when ctx has ended: Run has
 // drained what it could (frames still in flight, on a link that is down,
-// say, are given up; Queue.Close releases their charges).
-func (s *sender) idle(ctx context.Context, progress int) bool {
+// say, are given up; Queue.Close releases their charges). A failed
+// Sink.Wait ends the sink loop as a failed Transmit does: the sink will
+// not report its frames gone.
+func (s *sender) idle(ctx context.Context, progress int) (bool, error) {
 	if ctx.Err() != nil {
-		return true
+		return true, nil
 	}
 	if progress > 0 {
-		return false
+		return false, nil
 	}
 	if len(s.pending) == 0 && s.inFlight == 0 {
 		select {
 		case <-s.f.cfg.Queue.Ready():
-			return false
+			return false, nil
 		case <-ctx.Done():
-			return true
+			return true, nil
 		}
 	}
-	s.f.cfg.Sink.Wait(time.Millisecond)
-	return false
+	return false, s.f.cfg.Sink.Wait(time.Millisecond)
 }
 
 // pacer spaces transmissions to a rate in bits per second; zero rate

@@ -5,6 +5,8 @@ package tun
 import (
 	"fmt"
 	"runtime"
+
+	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 )
 
 // Device is an open TUN device; there is none on this system.
@@ -15,5 +17,5 @@ func Open(cfg Config) (*Device, error) {
 	if _, err := cfg.withDefaults(); err != nil {
 		return nil, err
 	}
-	return nil, fmt.Errorf("tun: not supported on %s", runtime.GOOS)
+	return nil, fmt.Errorf("tun: TUN device on %s: %w", runtime.GOOS, pipeline.ErrNotSupported)
 }
