@@ -24,7 +24,7 @@ bench:
 
 # udpfwd drops capabilities on every thread, which needs a cgo-free build.
 udpfwd:
-	CGO_ENABLED=0 $(GO) build -o udpfwd ./cmd/udpfwd
+	CGO_ENABLED=0 $(GO) build -buildvcs=auto -o udpfwd ./cmd/udpfwd
 
 # Long runs, not in CI. The soak runs the gateway for SOAKTIME under load,
 # link flaps and neighbour churn, and fails if its memory or goroutines

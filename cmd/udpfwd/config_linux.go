@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 )
@@ -43,6 +44,9 @@ type config struct {
 	Verbose   bool
 
 	User string
+
+	RouteTakeover bool
+	Version       bool
 }
 
 // envPrefix starts the environment variable of every flag: -tx-queue-len
@@ -97,7 +101,10 @@ func newFlagSet(cfg *config) *flag.FlagSet {
 	fs.Var(&cfg.LogFormat, "log-format", "log `FORMAT`: text or json")
 	fs.BoolVar(&cfg.Verbose, "v", false, "print one stats line per second to stderr")
 
+	fs.BoolVar(&cfg.RouteTakeover, "route-takeover", false, "take over a -route prefix that the host already routes elsewhere, for as long as udpfwd runs (the host's route is put back at stop); without it such a -route is refused")
 	fs.StringVar(&cfg.User, "user", "", "`USER` (name or uid) to switch to after set-up; needs CAP_SETUID and CAP_SETGID")
+	fs.BoolVar(&cfg.Version, "version", false, "print the version (module, VCS revision and time, Go) and exit")
+	explainFlags(fs)
 	return fs
 }
 
@@ -106,12 +113,13 @@ var flagGroups = []struct {
 	title string
 	names []string
 }{
-	{"TUN side", []string{"tun", "addr", "mtu", "route", "redirect", "queues", "gso", "gro"}},
+	{"TUN side", []string{"tun", "addr", "mtu", "route", "route-takeover", "redirect", "queues", "gso", "gro"}},
 	{"Ingress device (instead of the TUN)", []string{"ingress", "ingress-redirect"}},
 	{"NIC side", []string{"nic", "next-hop", "port", "packet-gso", "xdp-mode", "zero-copy", "busy-poll", "xdp-detached"}},
 	{"Transmit path", []string{"budget", "tx-queue-len", "backpressure", "drain-timeout"}},
 	{"Observability", []string{"metrics", "pprof", "log-level", "log-format", "v"}},
 	{"Privileges", []string{"user"}},
+	{"Information", []string{"version"}},
 }
 
 // parseConfig parses args, then fills every flag not given on the command
@@ -123,6 +131,9 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool)) (*config,
 	fs := newFlagSet(cfg)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if cfg.Version {
+		return cfg, nil
 	}
 	var p problems
 	if fs.NArg() > 0 {
@@ -188,4 +199,43 @@ func printFlag(w io.Writer, f *flag.Flag) {
 		fmt.Fprintf(w, " (default %s)", f.DefValue)
 	}
 	fmt.Fprintf(w, " [$%s]\n", envName(f.Name))
+}
+
+// unknownEnv names each UDPFWD_* variable in environ that sets no flag,
+// with the closest one that does: a misspelled variable is otherwise
+// ignored without a word.
+func unknownEnv(environ []string) []string {
+	var known []string
+	newFlagSet(new(config)).VisitAll(func(f *flag.Flag) { known = append(known, envName(f.Name)) })
+	var msgs []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, envPrefix) || slices.Contains(known, name) {
+			continue
+		}
+		best := slices.MinFunc(known, func(a, b string) int { return editDistance(name, a) - editDistance(name, b) })
+		msgs = append(msgs, fmt.Sprintf("%s sets no option and is ignored (did you mean %s?)", name, best))
+	}
+	return msgs
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }

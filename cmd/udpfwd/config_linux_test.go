@@ -5,6 +5,8 @@ import (
 	"context"
 	"flag"
 	"net/netip"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -87,6 +89,15 @@ func TestParseConfigErrors(t *testing.T) {
 		{[]string{"-nic", "eth0", "-next-hop", "gw"}, nil, []string{`invalid value "gw" for flag -next-hop: want an IPv4 or IPv6 address`}},
 		{[]string{"-nic", "eth0", "-port", "dpdk"}, nil, []string{`invalid value "dpdk" for flag -port: want xdp, packet or auto`}},
 		{[]string{"-nic", "eth0", "-packet-gso", "tso"}, nil, []string{`invalid value "tso" for flag -packet-gso: want auto, offload, partial or full`}},
+		{[]string{"-nic", "eth0", "-queues", "many"}, nil, []string{`invalid value "many" for flag -queues: parse error: want a whole number`}},
+		{[]string{"-nic", "eth0", "-v=maybe"}, nil, []string{`for -v: parse error: want true or false`}},
+		{[]string{"-nic", "eth0"}, map[string]string{"UDPFWD_DRAIN_TIMEOUT": "5"}, []string{`UDPFWD_DRAIN_TIMEOUT="5" (for -drain-timeout): parse error: want a duration such as 500ms`}},
+		{[]string{"-nic", "eth0", "-addr", "::ffff:198.18.0.1/120"}, nil, []string{`IPv4-mapped IPv6 prefix: write it as IPv4 (198.18.0.1/24)`}},
+		{[]string{"-nic", "eth0", "-route", "::ffff:198.19.0.0/120"}, nil, []string{`IPv4-mapped IPv6 prefix: write it as IPv4 (198.19.0.0/24)`}},
+		{[]string{"-nic", "eth0", "-next-hop", "224.0.0.1"}, nil, []string{`-next-hop 224.0.0.1: a multicast or broadcast address`}},
+		{[]string{"-nic", "eth0", "-next-hop", "ff02::1"}, nil, []string{`-next-hop ff02::1: a multicast or broadcast address`}},
+		{[]string{"-nic", "eth0", "-next-hop", "255.255.255.255"}, nil, []string{`-next-hop 255.255.255.255: a multicast or broadcast address`}},
+		{[]string{"-nic", "eth0", "-next-hop", "::"}, nil, []string{`-next-hop ::: want the unicast address of a router`}},
 	} {
 		_, err := parseConfig(c.args, env(c.env))
 		if err == nil {
@@ -124,6 +135,31 @@ func TestRunUsage(t *testing.T) {
 	}
 	if !strings.Contains(errOut.String(), "-queues 0: want 1 to 256") || out.Len() != 0 {
 		t.Errorf("bad flag: stdout %q, stderr %q", out.String(), errOut.String())
+	}
+}
+
+// TestUnknownEnv checks that a misspelled UDPFWD_* variable is named
+// with the closest real one, and that others are left alone.
+func TestUnknownEnv(t *testing.T) {
+	got := unknownEnv([]string{"UDPFWD_NEXTHOP=198.18.100.2", "UDPFWD_NIC=eth0", "PATH=/bin", "UDPFWD_DRAIN_TIMOUT=2s"})
+	want := []string{
+		"UDPFWD_NEXTHOP sets no option and is ignored (did you mean UDPFWD_NEXT_HOP?)",
+		"UDPFWD_DRAIN_TIMOUT sets no option and is ignored (did you mean UDPFWD_DRAIN_TIMEOUT?)",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("unknownEnv = %q, want %q", got, want)
+	}
+}
+
+// TestVersion checks -version: exit 0, one line on stdout, whatever else
+// is set (no -nic needed).
+func TestVersion(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"-version"}, &out, &errOut); code != exitOK || errOut.Len() != 0 {
+		t.Fatalf("-version: exit %d, stderr %q", code, errOut.String())
+	}
+	if line := out.String(); !strings.HasPrefix(line, "udpfwd ") || !strings.Contains(line, runtime.Version()) || strings.Count(line, "\n") != 1 {
+		t.Errorf("-version printed %q", line)
 	}
 }
 

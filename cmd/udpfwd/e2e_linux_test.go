@@ -69,7 +69,7 @@ func endToEnd(t *testing.T, port string) {
 	if left := leftovers(t, a); left != "" {
 		t.Errorf("left behind: %s", left)
 	}
-	for _, want := range []string{`"msg":"udpfwd started"`, `"port":"` + port + `"`, `"capabilities":"CAP_NET_ADMIN"`, `"msg":"udpfwd stopped"`} {
+	for _, want := range []string{`"msg":"udpfwd started"`, `"port":"` + port + `"`, `"capabilities":"CAP_NET_ADMIN"`, `"version":"`, `"msg":"udpfwd stopped"`} {
 		if !strings.Contains(p.out.String(), want) {
 			t.Errorf("log lacks %s:\n%s", want, p.out.String())
 		}

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -95,4 +97,61 @@ func waitQueued(t *testing.T, ns *netlab.NS) {
 		}
 	}
 	t.Fatal("no segments queued with the NIC down")
+}
+
+// TestRouteTakeover: a -route prefix the host already routes elsewhere is
+// refused (the host's route untouched, the default route included); with
+// -route-takeover it is taken over while udpfwd runs and put back at stop.
+func TestRouteTakeover(t *testing.T) {
+	requireRoot(t)
+	a, _ := newLab(t)
+	gw := netlab.NICB4.String()
+	netlab.Must(t, a.AddRoute("198.19.0.0/24", labNIC, gw))
+	netlab.Must(t, a.AddRoute("0.0.0.0/0", labNIC, gw))
+	hostRoutes := func() string { return strings.Join(routeTable(t, a), "; ") }
+	before := hostRoutes()
+
+	for _, args := range [][]string{labArgs, append([]string{"-route", "0.0.0.0/0"}, labArgs...)} {
+		p := startUdpfwd(t, a, labEnv, args...)
+		if code := p.wait(15 * time.Second); code != exitFailure {
+			t.Fatalf("%v: exit %d, want %d:\n%s", args, code, exitFailure, p.out.String())
+		}
+		if out := p.out.String(); !strings.Contains(out, "the host routes it already") || !strings.Contains(out, "-route-takeover") {
+			t.Errorf("refusal does not say why:\n%s", out)
+		}
+		if after := hostRoutes(); after != before {
+			t.Errorf("host routes changed by a refused start:\nbefore %s\nafter  %s", before, after)
+		}
+	}
+
+	p := startUdpfwd(t, a, labEnv, append([]string{"-route-takeover"}, labArgs...)...)
+	waitReady(t, p, a)
+	if !routesVia(t, a, labTUN)["198.19.0.0/24"] {
+		t.Errorf("198.19.0.0/24 not routed into %s with -route-takeover", labTUN)
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.wait(5 * time.Second); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, p.out.String())
+	}
+	for _, want := range []string{"route taken over", "route put back"} {
+		if !strings.Contains(p.out.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, p.out.String())
+		}
+	}
+	if after := hostRoutes(); after != before {
+		t.Errorf("host routes not as they were after stop:\nbefore %s\nafter  %s", before, after)
+	}
+}
+
+// routeTable lists namespace ns's main-table IPv4 routes, sorted.
+func routeTable(t *testing.T, ns *netlab.NS) []string {
+	t.Helper()
+	rs, err := ns.Netlink().RouteList(nil, netlink.FAMILY_V4)
+	netlab.Must(t, err)
+	var out []string
+	for _, r := range rs {
+		out = append(out, fmt.Sprintf("%v via %v dev %d", r.Dst, r.Gw, r.LinkIndex))
+	}
+	slices.Sort(out)
+	return out
 }

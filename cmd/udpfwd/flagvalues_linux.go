@@ -1,11 +1,13 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // choice is a flag value that must be one of a fixed set of words.
@@ -52,9 +54,17 @@ func (l *prefixList) Set(s string) error {
 		if err != nil {
 			return fmt.Errorf("want ADDRESS/LENGTH, e.g. 198.18.0.1/24 or 2001:2::1/64: %q", part)
 		}
+		if p.Addr().Is4In6() {
+			return fmt.Errorf("%v is an IPv4-mapped IPv6 prefix: write it as IPv4 (%v)", p, unmapPrefix(p))
+		}
 		*l = append(*l, p)
 	}
 	return nil
+}
+
+// unmapPrefix is the IPv4 prefix of an IPv4-mapped IPv6 prefix.
+func unmapPrefix(p netip.Prefix) netip.Prefix {
+	return netip.PrefixFrom(p.Addr().Unmap(), max(p.Bits()-96, 0))
 }
 
 // addrValue is an optional IP address flag.
@@ -79,6 +89,43 @@ func (a *addrValue) Set(s string) error {
 	}
 	a.addr = addr.Unmap()
 	return nil
+}
+
+// explained wraps a flag of the flag package's own types so that a value
+// it cannot parse says what it wants ("parse error" alone does not).
+type explained struct {
+	flag.Value
+	want string
+}
+
+func (e explained) Set(s string) error {
+	if err := e.Value.Set(s); err != nil {
+		return fmt.Errorf("%w: want %s", err, e.want)
+	}
+	return nil
+}
+
+// explainedBool is explained for a boolean flag (-v without a value).
+type explainedBool struct{ explained }
+
+func (explainedBool) IsBoolFlag() bool { return true }
+
+// explainFlags wraps every int, bool and duration flag of fs.
+func explainFlags(fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		g, ok := f.Value.(flag.Getter)
+		if !ok {
+			return
+		}
+		switch g.Get().(type) {
+		case int:
+			f.Value = explained{f.Value, "a whole number"}
+		case time.Duration:
+			f.Value = explained{f.Value, "a duration such as 500ms, 5s or 2m"}
+		case bool:
+			f.Value = explainedBool{explained{f.Value, "true or false"}}
+		}
+	})
 }
 
 // budgetValue is a byte count with an optional binary suffix, or "auto"

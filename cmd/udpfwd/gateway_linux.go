@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -21,6 +22,7 @@ type gateway struct {
 	undo []func() error // in reverse order of set-up
 	nic  int            // the NIC's ifindex
 	mtu  int            // the TUN device's MTU
+	log  *slog.Logger
 }
 
 // openGateway opens the dataplane and configures the TUN device: up, with
@@ -32,7 +34,7 @@ func openGateway(cfg *config, log *slog.Logger) (*gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &gateway{Gateway: dg, nic: dg.Ifindex()}
+	g := &gateway{Gateway: dg, nic: dg.Ifindex(), log: log}
 	if cfg.Ingress != "" {
 		return g, nil
 	}
@@ -119,7 +121,7 @@ func (g *gateway) configureTUN(cfg *config) error {
 		}
 	}
 	for _, r := range cfg.Routes {
-		if err := g.addRoute(link, r); err != nil {
+		if err := g.addRoute(link, r, cfg.RouteTakeover); err != nil {
 			return err
 		}
 	}
@@ -142,29 +144,95 @@ func (g *gateway) addAddr(link netlink.Link, p netip.Prefix) error {
 
 // addRoute routes prefix p into the TUN device. Set-up is idempotent: a
 // route left by an earlier run is replaced, not refused; udpfwd removes
-// at exit only a route that was not there before it.
-func (g *gateway) addRoute(link netlink.Link, p netip.Prefix) error {
+// at exit only a route that was not there before it. A prefix the host
+// routes elsewhere (the same prefix, another device or gateway) is
+// refused, or with takeover replaced while udpfwd runs and put back at
+// exit.
+func (g *gateway) addRoute(link netlink.Link, p netip.Prefix, takeover bool) error {
 	route := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: ipNet(p), Scope: netlink.SCOPE_LINK}
-	existed := routeExists(route)
+	existing, err := routesTo(p)
+	if err != nil {
+		return fmt.Errorf("-route %v: list the host's routes: %w", p, err)
+	}
+	ours, others := splitRoutes(existing, route.LinkIndex)
+	if len(others) > 0 && !takeover {
+		return fmt.Errorf("-route %v: the host routes it already (%s); udpfwd would replace that route: route a narrower prefix, or pass -route-takeover to take it over while udpfwd runs (it is put back at stop)", p, others[0])
+	}
 	if err := netlink.RouteReplace(route); err != nil {
 		return fmt.Errorf("-route %v dev %s: %w", p, link.Attrs().Name, err)
 	}
-	if !existed {
+	replaced := g.replaced(p, others)
+	for _, old := range replaced {
+		g.log.Warn("route taken over (-route-takeover): put back at stop", "route", p.String(), "was", old.String())
+		g.undo = append(g.undo, func() error {
+			g.log.Info("route put back", "route", old.String())
+			return netlink.RouteReplace(&old)
+		})
+	}
+	if len(ours) == 0 && len(replaced) == 0 {
 		g.undo = append(g.undo, func() error { return netlink.RouteDel(route) })
 	}
 	return nil
 }
 
-// routeExists reports whether the main table routes r's destination
-// through r's device already.
-func routeExists(r *netlink.Route) bool {
+// routesTo lists the main table's routes to exactly p.
+func routesTo(p netip.Prefix) ([]netlink.Route, error) {
 	family := netlink.FAMILY_V4
-	if r.Dst.IP.To4() == nil {
+	if p.Addr().Is6() {
 		family = netlink.FAMILY_V6
 	}
-	routes, err := netlink.RouteListFiltered(family, &netlink.Route{Dst: r.Dst, LinkIndex: r.LinkIndex},
-		netlink.RT_FILTER_DST|netlink.RT_FILTER_OIF)
-	return err == nil && len(routes) > 0
+	all, err := netlink.RouteListFiltered(family, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return nil, err
+	}
+	want := ipNet(p).String()
+	var out []netlink.Route
+	for _, r := range all {
+		if routeDst(r, p.Addr().Is6()) == want {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// routeDst is r's destination as ipNet writes it; a default route may
+// come without one.
+func routeDst(r netlink.Route, v6 bool) string {
+	switch {
+	case r.Dst != nil:
+		return r.Dst.String()
+	case v6:
+		return "::/0"
+	}
+	return "0.0.0.0/0"
+}
+
+// splitRoutes separates the routes through device ifindex (alone) from
+// the others (another device, a gateway, or several next hops).
+func splitRoutes(routes []netlink.Route, ifindex int) (ours, others []netlink.Route) {
+	for _, r := range routes {
+		if r.LinkIndex == ifindex && r.Gw == nil && len(r.MultiPath) == 0 {
+			ours = append(ours, r)
+		} else {
+			others = append(others, r)
+		}
+	}
+	return ours, others
+}
+
+// replaced returns those of the routes before that are gone from p now.
+func (g *gateway) replaced(p netip.Prefix, before []netlink.Route) []netlink.Route {
+	after, err := routesTo(p)
+	if err != nil {
+		return before // put them all back: RouteReplace of one still there is harmless
+	}
+	var gone []netlink.Route
+	for _, b := range before {
+		if !slices.ContainsFunc(after, b.Equal) {
+			gone = append(gone, b)
+		}
+	}
+	return gone
 }
 
 func ipNet(p netip.Prefix) *net.IPNet {

@@ -28,6 +28,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "udpfwd: %v\nRun udpfwd -h for help.\n", err)
 		return exitUsage
 	}
+	if cfg.Version {
+		fmt.Fprintln(stdout, "udpfwd", version())
+		return exitOK
+	}
+	log := newLogger(cfg, stderr)
+	for _, msg := range unknownEnv(os.Environ()) {
+		log.Warn(msg)
+	}
 	acct, err := preflight(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "udpfwd: %v\n", err)
@@ -42,7 +50,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	signal.Notify(sigs, stopSignals...)
 	defer signal.Stop(sigs)
 	signal.Ignore(syscall.SIGPIPE)
-	d, code := start(cfg, acct, newLogger(cfg, stderr))
+	d, code := start(cfg, acct, log)
 	if d == nil {
 		return code
 	}
@@ -126,5 +134,6 @@ func (d *daemon) logStarted() {
 		"nic_queues", g.Queues(), "gso", c.GSO, "gro", c.GRO,
 		"budget", c.Budget.String(), "budget_limit", st.Budget.Limit, "tx_queue_len", c.TxQueueLen,
 		"backpressure", c.Backpressure, "drain_timeout", c.DrainTimeout.String(),
-		"metrics", metrics, "pprof", c.Pprof, "user", c.User, "uid", os.Geteuid(), "capabilities", capNames(caps), "pid", os.Getpid())...)
+		"metrics", metrics, "pprof", c.Pprof, "user", c.User, "uid", os.Geteuid(), "capabilities", capNames(caps), "pid", os.Getpid(),
+		"version", version())...)
 }

@@ -88,6 +88,9 @@ func (c *config) validateNIC() problems {
 	case c.NIC == c.TUN:
 		p.add("-nic %q: the same device as -tun", c.NIC)
 	}
+	if msg := nextHopProblem(c.NextHop.addr); msg != "" {
+		p.add("-next-hop %v: %s", c.NextHop.addr, msg)
+	}
 	switch b := c.BusyPoll; {
 	case b != 0 && (b < time.Microsecond || b > dataplane.MaxBusyPoll):
 		// SO_BUSY_POLL counts whole microseconds; a wait that polls
@@ -97,6 +100,19 @@ func (c *config) validateNIC() problems {
 		p.add("-busy-poll %v: busy polling is for AF_XDP sockets, not -port packet", b)
 	}
 	return p
+}
+
+// nextHopProblem says why a is no host to send frames to, or "".
+func nextHopProblem(a netip.Addr) string {
+	switch {
+	case !a.IsValid():
+		return ""
+	case a.IsMulticast(), a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		return "a multicast or broadcast address: want the unicast address of a router on the NIC's link"
+	case a.IsUnspecified(), a.IsLoopback():
+		return "want the unicast address of a router on the NIC's link"
+	}
+	return ""
 }
 
 func (c *config) validateTransmit() problems {
