@@ -22,12 +22,11 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/internal/ethtool"
-	"github.com/gsoplane/gsoplane/internal/prefix"
+	"github.com/gsoplane/gsoplane/internal/port"
 )
 
 // xskBindBusyWait is how long bind retries EBUSY (see Socket.bind).
@@ -36,15 +35,10 @@ const xskBindBusyWait = 2 * time.Second
 // Port is an XDP program on an interface with one AF_XDP socket per
 // bound RX queue. Create it with Open; Close it when done.
 type Port struct {
-	mu      sync.Mutex
-	ifname  string
-	ifindex int
-	mode    Mode
-	prog    *xdpProgram
-	socks   []*Socket
-	ns      netns.NsHandle // the namespace it was opened in, for Reattach
-	closed  bool
-	multi   bool // multi-buffer receive is on
+	base  *port.Port[*Socket] // the interface, namespace, sockets and lock
+	mode  Mode
+	prog  *xdpProgram
+	multi bool // multi-buffer receive is on
 }
 
 // Open loads the XDP program, opens and registers one socket per queue,
@@ -73,9 +67,14 @@ func Open(cfg Config) (*Port, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Port{ifname: cfg.Ifname, ifindex: link.Attrs().Index, ns: -1}
-	if p.ns, err = netns.Get(); err != nil {
-		return nil, fmt.Errorf("xsk: port on %s: current netns: %w", cfg.Ifname, err)
+	p := &Port{}
+	p.base, err = port.New(port.Config[*Socket]{
+		Pkg: "xsk", Ifname: cfg.Ifname, Ifindex: link.Attrs().Index, MaxPrefixes: xdpMaxPrefixes,
+		ErrClosed: ErrClosed, ErrDetached: ErrDetached,
+		StopReceive: (*Socket).stopRX, CloseSocket: p.closeSocket,
+	})
+	if err != nil {
+		return nil, err
 	}
 	if err := p.open(link, cfg, queues); err != nil {
 		return nil, errors.Join(err, p.Close())
@@ -87,24 +86,25 @@ func Open(cfg Config) (*Port, error) {
 func (p *Port) open(link netlink.Link, cfg Config, queues []int) error {
 	var err error
 	if p.prog, err = newXDPProgram(slices.Max(queues)); err != nil {
-		return fmt.Errorf("xsk: port on %s: %w", p.ifname, err)
+		return fmt.Errorf("xsk: port on %s: %w", cfg.Ifname, err)
 	}
+	p.base.SetProgram(xdpAttachment{p})
 	if err := p.prog.setPrefixes(cfg.Redirect); err != nil {
-		return fmt.Errorf("xsk: port on %s: %w", p.ifname, err)
+		return fmt.Errorf("xsk: port on %s: %w", cfg.Ifname, err)
 	}
 	err = p.load(link, cfg, cfg.MultiBuffer != MultiBufferOff)
 	if p.fallBack(err, cfg) {
 		err = p.load(link, cfg, false)
 	}
 	if err != nil {
-		return fmt.Errorf("xsk: port on %s: %w", p.ifname, err)
+		return fmt.Errorf("xsk: port on %s: %w", cfg.Ifname, err)
 	}
 	for _, q := range queues {
-		x, err := newXSK(p.ifname, p.ifindex, q, cfg, p.multi)
+		x, err := newXSK(cfg.Ifname, p.Ifindex(), q, cfg, p.multi)
 		if err != nil {
 			return err
 		}
-		p.socks = append(p.socks, x)
+		p.base.AddSocket(x)
 		if err := p.checkSG(link, cfg, x); err != nil {
 			return err
 		}
@@ -143,12 +143,12 @@ func (p *Port) checkSG(link netlink.Link, cfg Config, x *Socket) error {
 	if x.multiBuffer() == p.multi {
 		return nil
 	}
-	err := fmt.Errorf("xsk: socket on %s queue %d: bind with XDP_USE_SG: %w: %w", p.ifname, x.queueID, ErrNoMultiBuffer, x.sgErr)
-	if len(p.socks) > 1 || !p.fallBack(err, cfg) {
+	err := fmt.Errorf("xsk: socket on %s queue %d: bind with XDP_USE_SG: %w: %w", cfg.Ifname, x.queueID, ErrNoMultiBuffer, x.sgErr)
+	if len(p.base.Sockets()) > 1 || !p.fallBack(err, cfg) {
 		return err
 	}
 	if err := p.load(link, cfg, false); err != nil {
-		return fmt.Errorf("xsk: port on %s: %w", p.ifname, err)
+		return fmt.Errorf("xsk: port on %s: %w", cfg.Ifname, err)
 	}
 	return nil
 }
@@ -207,7 +207,7 @@ func xdpQueues(link netlink.Link, want []int) ([]int, error) {
 
 // Sockets returns the sockets, one per bound queue, in Config.Queues
 // order (a new slice: keep it rather than calling Sockets per packet).
-func (p *Port) Sockets() []*Socket { return slices.Clone(p.socks) }
+func (p *Port) Sockets() []*Socket { return p.base.Sockets() }
 
 // Mode returns the effective attach mode (native or generic).
 func (p *Port) Mode() Mode { return p.mode }
@@ -218,64 +218,31 @@ func (p *Port) Mode() Mode { return p.mode }
 func (p *Port) MultiBuffer() bool { return p.multi }
 
 // Ifindex returns the interface index.
-func (p *Port) Ifindex() int { return p.ifindex }
+func (p *Port) Ifindex() int { return p.base.Ifindex() }
 
 // SetRedirect replaces the redirect prefixes: afterwards exactly these
 // destinations go to the sockets.
-func (p *Port) SetRedirect(prefixes []netip.Prefix) error {
-	checked, err := prefix.Normalize(prefixes, xdpMaxPrefixes)
-	if err != nil {
-		return fmt.Errorf("xsk: port: %w: %v", pipeline.ErrInvalidConfig, err)
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return ErrClosed
-	}
-	return p.prog.setPrefixes(checked)
-}
+func (p *Port) SetRedirect(prefixes []netip.Prefix) error { return p.base.SetRedirect(prefixes) }
 
 // StopReceive makes every Receive of the port's sockets' receivers return
 // at once, with no frames, from now on: a return path blocked waiting for
 // frames notices that its context ended. Transmitting goes on until Close.
-func (p *Port) StopReceive() {
-	for _, x := range p.Sockets() {
-		x.stopRX()
-	}
-}
+func (p *Port) StopReceive() { p.base.StopReceive() }
 
-// Close unregisters the sockets, detaches the XDP program if it is still
-// ours, and closes the sockets and the program. It may be called from any
+// Close detaches the XDP program if it is still ours, unregisters and
+// closes the sockets, and closes the program. It may be called from any
 // goroutine and more than once; the sockets' methods then return
 // ErrClosed. It must not run while another goroutine is inside a
 // socket's method holding a frame slice it still writes to.
-func (p *Port) Close() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil
-	}
-	p.closed = true
+func (p *Port) Close() error { return p.base.Close() }
+
+// closeSocket unregisters x from the program and closes it.
+func (p *Port) closeSocket(x *Socket) error {
 	var err error
 	if p.prog != nil {
-		for _, x := range p.socks {
-			err = errors.Join(err, p.prog.unregister(x.queueID))
-		}
-		err = errors.Join(err, p.prog.detach())
+		err = p.prog.unregister(x.queueID)
 	}
-	for _, x := range p.socks {
-		err = errors.Join(err, x.close())
-	}
-	if p.prog != nil {
-		err = errors.Join(err, p.prog.close())
-	}
-	if p.ns >= 0 {
-		err = errors.Join(err, p.ns.Close())
-	}
-	if err != nil {
-		return fmt.Errorf("xsk: close port on %s: %w", p.ifname, err)
-	}
-	return nil
+	return errors.Join(err, x.close())
 }
 
 // Frame owners, per UMEM frame.
