@@ -16,7 +16,6 @@ import (
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/internal/egress"
-	"github.com/gsoplane/gsoplane/internal/ethtool"
 	"github.com/gsoplane/gsoplane/internal/port"
 )
 
@@ -48,19 +47,16 @@ func Open(cfg Config) (*Port, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkCaps(); err != nil {
-		return nil, err
-	}
-	lnk, err := netlink.LinkByName(cfg.Ifname)
+	lnk, err := port.Interface("afpacket", cfg.Ifname)
 	if err != nil {
-		return nil, fmt.Errorf("afpacket: interface %q: %w", cfg.Ifname, err)
+		return nil, err
 	}
 	a := lnk.Attrs()
 	if len(a.HardwareAddr) != 6 || (a.EncapType != "" && a.EncapType != "ether") {
 		return nil, fmt.Errorf("afpacket: %w: %s is not an Ethernet interface (%s)", pipeline.ErrInvalidConfig, cfg.Ifname, a.EncapType)
 	}
 	if cfg.Queues == 0 {
-		cfg.Queues = rxQueues(lnk)
+		cfg.Queues = min(port.RXQueues(lnk), MaxQueues)
 	}
 	if cfg.FrameSize == 0 {
 		cfg.FrameSize = frameSizeFor(a.MTU)
@@ -105,42 +101,6 @@ func (p *Port) open() error {
 		p.base.AddSocket(s)
 	}
 	return p.filter.attach(p.cfg.Ifname, p.Ifindex())
-}
-
-// checkCaps names the missing capabilities before anything is created.
-func checkCaps() error {
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err != nil {
-		return nil // cannot tell: the system calls will say
-	}
-	has := func(c uint) bool { return data[c/32].Effective&(1<<(c%32)) != 0 }
-	var missing []string
-	if !has(unix.CAP_NET_RAW) {
-		missing = append(missing, "CAP_NET_RAW")
-	}
-	if !has(unix.CAP_NET_ADMIN) {
-		missing = append(missing, "CAP_NET_ADMIN")
-	}
-	if !has(unix.CAP_BPF) && !has(unix.CAP_SYS_ADMIN) {
-		missing = append(missing, "CAP_BPF")
-	}
-	if len(missing) > 0 {
-		return fmt.Errorf("afpacket: needs CAP_NET_RAW for the sockets and CAP_NET_ADMIN and CAP_BPF for the filter; missing %v: %w",
-			missing, os.ErrPermission)
-	}
-	return nil
-}
-
-// rxQueues returns the interface's RX queue count (ETHTOOL_GCHANNELS,
-// bounded by the link's RX queues; not sysfs, which shows the namespace
-// it was mounted in), at least 1 and at most MaxQueues.
-func rxQueues(lnk netlink.Link) int {
-	n := lnk.Attrs().NumRxQueues
-	if rx, _, combined, err := ethtool.Channels(lnk.Attrs().Name); err == nil && rx+combined > 0 {
-		n = min(orDefault(n, rx+combined), rx+combined)
-	}
-	return min(max(n, 1), MaxQueues)
 }
 
 // Sockets returns the sockets (a new slice: keep it rather than calling

@@ -71,12 +71,10 @@ type Sink struct {
 	frameSize int
 	nLarge    int
 
-	txMu    sync.Mutex // Transmit, Complete, Wait
+	txMu    sync.Mutex // Transmit and Wait
 	msgs    *mmsg.Batch
-	ids     []uint32 // frame of each message of the batch at hand
-	done    []uint32 // frames taken since the last Complete, in order
-	busy    bool     // the last send stopped on ENOBUFS
-	gsoBusy int      // ENOBUFS in a row on a GSO frame
+	busy    bool // the last send stopped on ENOBUFS
+	gsoBusy int  // ENOBUFS in a row on a GSO frame
 	gsoOff  atomic.Bool
 	sendFn  func(uintptr)
 	waitFn  func(uintptr) bool
@@ -125,8 +123,6 @@ func NewSink(s *Socket, ifindex int, gateway netip.Addr, mode GSOMode) (*Sink, e
 		pool:      framepool.New(cfg.Frames, cfg.FrameSize, cfg.LargeFrames, LargeFrameSize),
 		frameSize: cfg.FrameSize, nLarge: cfg.LargeFrames,
 		msgs: mmsg.New(sinkBatch),
-		ids:  make([]uint32, sinkBatch),
-		done: make([]uint32, 0, cfg.Frames+cfg.LargeFrames),
 	}
 	// Method values made once, so that Transmit and Wait do not allocate.
 	sk.sendFn, sk.waitFn = sk.doSend, sk.doWait
@@ -309,18 +305,18 @@ func (w *sinkWire) Send(frames []pipeline.Frame) (int, bool, error) {
 		}
 		h.Encode(b[:vnetHdrLen], vnetHdrLen)
 		w.msgs.Set(i, b[:Headroom+f.Len])
-		w.ids[i] = id
 	}
-	return (*Sink)(w).send(len(frames))
+	return (*Sink)(w).send(frames)
 }
 
 // Discard takes a frame dropped for want of a next hop.
-func (w *sinkWire) Discard(f pipeline.Frame) { (*Sink)(w).finish(uint32(f.ID)) }
+func (w *sinkWire) Discard(f pipeline.Frame) { w.pool.Take([]pipeline.Frame{f}) }
 
 // send sends the m prepared messages and returns how many frames it took
 // (sent or refused) and whether to stop the batch (a full send buffer or
 // device queue).
-func (s *Sink) send(m int) (taken int, stop bool, err error) {
+func (s *Sink) send(frames []pipeline.Frame) (taken int, stop bool, err error) {
+	m := len(frames)
 	defer s.msgs.Clear(m)
 	for taken < m {
 		s.from, s.to = taken, m
@@ -329,7 +325,7 @@ func (s *Sink) send(m int) (taken int, stop bool, err error) {
 		}
 		s.s.st.txCalls.Add(1)
 		if s.sent > 0 {
-			s.account(taken, taken+s.sent)
+			s.account(frames[taken : taken+s.sent])
 			taken += s.sent
 			s.gsoBusy = 0
 			continue
@@ -344,12 +340,12 @@ func (s *Sink) send(m int) (taken int, stop bool, err error) {
 			// NIC does not segment it: a packet socket that bypasses
 			// the qdisc gets no software GSO, the kernel drops the
 			// packet and says ENOBUFS either way.
-			if s.pool.Frame(s.ids[taken])[1] != 0 {
+			if s.pool.Frame(uint32(frames[taken].ID))[1] != 0 {
 				if s.gsoBusy++; s.gsoBusy >= gsoRefusals {
 					s.gsoOff.Store(true)
 					s.gsoBusy = 0
 					s.s.st.rf.Add(1)
-					s.finish(s.ids[taken])
+					s.pool.Take(frames[taken : taken+1])
 					taken++
 					continue
 				}
@@ -367,7 +363,7 @@ func (s *Sink) send(m int) (taken int, stop bool, err error) {
 			// The kernel refused this frame (a header it cannot
 			// use): it is dropped, not fatal.
 			s.s.st.rf.Add(1)
-			s.finish(s.ids[taken])
+			s.pool.Take(frames[taken : taken+1])
 			taken++
 		case unix.EBADF:
 			return taken, true, ErrClosed
@@ -381,31 +377,24 @@ func (s *Sink) send(m int) (taken int, stop bool, err error) {
 // doSend is sendFn: one sendmmsg of messages [from, to).
 func (s *Sink) doSend(fd uintptr) { s.sent, s.errno = s.msgs.Send(fd, s.from, s.to) }
 
-// account counts the frames of messages [from, to) as sent.
-func (s *Sink) account(from, to int) {
+// account counts frames as sent.
+func (s *Sink) account(frames []pipeline.Frame) {
 	var bytes, super, partial uint64
-	for i := from; i < to; i++ {
-		b := s.pool.Frame(s.ids[i])
-		bytes += uint64(s.msgs.BufLen(i) - vnetHdrLen)
+	for _, f := range frames {
+		b := s.pool.Frame(uint32(f.ID))
+		bytes += uint64(ethernet.HeaderLen + f.Len)
 		if b[1] != 0 { // gso_type
 			super++
 		} else if b[0]&segment.FlagNeedsCsum != 0 {
 			partial++
 		}
 	}
-	s.pool.Take(s.ids[from:to]...)
-	s.done = append(s.done, s.ids[from:to]...)
+	s.pool.Take(frames)
 	st := &s.s.st
-	st.tx.Add(uint64(to - from))
+	st.tx.Add(uint64(len(frames)))
 	st.txBytes.Add(bytes)
 	st.txSuper.Add(super)
 	st.txPartial.Add(partial)
-}
-
-// finish marks frame id taken: Complete reports it and frees it.
-func (s *Sink) finish(id uint32) {
-	s.pool.Take(id)
-	s.done = append(s.done, id)
 }
 
 // Drops returns how many frames the sink dropped, by reason:
@@ -416,17 +405,7 @@ func (s *Sink) Drops() pipeline.Drops { return s.layer.Drops() }
 // Complete returns how many frames Transmit took since the last call,
 // in order; their frames are free again. Frames are complete once the
 // kernel has copied them, so this never waits.
-func (s *Sink) Complete() (int, error) {
-	s.txMu.Lock()
-	defer s.txMu.Unlock()
-	n := len(s.done)
-	if n == 0 {
-		return 0, nil
-	}
-	s.pool.Release(s.done)
-	s.done = s.done[:0]
-	return n, nil
-}
+func (s *Sink) Complete() (int, error) { return s.pool.Complete(), nil }
 
 // Wait waits up to d until the socket can take frames again: for its
 // send buffer to drain (the runtime poller wakes it when the socket

@@ -59,16 +59,14 @@ type Sink struct {
 	encap     func(hdr, pkt []byte)
 	pool      *framepool.Pool // every frame, allocated once
 
-	txMu      sync.Mutex // Transmit and Complete
+	txMu      sync.Mutex // Transmit
 	msgs      []ipv4.Message
 	iovs      [][]byte      // one per frame of the chunk at hand
 	oob       [][]byte      // one UDP_SEGMENT control message per message
 	first     []int         // first frame of each message; first[m] ends the last
-	done      []uint32      // frames taken since the last Complete
 	sealed    []atomic.Bool // frame i went through Encap since Alloc handed it out
 	gso       bool
 	gsoTooBig int // smallest datagram size refused with EMSGSIZE in a UDP_SEGMENT message; 0: none
-	ready     atomic.Int64
 
 	st udpSinkCounters
 }
@@ -121,7 +119,6 @@ func NewSink(conn *net.UDPConn, cfg SinkConfig) (*Sink, error) {
 		iovs:      make([][]byte, udpSinkChunk),
 		oob:       make([][]byte, udpSinkChunk),
 		first:     make([]int, udpSinkChunk+1),
-		done:      make([]uint32, 0, cfg.Frames),
 		sealed:    make([]atomic.Bool, cfg.Frames),
 		gso:       gso,
 	}
@@ -230,16 +227,13 @@ func (s *Sink) Transmit(frames []pipeline.Frame) (int, error) {
 	for taken < len(frames) {
 		chunk := frames[taken:min(len(frames), taken+udpSinkChunk)]
 		n, more, serr := s.send(chunk)
-		for _, f := range chunk[:n] {
-			s.done = append(s.done, uint32(f.ID))
-		}
+		s.pool.Take(chunk[:n])
 		taken += n
 		if serr != nil || !more {
 			err, bad = serr, nil
 			break
 		}
 	}
-	s.ready.Store(int64(len(s.done)))
 	if bad != nil {
 		err = bad
 	}
@@ -389,25 +383,14 @@ func (s *Sink) sent(from, to int) {
 
 // Complete reports the frames taken by Transmit since the last call, sent
 // or dropped, and returns them to the pool. It never fails.
-func (s *Sink) Complete() (int, error) {
-	s.txMu.Lock()
-	defer s.txMu.Unlock()
-	n := len(s.done)
-	if n == 0 {
-		return 0, nil
-	}
-	s.pool.Release(s.done)
-	s.done = s.done[:0]
-	s.ready.Store(0)
-	return n, nil
-}
+func (s *Sink) Complete() (int, error) { return s.pool.Complete(), nil }
 
 // Wait returns at once when Complete has frames to report. Otherwise it
 // sleeps for d: Transmit only leaves frames behind after ENOBUFS, a
 // shortage of kernel memory that poll(2) does not signal the end of (a
 // full send buffer, which it does signal, blocks Transmit itself).
 func (s *Sink) Wait(d time.Duration) error {
-	if s.ready.Load() > 0 {
+	if s.pool.Taken() > 0 {
 		return nil
 	}
 	time.Sleep(d)

@@ -25,7 +25,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
-	"github.com/gsoplane/gsoplane/internal/ethtool"
 	"github.com/gsoplane/gsoplane/internal/port"
 )
 
@@ -52,12 +51,9 @@ func Open(cfg Config) (*Port, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := xdpCheckCaps(); err != nil {
-		return nil, err
-	}
-	link, err := netlink.LinkByName(cfg.Ifname)
+	link, err := port.Interface("xsk", cfg.Ifname)
 	if err != nil {
-		return nil, fmt.Errorf("xsk: port: interface %q: %w", cfg.Ifname, err)
+		return nil, err
 	}
 	if attached, id := attachedXDP(link); attached {
 		return nil, fmt.Errorf("xsk: port on %s: %w (program ID %d): if a BPF link holds it (another gateway or tool), stop that process or detach the link (bpftool link show; bpftool link detach id N), else ip link set dev %s xdp off",
@@ -153,40 +149,10 @@ func (p *Port) checkSG(link netlink.Link, cfg Config, x *Socket) error {
 	return nil
 }
 
-// xdpCheckCaps names the missing capabilities before anything is created.
-func xdpCheckCaps() error {
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err != nil {
-		return nil // cannot tell: the system calls will say
-	}
-	has := func(c uint) bool { return data[c/32].Effective&(1<<(c%32)) != 0 }
-	var missing []string
-	if !has(unix.CAP_NET_ADMIN) {
-		missing = append(missing, "CAP_NET_ADMIN")
-	}
-	if !has(unix.CAP_BPF) && !has(unix.CAP_SYS_ADMIN) {
-		missing = append(missing, "CAP_BPF")
-	}
-	if !has(unix.CAP_NET_RAW) {
-		missing = append(missing, "CAP_NET_RAW")
-	}
-	if len(missing) > 0 {
-		return fmt.Errorf("xsk: port: needs CAP_NET_ADMIN and CAP_BPF (and CAP_NET_RAW for the sockets); missing %v: %w",
-			missing, os.ErrPermission)
-	}
-	return nil
-}
-
 // xdpQueues returns the queues to bind: want, checked against the
-// interface, or all of its RX queues. (Not /sys/class/net/<if>/queues:
-// sysfs shows the namespace it was mounted in, not the caller's.)
+// interface's RX queues, or all of them.
 func xdpQueues(link netlink.Link, want []int) ([]int, error) {
-	n := link.Attrs().NumRxQueues
-	if rx, _, combined, err := ethtool.Channels(link.Attrs().Name); err == nil && rx+combined > 0 {
-		n = min(xdpOr(n, rx+combined), rx+combined)
-	}
-	n = max(n, 1)
+	n := port.RXQueues(link)
 	if want == nil {
 		want = make([]int, n)
 		for i := range want {

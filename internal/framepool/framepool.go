@@ -2,8 +2,8 @@
 // keep their frames in Go memory, dataplane/afpacket and dataplane/udp:
 // frames of one size, and optionally a second set of larger frames,
 // allocated once, handed out without allocating, taken by Transmit and
-// put back by Complete. A frame's ID is its index: the small frames come
-// first, then the large ones.
+// put back, in the order they were taken, by Complete. A frame's ID is
+// its index: the small frames come first, then the large ones.
 package framepool
 
 import (
@@ -16,7 +16,7 @@ import (
 const (
 	stateFree  uint8 = iota // in the pool
 	stateOut                // allocated: the producer writes it
-	stateTaken              // taken by Transmit, not yet put back by Complete
+	stateTaken              // taken by Transmit, not yet completed
 )
 
 // Pool is a sink's frames. Its methods may be called from any goroutine.
@@ -30,6 +30,7 @@ type Pool struct {
 	free   []uint32 // free small frames (a stack)
 	freeL  []uint32 // free large frames (a stack)
 	states []uint8  // per frame
+	taken  []uint32 // taken frames, in order, until Complete
 }
 
 // New returns a pool of small frames of size bytes and large frames of
@@ -41,6 +42,7 @@ func New(small, size, large, largeSize int) *Pool {
 		free:   make([]uint32, 0, small),
 		freeL:  make([]uint32, 0, large),
 		states: make([]uint8, small+large),
+		taken:  make([]uint32, 0, small+large),
 	}
 	for i := small - 1; i >= 0; i-- { // Alloc hands out frame 0 first
 		p.free = append(p.free, uint32(i))
@@ -117,26 +119,37 @@ func (p *Pool) Allocated(frames []pipeline.Frame, headroom int) int {
 	return len(frames)
 }
 
-// Take marks allocated frames taken by Transmit: Free ignores them until
-// Release puts them back.
-func (p *Pool) Take(ids ...uint32) {
+// Take marks frames, allocated and checked, taken by Transmit, sent or
+// dropped: Free ignores them until Complete puts them back.
+func (p *Pool) Take(frames []pipeline.Frame) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, id := range ids {
-		p.states[id] = stateTaken
+	for _, f := range frames {
+		p.states[f.ID] = stateTaken
+		p.taken = append(p.taken, uint32(f.ID))
 	}
 }
 
-// Release puts frames back that are allocated or taken; the others are
-// ignored.
-func (p *Pool) Release(ids []uint32) {
+// Taken returns how many frames Take took since the last Complete.
+func (p *Pool) Taken() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, id := range ids {
-		if int(id) < len(p.states) && p.states[id] != stateFree {
+	return len(p.taken)
+}
+
+// Complete puts the frames Take took since the last call back in the
+// pool and returns how many there were.
+func (p *Pool) Complete() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(p.taken)
+	for _, id := range p.taken {
+		if p.states[id] == stateTaken { // a frame transmitted twice goes back once
 			p.put(id)
 		}
 	}
+	p.taken = p.taken[:0]
+	return n
 }
 
 // put puts frame id back (mu held).
