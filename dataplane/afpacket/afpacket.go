@@ -43,15 +43,15 @@ var (
 	ErrClosed = fmt.Errorf("afpacket: %w", net.ErrClosed)
 	// ErrBadFrame: the sink was given a frame that is not one of its
 	// allocated frames, or a length that does not fit it.
-	ErrBadFrame = errors.New("afpacket: not an allocated frame or bad length")
+	ErrBadFrame = errors.New("not an allocated frame or bad length")
 	// ErrDetached: the tcx ingress program is no longer attached to the
 	// interface (its BPF link was detached from outside, or the
 	// interface went away).
-	ErrDetached = errors.New("afpacket: tcx ingress program detached from the interface")
+	ErrDetached = errors.New("tcx ingress program detached from the interface")
 	// ErrNoOffload: GSOModeOffload was asked for on a NIC that segments
 	// no kind of super-packet (tx-tcp-segmentation, tx-tcp6-segmentation
 	// and tx-udp-segmentation all off).
-	ErrNoOffload = errors.New("afpacket: the NIC segments no kind of super-packet")
+	ErrNoOffload = errors.New("the NIC segments no kind of super-packet")
 )
 
 // Config configures Open.

@@ -98,7 +98,7 @@ func NewSink(s *Socket, ifindex int, gateway netip.Addr, mode GSOMode) (*Sink, e
 		return nil, fmt.Errorf("afpacket: sink: %w: mode %v", pipeline.ErrInvalidConfig, mode)
 	}
 	if s == nil || s.closed.Load() {
-		return nil, fmt.Errorf("afpacket: sink: %w", ErrClosed)
+		return nil, ErrClosed
 	}
 	lnk, err := netlink.LinkByIndex(ifindex)
 	if err != nil {

@@ -129,8 +129,10 @@ var (
 	// ErrZeroCopy: Config.ZeroCopy was asked for but the driver
 	// cannot do AF_XDP zero-copy on that queue.
 	ErrZeroCopy = errors.New("driver does not support AF_XDP zero-copy")
-	// ErrUnsupported: the kernel has no AF_XDP (CONFIG_XDP_SOCKETS).
-	ErrUnsupported = errors.New("kernel without AF_XDP sockets (CONFIG_XDP_SOCKETS)")
+	// ErrUnsupported: no AF_XDP sockets, on a kernel without
+	// CONFIG_XDP_SOCKETS or another operating system. It wraps
+	// pipeline.ErrNotSupported.
+	ErrUnsupported = fmt.Errorf("AF_XDP sockets %w", pipeline.ErrNotSupported)
 	// ErrClosed is returned by Socket methods after Port.Close.
 	ErrClosed = fmt.Errorf("xsk: %w", net.ErrClosed)
 	// ErrBadFrame: the sink was given a frame that is not one of its

@@ -267,7 +267,7 @@ func newXSK(ifname string, ifindex, queue int, cfg Config, multi bool) (*Socket,
 	if err != nil {
 		switch {
 		case errors.Is(err, unix.EAFNOSUPPORT):
-			return nil, fmt.Errorf("xsk: socket: %w: %w", ErrUnsupported, os.NewSyscallError("socket", err))
+			return nil, fmt.Errorf("xsk: socket: %w (CONFIG_XDP_SOCKETS): %w", ErrUnsupported, os.NewSyscallError("socket", err))
 		case errors.Is(err, unix.EPERM):
 			return nil, fmt.Errorf("xsk: socket: needs CAP_NET_RAW: %w", os.NewSyscallError("socket", err))
 		}
