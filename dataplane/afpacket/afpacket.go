@@ -1,6 +1,7 @@
 package afpacket
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -96,9 +97,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	bad := func(format string, a ...any) (Config, error) {
 		return cfg, fmt.Errorf("afpacket: %w: %s", pipeline.ErrInvalidConfig, fmt.Sprintf(format, a...))
 	}
-	cfg.Frames = orDefault(cfg.Frames, DefaultFrames)
-	cfg.LargeFrames = orDefault(cfg.LargeFrames, DefaultLargeFrames)
-	cfg.RcvBuf = orDefault(cfg.RcvBuf, DefaultRcvBuf)
+	cfg.Frames = cmp.Or(cfg.Frames, DefaultFrames)
+	cfg.LargeFrames = cmp.Or(cfg.LargeFrames, DefaultLargeFrames)
+	cfg.RcvBuf = cmp.Or(cfg.RcvBuf, DefaultRcvBuf)
 	switch {
 	case cfg.Ifname == "" || len(cfg.Ifname) > maxIfNameLen:
 		return bad("interface name %q", cfg.Ifname)
@@ -122,13 +123,6 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	cfg.Redirect = prefixes
 	return cfg, nil
-}
-
-func orDefault(v, def int) int {
-	if v == 0 {
-		return def
-	}
-	return v
 }
 
 // frameSizeFor is the small frame size for an interface MTU.

@@ -15,8 +15,6 @@ import (
 	"github.com/gsoplane/gsoplane/internal/nexthop"
 )
 
-func TestMain(m *testing.M) { os.Exit(netlab.Main(m)) }
-
 var (
 	peer   = netip.MustParseAddr("198.18.120.2")  // on eg-a's link, answers
 	nobody = netip.MustParseAddr("198.18.120.77") // on eg-a's link, no host
@@ -218,3 +216,6 @@ func TestLinkDown(t *testing.T) {
 		t.Errorf("link up, nothing held: Wait waited %v", time.Since(start))
 	}
 }
+
+// TestMain fails the tests if they leave a namespace or a descriptor behind.
+func TestMain(m *testing.M) { os.Exit(netlab.Main(m)) }

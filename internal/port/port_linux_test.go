@@ -17,8 +17,6 @@ import (
 	"github.com/gsoplane/gsoplane/internal/netlab"
 )
 
-func TestMain(m *testing.M) { os.Exit(netlab.Main(m)) }
-
 var (
 	errClosed   = errors.New("closed")
 	errDetached = errors.New("detached")
@@ -185,3 +183,6 @@ func TestInterface(t *testing.T) {
 		t.Errorf("a missing interface: %v", missing)
 	}
 }
+
+// TestMain fails the tests if they leave a namespace or a descriptor behind.
+func TestMain(m *testing.M) { os.Exit(netlab.Main(m)) }
