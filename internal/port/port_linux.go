@@ -75,9 +75,6 @@ func (p *Port[S]) SetProgram(prog Program) { p.prog = prog }
 // AddSocket adds a socket, while the port is being opened.
 func (p *Port[S]) AddSocket(s S) { p.socks = append(p.socks, s) }
 
-// Ifname returns the interface's name.
-func (p *Port[S]) Ifname() string { return p.cfg.Ifname }
-
 // Ifindex returns the interface's index.
 func (p *Port[S]) Ifindex() int { return p.cfg.Ifindex }
 
