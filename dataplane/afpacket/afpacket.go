@@ -1,6 +1,7 @@
 package afpacket
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -43,15 +44,15 @@ var (
 	ErrClosed = fmt.Errorf("afpacket: %w", net.ErrClosed)
 	// ErrBadFrame: the sink was given a frame that is not one of its
 	// allocated frames, or a length that does not fit it.
-	ErrBadFrame = errors.New("afpacket: not an allocated frame or bad length")
+	ErrBadFrame = errors.New("not an allocated frame or bad length")
 	// ErrDetached: the tcx ingress program is no longer attached to the
 	// interface (its BPF link was detached from outside, or the
 	// interface went away).
-	ErrDetached = errors.New("afpacket: tcx ingress program detached from the interface")
+	ErrDetached = errors.New("tcx ingress program detached from the interface")
 	// ErrNoOffload: GSOModeOffload was asked for on a NIC that segments
 	// no kind of super-packet (tx-tcp-segmentation, tx-tcp6-segmentation
 	// and tx-udp-segmentation all off).
-	ErrNoOffload = errors.New("afpacket: the NIC segments no kind of super-packet")
+	ErrNoOffload = errors.New("the NIC segments no kind of super-packet")
 )
 
 // Config configures Open.
@@ -96,9 +97,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	bad := func(format string, a ...any) (Config, error) {
 		return cfg, fmt.Errorf("afpacket: %w: %s", pipeline.ErrInvalidConfig, fmt.Sprintf(format, a...))
 	}
-	cfg.Frames = orDefault(cfg.Frames, DefaultFrames)
-	cfg.LargeFrames = orDefault(cfg.LargeFrames, DefaultLargeFrames)
-	cfg.RcvBuf = orDefault(cfg.RcvBuf, DefaultRcvBuf)
+	cfg.Frames = cmp.Or(cfg.Frames, DefaultFrames)
+	cfg.LargeFrames = cmp.Or(cfg.LargeFrames, DefaultLargeFrames)
+	cfg.RcvBuf = cmp.Or(cfg.RcvBuf, DefaultRcvBuf)
 	switch {
 	case cfg.Ifname == "" || len(cfg.Ifname) > maxIfNameLen:
 		return bad("interface name %q", cfg.Ifname)
@@ -122,13 +123,6 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	cfg.Redirect = prefixes
 	return cfg, nil
-}
-
-func orDefault(v, def int) int {
-	if v == 0 {
-		return def
-	}
-	return v
 }
 
 // frameSizeFor is the small frame size for an interface MTU.

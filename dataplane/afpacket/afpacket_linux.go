@@ -5,20 +5,18 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
-	"github.com/gsoplane/gsoplane/internal/ethtool"
-	"github.com/gsoplane/gsoplane/internal/nsrun"
-	"github.com/gsoplane/gsoplane/internal/prefix"
+	"github.com/gsoplane/gsoplane/internal/egress"
+	"github.com/gsoplane/gsoplane/internal/port"
 )
 
 // ethPAll is htons(ETH_P_ALL): the socket's protocol. A socket bound to
@@ -32,15 +30,10 @@ const ethPAll = 0x0300
 // ingress program that keeps the host from handling them too. Create it
 // with Open; Close it when done.
 type Port struct {
-	mu      sync.Mutex
-	cfg     Config
-	ifname  string
-	ifindex int
-	fanout  uint16         // the fanout group's ID, chosen by the kernel
-	ns      netns.NsHandle // the namespace it was opened in, for Reattach
-	filter  *filter
-	socks   []*Socket
-	closed  bool
+	base   *port.Port[*Socket] // the interface, namespace, sockets and lock
+	cfg    Config
+	fanout uint16 // the fanout group's ID, chosen by the kernel
+	filter *filter
 }
 
 // Open opens cfg.Queues AF_PACKET sockets on cfg.Ifname, joins them into
@@ -54,19 +47,16 @@ func Open(cfg Config) (*Port, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkCaps(); err != nil {
-		return nil, err
-	}
-	lnk, err := netlink.LinkByName(cfg.Ifname)
+	lnk, err := port.Interface("afpacket", cfg.Ifname)
 	if err != nil {
-		return nil, fmt.Errorf("afpacket: interface %q: %w", cfg.Ifname, err)
+		return nil, err
 	}
 	a := lnk.Attrs()
 	if len(a.HardwareAddr) != 6 || (a.EncapType != "" && a.EncapType != "ether") {
 		return nil, fmt.Errorf("afpacket: %w: %s is not an Ethernet interface (%s)", pipeline.ErrInvalidConfig, cfg.Ifname, a.EncapType)
 	}
 	if cfg.Queues == 0 {
-		cfg.Queues = rxQueues(lnk)
+		cfg.Queues = min(port.RXQueues(lnk), MaxQueues)
 	}
 	if cfg.FrameSize == 0 {
 		cfg.FrameSize = frameSizeFor(a.MTU)
@@ -74,9 +64,14 @@ func Open(cfg Config) (*Port, error) {
 	if cfg.SndBuf == 0 {
 		cfg.SndBuf = min(cfg.Frames*truesize(cfg.FrameSize), 64<<20)
 	}
-	p := &Port{cfg: cfg, ifname: cfg.Ifname, ifindex: a.Index, ns: -1}
-	if p.ns, err = netns.Get(); err != nil {
-		return nil, fmt.Errorf("afpacket: port on %s: current netns: %w", cfg.Ifname, err)
+	p := &Port{cfg: cfg}
+	p.base, err = port.New(port.Config[*Socket]{
+		Pkg: "afpacket", Ifname: cfg.Ifname, Ifindex: a.Index, MaxPrefixes: maxPrefixes,
+		ErrClosed: ErrClosed, ErrDetached: ErrDetached,
+		StopReceive: (*Socket).stopRX, CloseSocket: (*Socket).close,
+	})
+	if err != nil {
+		return nil, err
 	}
 	if err := p.open(); err != nil {
 		return nil, errors.Join(err, p.Close())
@@ -94,6 +89,7 @@ func (p *Port) open() error {
 	if p.filter, err = newFilter(); err != nil {
 		return err
 	}
+	p.base.SetProgram(tcxAttachment{p.filter})
 	if err := p.filter.setPrefixes(p.cfg.Redirect); err != nil {
 		return err
 	}
@@ -102,148 +98,59 @@ func (p *Port) open() error {
 		if err != nil {
 			return err
 		}
-		p.socks = append(p.socks, s)
+		p.base.AddSocket(s)
 	}
-	return p.filter.attach(p.ifname, p.ifindex)
-}
-
-// checkCaps names the missing capabilities before anything is created.
-func checkCaps() error {
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err != nil {
-		return nil // cannot tell: the system calls will say
-	}
-	has := func(c uint) bool { return data[c/32].Effective&(1<<(c%32)) != 0 }
-	var missing []string
-	if !has(unix.CAP_NET_RAW) {
-		missing = append(missing, "CAP_NET_RAW")
-	}
-	if !has(unix.CAP_NET_ADMIN) {
-		missing = append(missing, "CAP_NET_ADMIN")
-	}
-	if !has(unix.CAP_BPF) && !has(unix.CAP_SYS_ADMIN) {
-		missing = append(missing, "CAP_BPF")
-	}
-	if len(missing) > 0 {
-		return fmt.Errorf("afpacket: needs CAP_NET_RAW for the sockets and CAP_NET_ADMIN and CAP_BPF for the filter; missing %v: %w",
-			missing, os.ErrPermission)
-	}
-	return nil
-}
-
-// rxQueues returns the interface's RX queue count (ETHTOOL_GCHANNELS,
-// bounded by the link's RX queues; not sysfs, which shows the namespace
-// it was mounted in), at least 1 and at most MaxQueues.
-func rxQueues(lnk netlink.Link) int {
-	n := lnk.Attrs().NumRxQueues
-	if rx, _, combined, err := ethtool.Channels(lnk.Attrs().Name); err == nil && rx+combined > 0 {
-		n = min(orDefault(n, rx+combined), rx+combined)
-	}
-	return min(max(n, 1), MaxQueues)
+	return p.filter.attach(p.cfg.Ifname, p.Ifindex())
 }
 
 // Sockets returns the sockets (a new slice: keep it rather than calling
 // Sockets per packet).
-func (p *Port) Sockets() []*Socket { return slices.Clone(p.socks) }
+func (p *Port) Sockets() []*Socket { return p.base.Sockets() }
 
 // Ifindex returns the interface index.
-func (p *Port) Ifindex() int { return p.ifindex }
+func (p *Port) Ifindex() int { return p.base.Ifindex() }
 
 // FanoutID returns the PACKET_FANOUT group ID the kernel chose.
 func (p *Port) FanoutID() uint16 { return p.fanout }
 
 // SetRedirect replaces the redirect prefixes: afterwards exactly these
 // destinations go to the sockets and not to the host's stack.
-func (p *Port) SetRedirect(prefixes []netip.Prefix) error {
-	checked, err := prefix.Normalize(prefixes, maxPrefixes)
-	if err != nil {
-		return fmt.Errorf("afpacket: %w: %v", pipeline.ErrInvalidConfig, err)
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return ErrClosed
-	}
-	return p.filter.setPrefixes(checked)
-}
+func (p *Port) SetRedirect(prefixes []netip.Prefix) error { return p.base.SetRedirect(prefixes) }
 
 // StopReceive makes every Receive of the port's sockets' receivers return
 // at once, with no frames, from now on: a return path waiting for frames
 // notices that its context ended. Transmitting goes on until Close.
-func (p *Port) StopReceive() {
-	for _, s := range p.Sockets() {
-		s.stopRX()
-	}
-}
+func (p *Port) StopReceive() { p.base.StopReceive() }
 
 // Close detaches the tcx program (the host's stack handles the redirected
 // prefixes again), closes the sockets (waking their waiters: they return
 // ErrClosed) and releases the programs and maps. It may be called from
 // any goroutine, in any namespace, and more than once.
-func (p *Port) Close() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil
-	}
-	p.closed = true
-	var err error
-	if p.filter != nil {
-		err = p.filter.detach()
-	}
-	for _, s := range p.socks {
-		err = errors.Join(err, s.close())
-	}
-	if p.filter != nil {
-		err = errors.Join(err, p.filter.close())
-	}
-	if p.ns >= 0 {
-		p.ns.Close()
-	}
-	if err != nil {
-		return fmt.Errorf("afpacket: close port on %s: %w", p.ifname, err)
-	}
-	return nil
-}
+func (p *Port) Close() error { return p.base.Close() }
 
 // Attached reports whether the port's tcx ingress program is still
 // attached to its interface. Detaching a BPF link from outside (bpftool
 // link detach) sends no notification, so a caller that cares asks now
 // and then; without the program the host's stack handles the redirected
 // packets too (the sockets still get them).
-func (p *Port) Attached() (bool, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed || p.filter == nil || p.filter.tcx == nil {
-		return false, ErrClosed
-	}
-	info, err := p.filter.tcx.Info()
-	if err != nil {
-		return false, fmt.Errorf("afpacket: tcx link info: %w", err)
-	}
-	tcx := info.TCX()
-	return tcx != nil && int(tcx.Ifindex) == p.ifindex, nil
-}
+func (p *Port) Attached() (bool, error) { return p.base.Attached() }
 
 // Reattach attaches the tcx ingress program again after it was detached
 // from outside; the sockets stay as they are. It may be called from any
 // goroutine: it attaches from a thread in the port's namespace.
-func (p *Port) Reattach() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed || p.filter == nil {
-		return ErrClosed
-	}
-	if err := p.filter.detach(); err != nil { // the old, defunct link
-		return err
-	}
-	return nsrun.Run(p.ns, func() error {
-		if _, err := netlink.LinkByIndex(p.ifindex); err != nil {
-			return fmt.Errorf("afpacket: reattach to %s: %w: %w", p.ifname, ErrDetached, err)
-		}
-		return p.filter.attach(p.ifname, p.ifindex)
-	})
+func (p *Port) Reattach() error { return p.base.Reattach() }
+
+// tcxAttachment is the port's filter as internal/port drives it.
+type tcxAttachment struct{ f *filter }
+
+func (a tcxAttachment) SetPrefixes(prefixes []netip.Prefix) error { return a.f.setPrefixes(prefixes) }
+func (a tcxAttachment) Link() link.Link                           { return a.f.tcx }
+func (a tcxAttachment) Detach() error                             { return a.f.detach() }
+func (a tcxAttachment) Close() error                              { return a.f.close() }
+
+// Attach attaches the tcx ingress program to lnk.
+func (a tcxAttachment) Attach(lnk netlink.Link) error {
+	return a.f.attach(lnk.Attrs().Name, lnk.Attrs().Index)
 }
 
 // Socket is one AF_PACKET socket of a port: SOCK_RAW, bound to the NIC
@@ -271,10 +178,11 @@ type Socket struct {
 
 // counters are a socket's own counters.
 type counters struct {
-	rx, rxBytes, rxCalls, rxSuper                         atomic.Uint64
-	tx, txBytes, txCalls, txSuper, txPartial              atomic.Uint64
-	txBusy                                                atomic.Uint64
-	invalid, truncated, header, unresolved, notRouted, rf atomic.Uint64
+	rx, rxBytes, rxCalls, rxSuper            atomic.Uint64
+	tx, txBytes, txCalls, txSuper, txPartial atomic.Uint64
+	txBusy                                   atomic.Uint64
+	invalid, truncated, header, rf           atomic.Uint64
+	nextHop                                  egress.Counts // the sinks' drops for want of a next hop
 }
 
 // newSocket opens, configures and binds socket i, attaches the filter
@@ -290,12 +198,12 @@ func (p *Port) newSocket(i int) (*Socket, error) {
 	s := &Socket{port: p, index: i, fd: fd}
 	if err := s.setup(); err != nil {
 		unix.Close(fd)
-		return nil, fmt.Errorf("afpacket: socket %d on %s: %w", i, p.ifname, err)
+		return nil, fmt.Errorf("afpacket: socket %d on %s: %w", i, p.cfg.Ifname, err)
 	}
 	s.file = os.NewFile(uintptr(fd), "afpacket")
 	if s.rc, err = s.file.SyscallConn(); err != nil {
 		s.file.Close()
-		return nil, fmt.Errorf("afpacket: socket %d on %s: %w", i, p.ifname, err)
+		return nil, fmt.Errorf("afpacket: socket %d on %s: %w", i, p.cfg.Ifname, err)
 	}
 	return s, nil
 }
@@ -328,7 +236,7 @@ func (s *Socket) setup() error {
 	if err := p.filter.attachSocket(s.fd); err != nil {
 		return err
 	}
-	if err := unix.Bind(s.fd, &unix.SockaddrLinklayer{Protocol: ethPAll, Ifindex: p.ifindex}); err != nil {
+	if err := unix.Bind(s.fd, &unix.SockaddrLinklayer{Protocol: ethPAll, Ifindex: p.Ifindex()}); err != nil {
 		return fmt.Errorf("bind: %w", os.NewSyscallError("bind", err))
 	}
 	return s.joinFanout()
@@ -407,7 +315,7 @@ func (s *Socket) Stats() Stats {
 		TXPartial: st.txPartial.Load(), TXBusy: st.txBusy.Load(),
 		Drops: Drops{
 			Invalid: st.invalid.Load(), Truncated: st.truncated.Load(), Header: st.header.Load(),
-			Unresolved: st.unresolved.Load(), NotRouted: st.notRouted.Load(), Refused: st.rf.Load(), Kernel: kd,
+			Unresolved: st.nextHop.Unresolved.Load(), NotRouted: st.nextHop.NotRouted.Load(), Refused: st.rf.Load(), Kernel: kd,
 		},
 		KernelPackets: kp,
 	}

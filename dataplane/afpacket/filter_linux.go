@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/internal/ethernet"
+	"github.com/gsoplane/gsoplane/internal/port"
 	"github.com/gsoplane/gsoplane/internal/prefix"
 )
 
@@ -230,17 +231,7 @@ func (f *filter) attach(ifname string, ifindex int) error {
 
 // detach closes the tcx link: our program, and only it, leaves the
 // interface.
-func (f *filter) detach() error {
-	if f.tcx == nil {
-		return nil
-	}
-	err := f.tcx.Close()
-	f.tcx = nil
-	if err != nil {
-		return fmt.Errorf("afpacket: detach the tcx ingress program: %w", err)
-	}
-	return nil
-}
+func (f *filter) detach() error { return port.Detach(&f.tcx, "tcx ingress program") }
 
 // close detaches and releases the programs and the maps; idempotent.
 func (f *filter) close() error {

@@ -12,10 +12,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/internal/egress"
 	"github.com/gsoplane/gsoplane/internal/ethernet"
 	"github.com/gsoplane/gsoplane/internal/ethtool"
+	"github.com/gsoplane/gsoplane/internal/framepool"
 	"github.com/gsoplane/gsoplane/internal/mmsg"
-	"github.com/gsoplane/gsoplane/internal/nexthop"
 	"github.com/gsoplane/gsoplane/segment"
 )
 
@@ -32,13 +33,6 @@ const (
 	// no longer segments (its features changed): the frame is dropped
 	// and the sink cuts every super-packet itself from then on.
 	gsoRefusals = 32
-)
-
-// Frame states.
-const (
-	frameFree uint8 = iota // in the pool
-	frameUser              // allocated: the producer writes it
-	frameSent              // taken by Transmit, not yet reported by Complete
 )
 
 // nic is what the NIC advertises, read once by NewSink.
@@ -69,31 +63,18 @@ type nic struct {
 // super-packets (AllocLarge). Alloc and Free may run concurrently with
 // Transmit, Complete and Wait, which one goroutine (the sink loop) calls.
 type Sink struct {
-	s     *Socket
-	neigh *nexthop.Resolver
-	ether *nexthop.Ether // Transmit only
-	reply pipeline.Replier
-	mode  GSOMode
-	nic   nic
-
-	mem       []byte // small frames, then large ones
+	s         *Socket
+	layer     *egress.Layer
+	mode      GSOMode
+	nic       nic
+	pool      *framepool.Pool
 	frameSize int
-	nSmall    int
 	nLarge    int
 
-	poolMu sync.Mutex
-	free   []uint32 // free small frames (a stack)
-	freeL  []uint32 // free large frames (a stack)
-	state  []uint8  // per frame
-
-	txMu    sync.Mutex // Transmit, Complete, Wait
+	txMu    sync.Mutex // Transmit and Wait
 	msgs    *mmsg.Batch
-	ids     []uint32    // frame of each message of the batch at hand
-	done    []uint32    // frames taken since the last Complete, in order
-	busy    bool        // the last send stopped on ENOBUFS
-	held    bool        // the last Transmit stopped at a frame whose next hop is being resolved
-	down    atomic.Bool // see SetLinkUp
-	gsoBusy int         // ENOBUFS in a row on a GSO frame
+	busy    bool // the last send stopped on ENOBUFS
+	gsoBusy int  // ENOBUFS in a row on a GSO frame
 	gsoOff  atomic.Bool
 	sendFn  func(uintptr)
 	waitFn  func(uintptr) bool
@@ -117,16 +98,13 @@ func NewSink(s *Socket, ifindex int, gateway netip.Addr, mode GSOMode) (*Sink, e
 		return nil, fmt.Errorf("afpacket: sink: %w: mode %v", pipeline.ErrInvalidConfig, mode)
 	}
 	if s == nil || s.closed.Load() {
-		return nil, fmt.Errorf("afpacket: sink: %w", ErrClosed)
+		return nil, ErrClosed
 	}
 	lnk, err := netlink.LinkByIndex(ifindex)
 	if err != nil {
 		return nil, fmt.Errorf("afpacket: sink: interface %d: %w", ifindex, err)
 	}
 	a := lnk.Attrs()
-	if len(a.HardwareAddr) != 6 {
-		return nil, fmt.Errorf("afpacket: sink: %s has no Ethernet address", a.Name)
-	}
 	feats, err := ethtool.Features(a.Name)
 	if err != nil {
 		return nil, fmt.Errorf("afpacket: sink: features of %s: %w", a.Name, err)
@@ -135,30 +113,16 @@ func NewSink(s *Socket, ifindex int, gateway netip.Addr, mode GSOMode) (*Sink, e
 	if mode == GSOModeOffload && !(k.tso4 || k.tso6 || k.uso) {
 		return nil, fmt.Errorf("afpacket: sink on %s: %w (ethtool -K %s tso on)", a.Name, ErrNoOffload, a.Name)
 	}
-	neigh, err := nexthop.New(nexthop.Config{Ifindex: ifindex, Gateway: gateway})
+	l, err := egress.New(egress.Config{Ifname: a.Name, Ifindex: ifindex, MAC: a.HardwareAddr, Gateway: gateway, Counts: &s.st.nextHop})
 	if err != nil {
-		return nil, fmt.Errorf("afpacket: sink on %s: %w", a.Name, err)
-	}
-	if gateway.IsValid() {
-		neigh.Lookup(gateway)
+		return nil, fmt.Errorf("afpacket: sink: %w", err)
 	}
 	cfg := s.port.cfg
 	sk := &Sink{
-		s: s, neigh: neigh, ether: nexthop.NewEther(neigh, [6]byte(a.HardwareAddr)), mode: mode, nic: k,
-		frameSize: cfg.FrameSize, nSmall: cfg.Frames, nLarge: cfg.LargeFrames,
-		mem:   make([]byte, cfg.Frames*cfg.FrameSize+cfg.LargeFrames*LargeFrameSize),
-		free:  make([]uint32, 0, cfg.Frames),
-		freeL: make([]uint32, 0, cfg.LargeFrames),
-		state: make([]uint8, cfg.Frames+cfg.LargeFrames),
-		msgs:  mmsg.New(sinkBatch),
-		ids:   make([]uint32, sinkBatch),
-		done:  make([]uint32, 0, cfg.Frames+cfg.LargeFrames),
-	}
-	for i := cfg.Frames - 1; i >= 0; i-- { // Alloc hands out frame 0 first
-		sk.free = append(sk.free, uint32(i))
-	}
-	for i := cfg.LargeFrames - 1; i >= 0; i-- {
-		sk.freeL = append(sk.freeL, uint32(cfg.Frames+i))
+		s: s, layer: l, mode: mode, nic: k,
+		pool:      framepool.New(cfg.Frames, cfg.FrameSize, cfg.LargeFrames, LargeFrameSize),
+		frameSize: cfg.FrameSize, nLarge: cfg.LargeFrames,
+		msgs: mmsg.New(sinkBatch),
 	}
 	// Method values made once, so that Transmit and Wait do not allocate.
 	sk.sendFn, sk.waitFn = sk.doSend, sk.doWait
@@ -189,18 +153,19 @@ func readNIC(f map[string]ethtool.Feature, a *netlink.LinkAttrs) nic {
 }
 
 // SetReplier sets who answers the senders of packets whose next hop
-// failed to resolve (nil: nobody). Call it before the sink is used.
-func (s *Sink) SetReplier(r pipeline.Replier) { s.reply = r }
+// failed to resolve (nil: nobody), with an ICMP error. Call it before the
+// sink is used.
+func (s *Sink) SetReplier(r pipeline.Replier) { s.layer.SetReplier(r) }
 
 // SetLinkUp tells the sink whether the NIC is up. While it is down,
-// Transmit takes nothing: the frames wait in the queue and the budget
-// holds the senders back, rather than their next hops, which the kernel
-// forgets on a link that goes down, failing to resolve.
-func (s *Sink) SetLinkUp(up bool) { s.down.Store(!up) }
+// Transmit sends nothing: the frames wait in the forwarder's queue and
+// the budget holds the senders back, rather than their next hops, which
+// the kernel forgets on a link that goes down, failing to resolve.
+func (s *Sink) SetLinkUp(up bool) { s.layer.SetLinkUp(up) }
 
 // Close stops the sink's next-hop resolver; the Socket belongs to its
 // port.
-func (s *Sink) Close() { s.neigh.Close() }
+func (s *Sink) Close() { s.layer.Close() }
 
 // Headroom is the virtio-net header and the Ethernet header, which
 // Transmit fills in.
@@ -271,66 +236,17 @@ func (s *Sink) checksums(l segment.Layout) bool {
 	return s.nic.csum4
 }
 
-// frame returns the memory of frame id.
-func (s *Sink) frame(id uint32) []byte {
-	if int(id) < s.nSmall {
-		off := int(id) * s.frameSize
-		return s.mem[off : off+s.frameSize : off+s.frameSize]
-	}
-	off := s.nSmall*s.frameSize + (int(id)-s.nSmall)*LargeFrameSize
-	return s.mem[off : off+LargeFrameSize : off+LargeFrameSize]
-}
-
 // Alloc takes free small frames.
-func (s *Sink) Alloc(frames []pipeline.Frame) int {
-	s.poolMu.Lock()
-	defer s.poolMu.Unlock()
-	n := min(len(frames), len(s.free))
-	for i := range n {
-		id := s.free[len(s.free)-1-i]
-		s.state[id] = frameUser
-		frames[i] = pipeline.Frame{Buf: s.frame(id), ID: uint64(id)}
-	}
-	s.free = s.free[:len(s.free)-n]
-	return n
-}
+func (s *Sink) Alloc(frames []pipeline.Frame) int { return s.pool.Alloc(frames) }
 
 // AllocLarge takes a free frame for a whole super-packet of size bytes
 // after the headroom; false when none is free. (A packet too large even
 // for it gets one anyway, and the forwarder drops it as oversize.)
-func (s *Sink) AllocLarge(size int) (pipeline.Frame, bool) {
-	s.poolMu.Lock()
-	defer s.poolMu.Unlock()
-	if len(s.freeL) == 0 {
-		return pipeline.Frame{}, false
-	}
-	id := s.freeL[len(s.freeL)-1]
-	s.freeL = s.freeL[:len(s.freeL)-1]
-	s.state[id] = frameUser
-	return pipeline.Frame{Buf: s.frame(id), ID: uint64(id)}, true
-}
+func (s *Sink) AllocLarge(size int) (pipeline.Frame, bool) { return s.pool.AllocLarge() }
 
 // Free returns allocated frames that will not be sent; frames that are
 // not allocated are ignored.
-func (s *Sink) Free(frames []pipeline.Frame) {
-	s.poolMu.Lock()
-	defer s.poolMu.Unlock()
-	for _, f := range frames {
-		if f.ID < uint64(len(s.state)) && s.state[f.ID] == frameUser {
-			s.release(uint32(f.ID))
-		}
-	}
-}
-
-// release puts frame id back in the pool (poolMu held).
-func (s *Sink) release(id uint32) {
-	s.state[id] = frameFree
-	if int(id) < s.nSmall {
-		s.free = append(s.free, id)
-	} else {
-		s.freeL = append(s.freeL, id)
-	}
-}
+func (s *Sink) Free(frames []pipeline.Frame) { s.pool.Free(frames) }
 
 // Transmit sends frames in order, at most 64 per call, and returns how
 // many it took: sent, or dropped and counted (a next hop the kernel
@@ -350,50 +266,36 @@ func (s *Sink) Transmit(frames []pipeline.Frame) (int, error) {
 	if s.s.closed.Load() {
 		return 0, ErrClosed
 	}
-	s.busy, s.held = false, false
-	s.ether.Forget()
-	if s.down.Load() {
-		return 0, nil
-	} // ask the resolver at least once per batch: it marks the entry in use
-	n := min(len(frames), sinkBatch)
-	taken := 0
-	for taken < n {
-		batch := frames[taken:n]
-		m, stop, err := s.prepare(batch)
-		if m > 0 {
-			k, full, serr := s.send(m)
-			taken += k
-			if serr != nil || full {
-				return taken, serr
-			}
-		}
-		if err != nil {
-			return taken, err
-		}
-		switch stop {
-		case nexthop.Hold:
-			s.held = true
-			return taken, nil
-		case nexthop.Drop, nexthop.Unreachable, nexthop.NotRouted:
-			s.drop(batch[m], stop)
-			taken++
-		}
-	}
-	return taken, nil
+	s.busy = false
+	return s.layer.Transmit(frames[:min(len(frames), sinkBatch)], (*sinkWire)(s))
 }
 
-// prepare writes the virtio-net and Ethernet headers of frames until one
-// is bad or is not to be sent (its next hop is not resolved), and points
-// the messages at them; it returns how many are ready and what to do
-// with the one it stopped at (Send if none).
-func (s *Sink) prepare(frames []pipeline.Frame) (int, nexthop.Action, error) {
-	good, err := s.check(frames)
-	for i, f := range frames[:good] {
+// sinkWire is the sink as its link layer's egress.Wire.
+type sinkWire Sink
+
+// Check returns how many frames from the front are allocated frames with
+// a length that fits them, and the error about the first that is not.
+func (w *sinkWire) Check(frames []pipeline.Frame) (int, error) {
+	good := w.pool.Allocated(frames, Headroom)
+	if good < len(frames) {
+		f := frames[good]
+		return good, fmt.Errorf("afpacket: transmit: frame %d length %d: %w", f.ID, f.Len, ErrBadFrame)
+	}
+	return good, nil
+}
+
+// Packet returns the frame's Ethernet header and packet.
+func (w *sinkWire) Packet(f pipeline.Frame) (eth, pkt []byte) {
+	b := w.pool.Frame(uint32(f.ID))
+	return b[vnetHdrLen:Headroom], b[Headroom : Headroom+f.Len]
+}
+
+// Send writes the frames' virtio-net headers, points the messages at
+// them and sends them.
+func (w *sinkWire) Send(frames []pipeline.Frame) (int, bool, error) {
+	for i, f := range frames {
 		id := uint32(f.ID)
-		b := s.frame(id)
-		if a := s.ether.Header(b[vnetHdrLen:Headroom], b[Headroom:Headroom+f.Len]); a != nexthop.Send {
-			return i, a, nil
-		}
+		b := w.pool.Frame(id)
 		h := f.Header
 		if h.NeedsCsum() {
 			h.CsumStart += ethernet.HeaderLen // packet sockets count from the Ethernet header
@@ -402,32 +304,19 @@ func (s *Sink) prepare(frames []pipeline.Frame) (int, nexthop.Action, error) {
 			h.HdrLen = uint16(min(int(h.HdrLen)+ethernet.HeaderLen, ethernet.HeaderLen+f.Len))
 		}
 		h.Encode(b[:vnetHdrLen], vnetHdrLen)
-		s.msgs.Set(i, b[:Headroom+f.Len])
-		s.ids[i] = id
+		w.msgs.Set(i, b[:Headroom+f.Len])
 	}
-	return good, nexthop.Send, err
+	return (*Sink)(w).send(frames)
 }
 
-// check returns how many frames from the front are allocated frames with
-// a length that fits them, and the error about the first that is not.
-func (s *Sink) check(frames []pipeline.Frame) (int, error) {
-	s.poolMu.Lock()
-	defer s.poolMu.Unlock()
-	for i, f := range frames {
-		if f.ID >= uint64(len(s.state)) || s.state[f.ID] != frameUser {
-			return i, fmt.Errorf("afpacket: transmit: frame %d: %w", f.ID, ErrBadFrame)
-		}
-		if f.Len <= 0 || Headroom+f.Len > len(s.frame(uint32(f.ID))) {
-			return i, fmt.Errorf("afpacket: transmit: frame %d length %d: %w", f.ID, f.Len, ErrBadFrame)
-		}
-	}
-	return len(frames), nil
-}
+// Discard takes a frame dropped for want of a next hop.
+func (w *sinkWire) Discard(f pipeline.Frame) { w.pool.Take([]pipeline.Frame{f}) }
 
 // send sends the m prepared messages and returns how many frames it took
 // (sent or refused) and whether to stop the batch (a full send buffer or
 // device queue).
-func (s *Sink) send(m int) (taken int, stop bool, err error) {
+func (s *Sink) send(frames []pipeline.Frame) (taken int, stop bool, err error) {
+	m := len(frames)
 	defer s.msgs.Clear(m)
 	for taken < m {
 		s.from, s.to = taken, m
@@ -436,7 +325,7 @@ func (s *Sink) send(m int) (taken int, stop bool, err error) {
 		}
 		s.s.st.txCalls.Add(1)
 		if s.sent > 0 {
-			s.account(taken, taken+s.sent)
+			s.account(frames[taken : taken+s.sent])
 			taken += s.sent
 			s.gsoBusy = 0
 			continue
@@ -451,12 +340,12 @@ func (s *Sink) send(m int) (taken int, stop bool, err error) {
 			// NIC does not segment it: a packet socket that bypasses
 			// the qdisc gets no software GSO, the kernel drops the
 			// packet and says ENOBUFS either way.
-			if s.frame(s.ids[taken])[1] != 0 {
+			if s.pool.Frame(uint32(frames[taken].ID))[1] != 0 {
 				if s.gsoBusy++; s.gsoBusy >= gsoRefusals {
 					s.gsoOff.Store(true)
 					s.gsoBusy = 0
 					s.s.st.rf.Add(1)
-					s.finish(s.ids[taken])
+					s.pool.Take(frames[taken : taken+1])
 					taken++
 					continue
 				}
@@ -474,7 +363,7 @@ func (s *Sink) send(m int) (taken int, stop bool, err error) {
 			// The kernel refused this frame (a header it cannot
 			// use): it is dropped, not fatal.
 			s.s.st.rf.Add(1)
-			s.finish(s.ids[taken])
+			s.pool.Take(frames[taken : taken+1])
 			taken++
 		case unix.EBADF:
 			return taken, true, ErrClosed
@@ -488,80 +377,35 @@ func (s *Sink) send(m int) (taken int, stop bool, err error) {
 // doSend is sendFn: one sendmmsg of messages [from, to).
 func (s *Sink) doSend(fd uintptr) { s.sent, s.errno = s.msgs.Send(fd, s.from, s.to) }
 
-// account counts the frames of messages [from, to) as sent.
-func (s *Sink) account(from, to int) {
+// account counts frames as sent.
+func (s *Sink) account(frames []pipeline.Frame) {
 	var bytes, super, partial uint64
-	s.poolMu.Lock()
-	for i := from; i < to; i++ {
-		id := s.ids[i]
-		b := s.frame(id)
-		bytes += uint64(s.msgs.BufLen(i) - vnetHdrLen)
+	for _, f := range frames {
+		b := s.pool.Frame(uint32(f.ID))
+		bytes += uint64(ethernet.HeaderLen + f.Len)
 		if b[1] != 0 { // gso_type
 			super++
 		} else if b[0]&segment.FlagNeedsCsum != 0 {
 			partial++
 		}
-		s.state[id] = frameSent
-		s.done = append(s.done, id)
 	}
-	s.poolMu.Unlock()
+	s.pool.Take(frames)
 	st := &s.s.st
-	st.tx.Add(uint64(to - from))
+	st.tx.Add(uint64(len(frames)))
 	st.txBytes.Add(bytes)
 	st.txSuper.Add(super)
 	st.txPartial.Add(partial)
 }
 
-// finish marks frame id taken: Complete reports it and frees it.
-func (s *Sink) finish(id uint32) {
-	s.poolMu.Lock()
-	s.state[id] = frameSent
-	s.poolMu.Unlock()
-	s.done = append(s.done, id)
-}
-
-// drop drops a frame without a next hop and, if the resolution failed
-// (a), answers its sender; Complete reports the frame like a sent one,
-// so that its charge is released.
-func (s *Sink) drop(f pipeline.Frame, a nexthop.Action) {
-	if a == nexthop.Unreachable && s.reply != nil {
-		s.reply.Unreachable(s.frame(uint32(f.ID))[Headroom : Headroom+f.Len])
-	}
-	if a == nexthop.NotRouted {
-		s.s.st.notRouted.Add(1)
-	} else {
-		s.s.st.unresolved.Add(1)
-	}
-	s.finish(uint32(f.ID))
-}
-
 // Drops returns how many frames the sink dropped, by reason:
 // DropUnresolved (a next hop the kernel could not resolve, or was still
 // resolving after the hold) and DropNotRouted.
-func (s *Sink) Drops() pipeline.Drops {
-	var d pipeline.Drops
-	d[pipeline.DropUnresolved], d[pipeline.DropNotRouted] = s.s.st.unresolved.Load(), s.s.st.notRouted.Load()
-	return d
-}
+func (s *Sink) Drops() pipeline.Drops { return s.layer.Drops() }
 
 // Complete returns how many frames Transmit took since the last call,
 // in order; their frames are free again. Frames are complete once the
 // kernel has copied them, so this never waits.
-func (s *Sink) Complete() (int, error) {
-	s.txMu.Lock()
-	defer s.txMu.Unlock()
-	n := len(s.done)
-	if n == 0 {
-		return 0, nil
-	}
-	s.poolMu.Lock()
-	for _, id := range s.done {
-		s.release(id)
-	}
-	s.poolMu.Unlock()
-	s.done = s.done[:0]
-	return n, nil
-}
+func (s *Sink) Complete() (int, error) { return s.pool.Complete(), nil }
 
 // Wait waits up to d until the socket can take frames again: for its
 // send buffer to drain (the runtime poller wakes it when the socket
@@ -573,12 +417,7 @@ func (s *Sink) Wait(d time.Duration) error {
 	if s.s.closed.Load() {
 		return nil // Complete reports nothing more; the forwarder stops by its queue
 	}
-	switch {
-	case s.held:
-		s.ether.Wait(d)
-		return nil
-	case s.down.Load():
-		time.Sleep(d)
+	if s.layer.Wait(d) {
 		return nil
 	}
 	if s.busy || d <= 0 {

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/internal/framepool"
 )
 
 var _ pipeline.Sink = (*Sink)(nil)
@@ -56,22 +57,16 @@ type Sink struct {
 	headroom  int
 	frameSize int
 	encap     func(hdr, pkt []byte)
-	mem       []byte // every frame, allocated once
+	pool      *framepool.Pool // every frame, allocated once
 
-	poolMu sync.Mutex
-	free   []uint32 // free frame indices, a stack
-	out    []bool   // frame i is out of the pool (allocated, in flight)
-
-	txMu      sync.Mutex // Transmit and Complete
+	txMu      sync.Mutex // Transmit
 	msgs      []ipv4.Message
 	iovs      [][]byte      // one per frame of the chunk at hand
 	oob       [][]byte      // one UDP_SEGMENT control message per message
 	first     []int         // first frame of each message; first[m] ends the last
-	done      []uint32      // frames taken since the last Complete
-	sealed    []atomic.Bool // frame i went through Encap; cleared when it returns to the pool
+	sealed    []atomic.Bool // frame i went through Encap since Alloc handed it out
 	gso       bool
 	gsoTooBig int // smallest datagram size refused with EMSGSIZE in a UDP_SEGMENT message; 0: none
-	ready     atomic.Int64
 
 	st udpSinkCounters
 }
@@ -119,14 +114,11 @@ func NewSink(conn *net.UDPConn, cfg SinkConfig) (*Sink, error) {
 		headroom:  cfg.Headroom,
 		frameSize: cfg.FrameSize,
 		encap:     cfg.Encap,
-		mem:       make([]byte, cfg.Frames*cfg.FrameSize),
-		free:      make([]uint32, cfg.Frames),
-		out:       make([]bool, cfg.Frames),
+		pool:      framepool.New(cfg.Frames, cfg.FrameSize, 0, 0),
 		msgs:      make([]ipv4.Message, udpSinkChunk),
 		iovs:      make([][]byte, udpSinkChunk),
 		oob:       make([][]byte, udpSinkChunk),
 		first:     make([]int, udpSinkChunk+1),
-		done:      make([]uint32, 0, cfg.Frames),
 		sealed:    make([]atomic.Bool, cfg.Frames),
 		gso:       gso,
 	}
@@ -134,9 +126,6 @@ func NewSink(conn *net.UDPConn, cfg SinkConfig) (*Sink, error) {
 		s.pc = ipv6.NewPacketConn(conn)
 	} else {
 		s.pc = ipv4.NewPacketConn(conn)
-	}
-	for i := range s.free { // Alloc hands out frame 0 first
-		s.free[i] = uint32(cfg.Frames - 1 - i)
 	}
 	space := unix.CmsgSpace(2)
 	oob := make([]byte, udpSinkChunk*space)
@@ -200,46 +189,20 @@ func (s *Sink) Headroom() int { return s.headroom }
 func (s *Sink) FrameSize() int { return s.frameSize }
 
 // Frames is the size of the frame pool.
-func (s *Sink) Frames() int { return len(s.out) }
-
-// frame returns frame i's buffer.
-func (s *Sink) frame(i uint32) []byte {
-	off := int(i) * s.frameSize
-	return s.mem[off : off+s.frameSize : off+s.frameSize]
-}
+func (s *Sink) Frames() int { return s.pool.Small() }
 
 // Alloc takes free frames from the pool.
 func (s *Sink) Alloc(frames []pipeline.Frame) int {
-	s.poolMu.Lock()
-	defer s.poolMu.Unlock()
-	n := min(len(frames), len(s.free))
-	for i := range n {
-		id := s.free[len(s.free)-1-i]
-		s.out[id] = true
-		frames[i] = pipeline.Frame{Buf: s.frame(id), ID: uint64(id)}
+	n := s.pool.Alloc(frames)
+	for _, f := range frames[:n] {
+		s.sealed[f.ID].Store(false)
 	}
-	s.free = s.free[:len(s.free)-n]
 	return n
 }
 
 // Free returns frames that were allocated and not transmitted. Frames
 // that are not out of this sink's pool are ignored.
-func (s *Sink) Free(frames []pipeline.Frame) {
-	s.poolMu.Lock()
-	defer s.poolMu.Unlock()
-	for _, f := range frames {
-		s.put(f.ID)
-	}
-}
-
-// put returns frame id to the pool, with poolMu held.
-func (s *Sink) put(id uint64) {
-	if id < uint64(len(s.out)) && s.out[id] {
-		s.out[id] = false
-		s.sealed[id].Store(false)
-		s.free = append(s.free, uint32(id))
-	}
-}
+func (s *Sink) Free(frames []pipeline.Frame) { s.pool.Free(frames) }
 
 // ErrForeignFrame is wrapped by Transmit's error for a frame that did not
 // come from the sink's Alloc or whose Len does not fit its buffer.
@@ -264,16 +227,13 @@ func (s *Sink) Transmit(frames []pipeline.Frame) (int, error) {
 	for taken < len(frames) {
 		chunk := frames[taken:min(len(frames), taken+udpSinkChunk)]
 		n, more, serr := s.send(chunk)
-		for _, f := range chunk[:n] {
-			s.done = append(s.done, uint32(f.ID))
-		}
+		s.pool.Take(chunk[:n])
 		taken += n
 		if serr != nil || !more {
 			err, bad = serr, nil
 			break
 		}
 	}
-	s.ready.Store(int64(len(s.done)))
 	if bad != nil {
 		err = bad
 	}
@@ -282,8 +242,8 @@ func (s *Sink) Transmit(frames []pipeline.Frame) (int, error) {
 
 // check reports whether f is a frame of this sink holding a packet.
 func (s *Sink) check(f pipeline.Frame) error {
-	if f.ID >= uint64(len(s.out)) || f.Len < 0 || s.headroom+f.Len > len(f.Buf) ||
-		cap(f.Buf) == 0 || &f.Buf[:1][0] != &s.mem[int(f.ID)*s.frameSize] {
+	if f.ID >= uint64(s.pool.Small()) || f.Len < 0 || s.headroom+f.Len > len(f.Buf) ||
+		cap(f.Buf) == 0 || &f.Buf[:1][0] != &s.pool.Frame(uint32(f.ID))[0] {
 		return fmt.Errorf("udp: sink: transmit frame %d (%d bytes): %w", f.ID, f.Len, ErrForeignFrame)
 	}
 	return nil
@@ -423,29 +383,14 @@ func (s *Sink) sent(from, to int) {
 
 // Complete reports the frames taken by Transmit since the last call, sent
 // or dropped, and returns them to the pool. It never fails.
-func (s *Sink) Complete() (int, error) {
-	s.txMu.Lock()
-	defer s.txMu.Unlock()
-	n := len(s.done)
-	if n == 0 {
-		return 0, nil
-	}
-	s.poolMu.Lock()
-	for _, id := range s.done {
-		s.put(uint64(id))
-	}
-	s.poolMu.Unlock()
-	s.done = s.done[:0]
-	s.ready.Store(0)
-	return n, nil
-}
+func (s *Sink) Complete() (int, error) { return s.pool.Complete(), nil }
 
 // Wait returns at once when Complete has frames to report. Otherwise it
 // sleeps for d: Transmit only leaves frames behind after ENOBUFS, a
 // shortage of kernel memory that poll(2) does not signal the end of (a
 // full send buffer, which it does signal, blocks Transmit itself).
 func (s *Sink) Wait(d time.Duration) error {
-	if s.ready.Load() > 0 {
+	if s.pool.Taken() > 0 {
 		return nil
 	}
 	time.Sleep(d)

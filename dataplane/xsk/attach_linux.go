@@ -2,11 +2,10 @@ package xsk
 
 import (
 	"errors"
-	"fmt"
+	"net/netip"
 
+	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
-
-	"github.com/gsoplane/gsoplane/internal/nsrun"
 )
 
 // ErrDetached: the XDP program is no longer attached to the interface:
@@ -18,41 +17,27 @@ var ErrDetached = errors.New("XDP program detached from the interface")
 // its interface. Detaching a BPF link from outside sends no netlink
 // notification, so a caller that cares asks now and then (the gateway
 // asks every second).
-func (p *Port) Attached() (bool, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed || p.prog == nil || p.prog.lnk == nil {
-		return false, ErrClosed
-	}
-	info, err := p.prog.lnk.Info()
-	if err != nil {
-		return false, fmt.Errorf("xsk: XDP link info: %w", err)
-	}
-	xdp := info.XDP()
-	return xdp != nil && int(xdp.Ifindex) == p.ifindex, nil
-}
+func (p *Port) Attached() (bool, error) { return p.base.Attached() }
 
 // Reattach attaches the XDP program again, in the mode it had, after it
 // was detached from outside; the sockets stay as they are. It may be
 // called from any goroutine: it attaches from a thread in the port's
 // namespace.
-func (p *Port) Reattach() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed || p.prog == nil {
-		return ErrClosed
-	}
-	if err := p.prog.detach(); err != nil { // the old, defunct link
-		return err
-	}
-	return nsrun.Run(p.ns, func() error {
-		link, err := netlink.LinkByIndex(p.ifindex)
-		if err != nil {
-			return fmt.Errorf("xsk: reattach to %s: %w: %w", p.ifname, ErrDetached, err)
-		}
-		if _, err := p.prog.attach(link, p.mode); err != nil {
-			return fmt.Errorf("xsk: reattach: %w", err)
-		}
-		return nil
-	})
+func (p *Port) Reattach() error { return p.base.Reattach() }
+
+// xdpAttachment is the port's XDP program as internal/port drives it.
+type xdpAttachment struct{ p *Port }
+
+func (a xdpAttachment) SetPrefixes(prefixes []netip.Prefix) error {
+	return a.p.prog.setPrefixes(prefixes)
 }
+
+// Attach attaches the program in the mode it had.
+func (a xdpAttachment) Attach(lnk netlink.Link) error {
+	_, err := a.p.prog.attach(lnk, a.p.mode)
+	return err
+}
+
+func (a xdpAttachment) Link() link.Link { return a.p.prog.lnk }
+func (a xdpAttachment) Detach() error   { return a.p.prog.detach() }
+func (a xdpAttachment) Close() error    { return a.p.prog.close() }

@@ -11,9 +11,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/vishvananda/netlink"
-
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/internal/port"
 )
 
 // GeneratorConfig configures OpenGenerator.
@@ -63,12 +62,9 @@ func OpenGenerator(cfg GeneratorConfig) (*Generator, error) {
 	if err := checkGenerator(cfg, xcfg); err != nil {
 		return nil, err
 	}
-	if err := xdpCheckCaps(); err != nil {
-		return nil, err
-	}
-	link, err := netlink.LinkByName(cfg.Ifname)
+	link, err := port.Interface("xsk: generator", cfg.Ifname)
 	if err != nil {
-		return nil, fmt.Errorf("xsk: generator: interface %q: %w", cfg.Ifname, err)
+		return nil, err
 	}
 	if _, err := xdpQueues(link, xcfg.Queues); err != nil {
 		return nil, err

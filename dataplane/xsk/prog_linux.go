@@ -97,6 +97,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/gsoplane/gsoplane/internal/port"
 	"github.com/gsoplane/gsoplane/internal/prefix"
 )
 
@@ -599,11 +600,10 @@ func (p *xdpProgram) counters(queue int) (xdpProgramCounters, error) {
 // CPUs: the Oversize, OtherHost, NotUnicast and VersionMismatch fields of
 // Stats (the others are zero; Socket.Stats has those).
 func (p *Port) ProgramStats(queue int) (Stats, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed || p.prog == nil {
+	if !p.base.Lock() {
 		return Stats{}, ErrClosed
 	}
+	defer p.base.Unlock()
 	c, err := p.prog.counters(queue)
 	if err != nil {
 		return Stats{}, err
@@ -616,8 +616,9 @@ func (p *Port) ProgramStats(queue int) (Stats, error) {
 // counters, in the order of Sockets; after Close, the sockets' final
 // counters alone.
 func (p *Port) Stats() []Stats {
-	st := make([]Stats, len(p.socks))
-	for i, x := range p.socks {
+	socks := p.Sockets()
+	st := make([]Stats, len(socks))
+	for i, x := range socks {
 		st[i] = x.Stats()
 		if ps, err := p.ProgramStats(x.queueID); err == nil {
 			st[i].Oversize, st[i].OtherHost = ps.Oversize, ps.OtherHost
@@ -730,14 +731,4 @@ func (p *xdpProgram) attachMode(link netlink.Link, mode Mode) error {
 
 // detach removes our program from the interface by closing its link: only
 // our attachment can go, whatever else happened to the interface.
-func (p *xdpProgram) detach() error {
-	if p.lnk == nil {
-		return nil
-	}
-	err := p.lnk.Close()
-	p.lnk = nil
-	if err != nil {
-		return fmt.Errorf("xsk: detach XDP program: %w", err)
-	}
-	return nil
-}
+func (p *xdpProgram) detach() error { return port.Detach(&p.lnk, "XDP program") }

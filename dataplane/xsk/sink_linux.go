@@ -5,12 +5,11 @@ import (
 	"net"
 	"net/netip"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/internal/egress"
 	"github.com/gsoplane/gsoplane/internal/ethernet"
-	"github.com/gsoplane/gsoplane/internal/nexthop"
 )
 
 // A Sink is a pipeline.Sink.
@@ -31,18 +30,12 @@ const (
 // one is set: a neighbour that never answers cannot stall the others.
 type Sink struct {
 	x     *Socket
-	neigh *nexthop.Resolver
-	ether *nexthop.Ether // sink loop only
-	reply pipeline.Replier
+	layer *egress.Layer
 
 	mu    sync.Mutex // the Socket's TX side is single-threaded
 	addrs []uint64
 	lens  []int
-	early int  // dropped frames Complete has yet to report
-	held  bool // the last Transmit stopped at a frame whose next hop is being resolved
-
-	down                  atomic.Bool // see SetLinkUp
-	unresolved, notRouted atomic.Uint64
+	early int // dropped frames Complete has yet to report
 }
 
 // NewSink returns a Sink transmitting on x, an AF_XDP socket of the
@@ -56,35 +49,27 @@ func NewSink(x *Socket, ifindex int, gateway netip.Addr) (*Sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("xsk: sink: interface %d: %w", ifindex, err)
 	}
-	if len(ifi.HardwareAddr) != 6 {
-		return nil, fmt.Errorf("xsk: sink: %s has no Ethernet address", ifi.Name)
-	}
-	n, err := nexthop.New(nexthop.Config{Ifindex: ifindex, Gateway: gateway})
+	l, err := egress.New(egress.Config{Ifname: ifi.Name, Ifindex: ifindex, MAC: ifi.HardwareAddr, Gateway: gateway})
 	if err != nil {
-		return nil, fmt.Errorf("xsk: sink on %s: %w", ifi.Name, err)
+		return nil, fmt.Errorf("xsk: sink: %w", err)
 	}
-	if gateway.IsValid() {
-		n.Lookup(gateway)
-	}
-	return &Sink{
-		x: x, neigh: n, ether: nexthop.NewEther(n, [6]byte(ifi.HardwareAddr)),
-		addrs: make([]uint64, sinkFrames), lens: make([]int, sinkFrames),
-	}, nil
+	return &Sink{x: x, layer: l, addrs: make([]uint64, sinkFrames), lens: make([]int, sinkFrames)}, nil
 }
 
 // SetReplier sets who answers the senders of packets whose next hop
-// failed to resolve (nil: nobody). Call it before the sink is used.
-func (s *Sink) SetReplier(r pipeline.Replier) { s.reply = r }
+// failed to resolve (nil: nobody), with host unreachable. Call it before
+// the sink is used.
+func (s *Sink) SetReplier(r pipeline.Replier) { s.layer.SetReplier(r) }
 
 // SetLinkUp tells the sink whether the NIC is up. While it is down,
-// Transmit takes nothing: the frames wait in the queue and the budget
-// holds the senders back, rather than their next hops, which the kernel
-// forgets on a link that goes down, failing to resolve.
-func (s *Sink) SetLinkUp(up bool) { s.down.Store(!up) }
+// Transmit puts nothing on the TX ring: the frames wait in the queue and
+// the budget holds the senders back, rather than their next hops, which
+// the kernel forgets on a link that goes down, failing to resolve.
+func (s *Sink) SetLinkUp(up bool) { s.layer.SetLinkUp(up) }
 
 // Close stops the sink's next-hop resolver; the Socket belongs to its
 // port.
-func (s *Sink) Close() { s.neigh.Close() }
+func (s *Sink) Close() { s.layer.Close() }
 
 // Headroom is the Ethernet header.
 func (s *Sink) Headroom() int { return ethHdrLen }
@@ -115,82 +100,18 @@ func (s *Sink) Free(frames []pipeline.Frame) {
 }
 
 // Transmit writes each frame's Ethernet header and puts the frames on the
-// TX ring, in runs between the frames it drops for want of a next hop;
-// the next Complete reports those, so that their charges are released
-// like any other. It stops at a frame held for its next hop (Wait waits
-// for it).
+// TX ring, at most 256 per call, in runs between the frames it drops for
+// want of a next hop; the next Complete reports those, so that their
+// charges are released like any other. It stops at a frame held for its
+// next hop (Wait waits for it), and takes nothing while the link is down.
 func (s *Sink) Transmit(frames []pipeline.Frame) (int, error) {
-	n := min(len(frames), sinkFrames)
-	s.ether.Forget()
-	s.held = false
-	if s.down.Load() {
-		return 0, nil
-	}
-	taken := 0
-	for taken < n {
-		m, a := s.link(frames[taken:n])
-		k, err := s.send(frames[taken : taken+m])
-		taken += k
-		if err != nil || k < m || taken == n {
-			return taken, err
-		}
-		if a == nexthop.Hold {
-			s.held = true
-			return taken, nil
-		}
-		s.drop(frames[taken], a)
-		taken++
-	}
-	return taken, nil
-}
-
-// link writes the Ethernet headers of frames up to the first that is not
-// to be sent, and returns how many it wrote and what to do with that one.
-func (s *Sink) link(frames []pipeline.Frame) (int, nexthop.Action) {
-	for i, f := range frames {
-		if a := s.ether.Header(f.Buf, f.Buf[ethHdrLen:ethHdrLen+f.Len]); a != nexthop.Send {
-			return i, a
-		}
-	}
-	return len(frames), nexthop.Send
-}
-
-// send puts frames on the TX ring.
-func (s *Sink) send(frames []pipeline.Frame) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i, f := range frames {
-		s.addrs[i], s.lens[i] = f.ID, ethHdrLen+f.Len
-	}
-	return s.x.transmit(s.addrs[:len(frames)], s.lens[:len(frames)])
-}
-
-// drop frees a frame without a next hop, counts it and, if the
-// resolution failed, answers its sender.
-func (s *Sink) drop(f pipeline.Frame, a nexthop.Action) {
-	if a == nexthop.Unreachable && s.reply != nil {
-		s.reply.Unreachable(f.Buf[ethHdrLen : ethHdrLen+f.Len])
-	}
-	s.mu.Lock()
-	s.addrs[0] = f.ID
-	s.x.free(s.addrs[:1])
-	s.early++
-	s.mu.Unlock()
-	if a == nexthop.NotRouted {
-		s.notRouted.Add(1)
-	} else {
-		s.unresolved.Add(1)
-	}
+	return s.layer.Transmit(frames[:min(len(frames), sinkFrames)], (*sinkWire)(s))
 }
 
 // Drops returns how many frames the sink dropped, by reason:
 // DropUnresolved (a next hop the kernel could not resolve, or was still
 // resolving after the hold) and DropNotRouted.
-func (s *Sink) Drops() pipeline.Drops {
-	var d pipeline.Drops
-	d[pipeline.DropUnresolved], d[pipeline.DropNotRouted] = s.unresolved.Load(), s.notRouted.Load()
-	return d
-}
+func (s *Sink) Drops() pipeline.Drops { return s.layer.Drops() }
 
 // Complete returns the frames the kernel has sent to the free list.
 func (s *Sink) Complete() (int, error) {
@@ -204,18 +125,46 @@ func (s *Sink) Complete() (int, error) {
 // Wait waits up to d until the kernel has completed transmitted frames,
 // woken by the socket's writable event, and kicks it meanwhile for frames
 // still on the TX ring; after Transmit held a frame, until its next hop
-// may have resolved.
+// may have resolved; while the link is down, d.
 func (s *Sink) Wait(d time.Duration) error {
-	switch {
-	case s.held:
-		s.ether.Wait(d)
-		return nil
-	case s.down.Load():
-		time.Sleep(d)
+	if s.layer.Wait(d) {
 		return nil
 	}
 	if err := s.x.waitCompletions(d); err != ErrClosed {
 		return err
 	}
 	return nil // Complete reports nothing more; the forwarder stops by its queue
+}
+
+// sinkWire is the sink as its link layer's egress.Wire.
+type sinkWire Sink
+
+// Check takes every frame: the TX ring refuses the ones that are not
+// allocated TX frames (ErrBadFrame).
+func (w *sinkWire) Check(frames []pipeline.Frame) (int, error) { return len(frames), nil }
+
+// Packet returns the frame's Ethernet header and packet.
+func (w *sinkWire) Packet(f pipeline.Frame) (eth, pkt []byte) {
+	return f.Buf[:ethHdrLen], f.Buf[ethHdrLen : ethHdrLen+f.Len]
+}
+
+// Send puts frames on the TX ring; it stops the batch when the ring is
+// full.
+func (w *sinkWire) Send(frames []pipeline.Frame) (int, bool, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i, f := range frames {
+		w.addrs[i], w.lens[i] = f.ID, ethHdrLen+f.Len
+	}
+	n, err := w.x.transmit(w.addrs[:len(frames)], w.lens[:len(frames)])
+	return n, n < len(frames), err
+}
+
+// Discard frees a frame dropped for want of a next hop.
+func (w *sinkWire) Discard(f pipeline.Frame) {
+	w.mu.Lock()
+	w.addrs[0] = f.ID
+	w.x.free(w.addrs[:1])
+	w.early++
+	w.mu.Unlock()
 }

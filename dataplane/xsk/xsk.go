@@ -1,6 +1,7 @@
 package xsk
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -129,8 +130,10 @@ var (
 	// ErrZeroCopy: Config.ZeroCopy was asked for but the driver
 	// cannot do AF_XDP zero-copy on that queue.
 	ErrZeroCopy = errors.New("driver does not support AF_XDP zero-copy")
-	// ErrUnsupported: the kernel has no AF_XDP (CONFIG_XDP_SOCKETS).
-	ErrUnsupported = errors.New("kernel without AF_XDP sockets (CONFIG_XDP_SOCKETS)")
+	// ErrUnsupported: no AF_XDP sockets, on a kernel without
+	// CONFIG_XDP_SOCKETS or another operating system. It wraps
+	// pipeline.ErrNotSupported.
+	ErrUnsupported = fmt.Errorf("AF_XDP sockets %w", pipeline.ErrNotSupported)
 	// ErrClosed is returned by Socket methods after Port.Close.
 	ErrClosed = fmt.Errorf("xsk: %w", net.ErrClosed)
 	// ErrBadFrame: the sink was given a frame that is not one of its
@@ -212,9 +215,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	bad := func(format string, a ...any) (Config, error) {
 		return cfg, fmt.Errorf("xsk: port: %w: %s", pipeline.ErrInvalidConfig, fmt.Sprintf(format, a...))
 	}
-	cfg.FrameSize = xdpOr(cfg.FrameSize, DefaultFrameSize)
-	cfg.NumFrames = xdpOr(cfg.NumFrames, DefaultNumFrames)
-	cfg.RingSize = xdpOr(cfg.RingSize, DefaultRingSize)
+	cfg.FrameSize = cmp.Or(cfg.FrameSize, DefaultFrameSize)
+	cfg.NumFrames = cmp.Or(cfg.NumFrames, DefaultNumFrames)
+	cfg.RingSize = cmp.Or(cfg.RingSize, DefaultRingSize)
 	switch {
 	case cfg.Ifname == "" || len(cfg.Ifname) > maxIfNameLen:
 		return bad("interface name %q", cfg.Ifname)
@@ -242,9 +245,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	cfg.BusyPoll = cfg.BusyPoll.Truncate(time.Microsecond)
 	if cfg.BusyPoll > 0 {
-		cfg.BusyPollBudget = xdpOr(cfg.BusyPollBudget, DefaultBusyPollBudget)
+		cfg.BusyPollBudget = cmp.Or(cfg.BusyPollBudget, DefaultBusyPollBudget)
 	}
-	cfg.MaxChain = xdpOr(cfg.MaxChain, defaultMaxChain(cfg))
+	cfg.MaxChain = cmp.Or(cfg.MaxChain, defaultMaxChain(cfg))
 	if cfg.MaxChain < 2 { // NumFrames 2: one RX frame
 		if cfg.MultiBuffer == MultiBufferOn {
 			return bad("multi-buffer with %d frames: want 4 or more", cfg.NumFrames)
@@ -262,13 +265,6 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	cfg.Redirect = prefixes
 	return cfg, nil
-}
-
-func xdpOr(v, def int) int {
-	if v == 0 {
-		return def
-	}
-	return v
 }
 
 // Stats are a socket's counters.

@@ -22,12 +22,10 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
-	"github.com/gsoplane/gsoplane/internal/ethtool"
-	"github.com/gsoplane/gsoplane/internal/prefix"
+	"github.com/gsoplane/gsoplane/internal/port"
 )
 
 // xskBindBusyWait is how long bind retries EBUSY (see Socket.bind).
@@ -36,15 +34,10 @@ const xskBindBusyWait = 2 * time.Second
 // Port is an XDP program on an interface with one AF_XDP socket per
 // bound RX queue. Create it with Open; Close it when done.
 type Port struct {
-	mu      sync.Mutex
-	ifname  string
-	ifindex int
-	mode    Mode
-	prog    *xdpProgram
-	socks   []*Socket
-	ns      netns.NsHandle // the namespace it was opened in, for Reattach
-	closed  bool
-	multi   bool // multi-buffer receive is on
+	base  *port.Port[*Socket] // the interface, namespace, sockets and lock
+	mode  Mode
+	prog  *xdpProgram
+	multi bool // multi-buffer receive is on
 }
 
 // Open loads the XDP program, opens and registers one socket per queue,
@@ -58,12 +51,9 @@ func Open(cfg Config) (*Port, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := xdpCheckCaps(); err != nil {
-		return nil, err
-	}
-	link, err := netlink.LinkByName(cfg.Ifname)
+	link, err := port.Interface("xsk", cfg.Ifname)
 	if err != nil {
-		return nil, fmt.Errorf("xsk: port: interface %q: %w", cfg.Ifname, err)
+		return nil, err
 	}
 	if attached, id := attachedXDP(link); attached {
 		return nil, fmt.Errorf("xsk: port on %s: %w (program ID %d): if a BPF link holds it (another gateway or tool), stop that process or detach the link (bpftool link show; bpftool link detach id N), else ip link set dev %s xdp off",
@@ -73,9 +63,14 @@ func Open(cfg Config) (*Port, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Port{ifname: cfg.Ifname, ifindex: link.Attrs().Index, ns: -1}
-	if p.ns, err = netns.Get(); err != nil {
-		return nil, fmt.Errorf("xsk: port on %s: current netns: %w", cfg.Ifname, err)
+	p := &Port{}
+	p.base, err = port.New(port.Config[*Socket]{
+		Pkg: "xsk", Ifname: cfg.Ifname, Ifindex: link.Attrs().Index, MaxPrefixes: xdpMaxPrefixes,
+		ErrClosed: ErrClosed, ErrDetached: ErrDetached,
+		StopReceive: (*Socket).stopRX, CloseSocket: p.closeSocket,
+	})
+	if err != nil {
+		return nil, err
 	}
 	if err := p.open(link, cfg, queues); err != nil {
 		return nil, errors.Join(err, p.Close())
@@ -87,24 +82,25 @@ func Open(cfg Config) (*Port, error) {
 func (p *Port) open(link netlink.Link, cfg Config, queues []int) error {
 	var err error
 	if p.prog, err = newXDPProgram(slices.Max(queues)); err != nil {
-		return fmt.Errorf("xsk: port on %s: %w", p.ifname, err)
+		return fmt.Errorf("xsk: port on %s: %w", cfg.Ifname, err)
 	}
+	p.base.SetProgram(xdpAttachment{p})
 	if err := p.prog.setPrefixes(cfg.Redirect); err != nil {
-		return fmt.Errorf("xsk: port on %s: %w", p.ifname, err)
+		return fmt.Errorf("xsk: port on %s: %w", cfg.Ifname, err)
 	}
 	err = p.load(link, cfg, cfg.MultiBuffer != MultiBufferOff)
 	if p.fallBack(err, cfg) {
 		err = p.load(link, cfg, false)
 	}
 	if err != nil {
-		return fmt.Errorf("xsk: port on %s: %w", p.ifname, err)
+		return fmt.Errorf("xsk: port on %s: %w", cfg.Ifname, err)
 	}
 	for _, q := range queues {
-		x, err := newXSK(p.ifname, p.ifindex, q, cfg, p.multi)
+		x, err := newXSK(cfg.Ifname, p.Ifindex(), q, cfg, p.multi)
 		if err != nil {
 			return err
 		}
-		p.socks = append(p.socks, x)
+		p.base.AddSocket(x)
 		if err := p.checkSG(link, cfg, x); err != nil {
 			return err
 		}
@@ -143,50 +139,20 @@ func (p *Port) checkSG(link netlink.Link, cfg Config, x *Socket) error {
 	if x.multiBuffer() == p.multi {
 		return nil
 	}
-	err := fmt.Errorf("xsk: socket on %s queue %d: bind with XDP_USE_SG: %w: %w", p.ifname, x.queueID, ErrNoMultiBuffer, x.sgErr)
-	if len(p.socks) > 1 || !p.fallBack(err, cfg) {
+	err := fmt.Errorf("xsk: socket on %s queue %d: bind with XDP_USE_SG: %w: %w", cfg.Ifname, x.queueID, ErrNoMultiBuffer, x.sgErr)
+	if len(p.base.Sockets()) > 1 || !p.fallBack(err, cfg) {
 		return err
 	}
 	if err := p.load(link, cfg, false); err != nil {
-		return fmt.Errorf("xsk: port on %s: %w", p.ifname, err)
-	}
-	return nil
-}
-
-// xdpCheckCaps names the missing capabilities before anything is created.
-func xdpCheckCaps() error {
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err != nil {
-		return nil // cannot tell: the system calls will say
-	}
-	has := func(c uint) bool { return data[c/32].Effective&(1<<(c%32)) != 0 }
-	var missing []string
-	if !has(unix.CAP_NET_ADMIN) {
-		missing = append(missing, "CAP_NET_ADMIN")
-	}
-	if !has(unix.CAP_BPF) && !has(unix.CAP_SYS_ADMIN) {
-		missing = append(missing, "CAP_BPF")
-	}
-	if !has(unix.CAP_NET_RAW) {
-		missing = append(missing, "CAP_NET_RAW")
-	}
-	if len(missing) > 0 {
-		return fmt.Errorf("xsk: port: needs CAP_NET_ADMIN and CAP_BPF (and CAP_NET_RAW for the sockets); missing %v: %w",
-			missing, os.ErrPermission)
+		return fmt.Errorf("xsk: port on %s: %w", cfg.Ifname, err)
 	}
 	return nil
 }
 
 // xdpQueues returns the queues to bind: want, checked against the
-// interface, or all of its RX queues. (Not /sys/class/net/<if>/queues:
-// sysfs shows the namespace it was mounted in, not the caller's.)
+// interface's RX queues, or all of them.
 func xdpQueues(link netlink.Link, want []int) ([]int, error) {
-	n := link.Attrs().NumRxQueues
-	if rx, _, combined, err := ethtool.Channels(link.Attrs().Name); err == nil && rx+combined > 0 {
-		n = min(xdpOr(n, rx+combined), rx+combined)
-	}
-	n = max(n, 1)
+	n := port.RXQueues(link)
 	if want == nil {
 		want = make([]int, n)
 		for i := range want {
@@ -207,7 +173,7 @@ func xdpQueues(link netlink.Link, want []int) ([]int, error) {
 
 // Sockets returns the sockets, one per bound queue, in Config.Queues
 // order (a new slice: keep it rather than calling Sockets per packet).
-func (p *Port) Sockets() []*Socket { return slices.Clone(p.socks) }
+func (p *Port) Sockets() []*Socket { return p.base.Sockets() }
 
 // Mode returns the effective attach mode (native or generic).
 func (p *Port) Mode() Mode { return p.mode }
@@ -218,64 +184,31 @@ func (p *Port) Mode() Mode { return p.mode }
 func (p *Port) MultiBuffer() bool { return p.multi }
 
 // Ifindex returns the interface index.
-func (p *Port) Ifindex() int { return p.ifindex }
+func (p *Port) Ifindex() int { return p.base.Ifindex() }
 
 // SetRedirect replaces the redirect prefixes: afterwards exactly these
 // destinations go to the sockets.
-func (p *Port) SetRedirect(prefixes []netip.Prefix) error {
-	checked, err := prefix.Normalize(prefixes, xdpMaxPrefixes)
-	if err != nil {
-		return fmt.Errorf("xsk: port: %w: %v", pipeline.ErrInvalidConfig, err)
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return ErrClosed
-	}
-	return p.prog.setPrefixes(checked)
-}
+func (p *Port) SetRedirect(prefixes []netip.Prefix) error { return p.base.SetRedirect(prefixes) }
 
 // StopReceive makes every Receive of the port's sockets' receivers return
 // at once, with no frames, from now on: a return path blocked waiting for
 // frames notices that its context ended. Transmitting goes on until Close.
-func (p *Port) StopReceive() {
-	for _, x := range p.Sockets() {
-		x.stopRX()
-	}
-}
+func (p *Port) StopReceive() { p.base.StopReceive() }
 
-// Close unregisters the sockets, detaches the XDP program if it is still
-// ours, and closes the sockets and the program. It may be called from any
+// Close detaches the XDP program if it is still ours, unregisters and
+// closes the sockets, and closes the program. It may be called from any
 // goroutine and more than once; the sockets' methods then return
 // ErrClosed. It must not run while another goroutine is inside a
 // socket's method holding a frame slice it still writes to.
-func (p *Port) Close() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil
-	}
-	p.closed = true
+func (p *Port) Close() error { return p.base.Close() }
+
+// closeSocket unregisters x from the program and closes it.
+func (p *Port) closeSocket(x *Socket) error {
 	var err error
 	if p.prog != nil {
-		for _, x := range p.socks {
-			err = errors.Join(err, p.prog.unregister(x.queueID))
-		}
-		err = errors.Join(err, p.prog.detach())
+		err = p.prog.unregister(x.queueID)
 	}
-	for _, x := range p.socks {
-		err = errors.Join(err, x.close())
-	}
-	if p.prog != nil {
-		err = errors.Join(err, p.prog.close())
-	}
-	if p.ns >= 0 {
-		err = errors.Join(err, p.ns.Close())
-	}
-	if err != nil {
-		return fmt.Errorf("xsk: close port on %s: %w", p.ifname, err)
-	}
-	return nil
+	return errors.Join(err, x.close())
 }
 
 // Frame owners, per UMEM frame.
@@ -334,7 +267,7 @@ func newXSK(ifname string, ifindex, queue int, cfg Config, multi bool) (*Socket,
 	if err != nil {
 		switch {
 		case errors.Is(err, unix.EAFNOSUPPORT):
-			return nil, fmt.Errorf("xsk: socket: %w: %w", ErrUnsupported, os.NewSyscallError("socket", err))
+			return nil, fmt.Errorf("xsk: socket: %w (CONFIG_XDP_SOCKETS): %w", ErrUnsupported, os.NewSyscallError("socket", err))
 		case errors.Is(err, unix.EPERM):
 			return nil, fmt.Errorf("xsk: socket: needs CAP_NET_RAW: %w", os.NewSyscallError("socket", err))
 		}

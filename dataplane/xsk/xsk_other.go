@@ -16,5 +16,5 @@ func Open(cfg Config) (*Port, error) {
 	if _, err := cfg.withDefaults(); err != nil {
 		return nil, err
 	}
-	return nil, fmt.Errorf("xsk: %w: not supported on %s", ErrUnsupported, runtime.GOOS)
+	return nil, fmt.Errorf("xsk: %w on %s", ErrUnsupported, runtime.GOOS)
 }

@@ -1,6 +1,7 @@
 // Package nsrun runs code on a thread inside a Linux network namespace:
 // sockets, TUN devices and BPF links made there belong to that namespace.
-// The AF_XDP port uses it to re-attach its program from any goroutine,
+// The NIC ports (internal/port) use it to re-attach their programs from
+// any goroutine,
 // and internal/netlab builds the tests' namespaces on it.
 package nsrun
 
