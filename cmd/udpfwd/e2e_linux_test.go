@@ -56,7 +56,7 @@ func endToEnd(t *testing.T, port string) {
 
 	m := scrapeIdle(t, a, "127.0.0.1:9464")
 	checkMetrics(t, m, port, tcpBytes+v6Bytes, sends*segs, size)
-	if !p.waitOutput("udpfwd: tun->nic", 3*time.Second) {
+	if !p.waitOutput(`"msg":"stats","tun_to_nic":{"super_per_s":`, 3*time.Second) {
 		t.Errorf("-v printed no stats line:\n%s", p.out.String())
 	}
 

@@ -140,7 +140,7 @@ func (e emitter) ingress(s dataplane.GatewayStats) {
 		e.counter(descSegments, d.f.Segments, d.dir, e.port)
 		e.counter(descPackets, d.sent, d.dir, e.port)
 		e.counter(descBytes, d.f.Bytes, d.dir, e.port)
-		for r := range pipeline.NumDropReasons {
+		for _, r := range pipeline.ForwardDropReasons {
 			e.counter(descDrops, d.f.Drops[r], d.dir, r.String())
 		}
 	}
@@ -174,11 +174,13 @@ func (e emitter) gro(r pipeline.ReturnStats) {
 	e.counter(descGRORefused, r.Refused)
 }
 
-// drops exports both directions' drops in the pipeline's one vocabulary;
-// a reason that cannot happen in a direction stays 0.
+// drops exports both directions' drops in the pipeline's one vocabulary,
+// each with only the reasons that can happen in it.
 func (e emitter) drops(s dataplane.GatewayStats) {
-	for r := range pipeline.NumDropReasons {
+	for _, r := range pipeline.ForwardDropReasons {
 		e.counter(descDrops, s.Forward.Drops[r], toNIC, r.String())
+	}
+	for _, r := range pipeline.ReturnDropReasons {
 		e.counter(descDrops, s.Return.Drops[r], toTUN, r.String())
 	}
 }

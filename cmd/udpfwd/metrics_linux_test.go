@@ -78,6 +78,11 @@ func TestCollector(t *testing.T) {
 			t.Errorf("%s = %v (present %v), want %v", k, got, ok, want)
 		}
 	}
+	for _, k := range []string{`udpfwd_drops_total{direction="nic_to_tun",reason="hook"}`, `udpfwd_drops_total{direction="tun_to_nic",reason="write_error"}`} {
+		if _, ok := m[k]; ok {
+			t.Errorf("%s exported: that reason cannot happen in that direction", k)
+		}
+	}
 	if _, ok := m["go_goroutines"]; !ok {
 		t.Error("no Go runtime metrics")
 	}

@@ -54,7 +54,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if d == nil {
 		return code
 	}
-	d.stats = stderr
 	return d.serve(ctx, sigs)
 }
 
@@ -65,7 +64,6 @@ type daemon struct {
 	gw    *gateway
 	ln    net.Listener // nil without -metrics
 	srv   httpServer
-	stats io.Writer // for -v
 	// stopping is set once a signal asked for the drain (/healthz: 503).
 	stopping atomic.Bool
 }

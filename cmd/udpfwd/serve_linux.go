@@ -24,7 +24,7 @@ func (d *daemon) serve(ctx context.Context, sigs <-chan os.Signal) int {
 
 	httpErr := d.startHTTP()
 	if d.cfg.Verbose {
-		go printStats(runCtx, d.stats, d.gw.Stats, time.Second)
+		go logStats(runCtx, d.log, d.gw.Stats, time.Second)
 	}
 	runDone := make(chan error, 1)
 	go func() { runDone <- d.gw.Run(runCtx) }()

@@ -2,16 +2,16 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"io"
+	"log/slog"
+	"math"
 	"time"
 
 	"github.com/gsoplane/gsoplane/dataplane"
 )
 
-// printStats writes one line per interval with the rates since the last
-// line, until ctx ends (-v).
-func printStats(ctx context.Context, w io.Writer, stats func() dataplane.GatewayStats, interval time.Duration) {
+// logStats logs one "stats" record per interval with the rates since the
+// last one, until ctx ends (-v).
+func logStats(ctx context.Context, log *slog.Logger, stats func() dataplane.GatewayStats, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	prev, last := stats(), time.Now()
@@ -21,27 +21,41 @@ func printStats(ctx context.Context, w io.Writer, stats func() dataplane.Gateway
 			return
 		case now := <-t.C:
 			cur := stats()
-			fmt.Fprintln(w, statsLine(prev, cur, now.Sub(last)))
+			log.Info("stats", statsAttrs(prev, cur, now.Sub(last))...)
 			prev, last = cur, now
 		}
 	}
 }
 
-// statsLine describes the change from a to b over d.
-func statsLine(a, b dataplane.GatewayStats, d time.Duration) string {
+// statsAttrs describes the change from a to b over d: rates per second
+// each way, drops, budget, queue and stalls.
+func statsAttrs(a, b dataplane.GatewayStats, d time.Duration) []any {
 	sec := d.Seconds()
-	rate := func(x, y uint64) float64 { return float64(y-x) / sec }
+	rate := func(x, y uint64) float64 { return round(float64(y-x) / sec) }
 	segs := float64(b.Forward.Segments - a.Forward.Segments)
 	sps := float64(b.Forward.SuperPackets - a.Forward.SuperPackets)
 	pkts := float64(b.Return.Packets - a.Return.Packets)
 	writes := float64(b.Return.Writes - a.Return.Writes)
-	return fmt.Sprintf("udpfwd: tun->nic %.0f super/s %.0f seg/s (%.1f seg/super) %.1f Mbit/s | nic->tun %.0f pkt/s %.0f writes/s (%.2f writes/pkt) %.1f Mbit/s | drops %d | budget %d/%d B | queue %d | stalls %.0f/s",
-		sps/sec, segs/sec, segs/max(sps, 1), rate(a.Forward.Bytes, b.Forward.Bytes)*8/1e6,
-		pkts/sec, writes/sec, writes/max(pkts, 1), rate(a.Return.Bytes, b.Return.Bytes)*8/1e6,
-		totalDrops(b)-totalDrops(a), b.Budget.InFlight, b.Budget.Limit,
-		b.Queue.Pending+b.Queue.InFlight,
-		rate(a.Budget.Stalls+a.Queue.Stalls+a.Forward.FrameStalls, b.Budget.Stalls+b.Queue.Stalls+b.Forward.FrameStalls))
+	return []any{
+		slog.Group("tun_to_nic",
+			"super_per_s", rate(a.Forward.SuperPackets, b.Forward.SuperPackets),
+			"segments_per_s", rate(a.Forward.Segments, b.Forward.Segments),
+			"segments_per_super", round(segs/max(sps, 1)),
+			"mbit_per_s", round(rate(a.Forward.Bytes, b.Forward.Bytes)*8/1e6)),
+		slog.Group("nic_to_tun",
+			"packets_per_s", rate(a.Return.Packets, b.Return.Packets),
+			"writes_per_s", rate(a.Return.Writes, b.Return.Writes),
+			"writes_per_packet", round(writes/max(pkts, 1)),
+			"mbit_per_s", round(rate(a.Return.Bytes, b.Return.Bytes)*8/1e6)),
+		"drops", totalDrops(b) - totalDrops(a),
+		"budget_bytes", b.Budget.InFlight, "budget_limit_bytes", b.Budget.Limit,
+		"queue_segments", b.Queue.Pending + b.Queue.InFlight,
+		"stalls_per_s", rate(a.Budget.Stalls+a.Queue.Stalls+a.Forward.FrameStalls, b.Budget.Stalls+b.Queue.Stalls+b.Forward.FrameStalls),
+	}
 }
+
+// round keeps two decimals.
+func round(x float64) float64 { return math.Round(x*100) / 100 }
 
 // totalDrops sums the drops of both directions.
 func totalDrops(s dataplane.GatewayStats) uint64 {

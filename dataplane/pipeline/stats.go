@@ -26,6 +26,14 @@ const (
 	NumDropReasons                   // the number of reasons
 )
 
+// ForwardDropReasons are the reasons a Forwarder (with its sink) counts;
+// ReturnDropReasons those a ReturnPath counts. The other entries of each
+// one's Drops stay 0.
+var (
+	ForwardDropReasons = []DropReason{DropInvalid, DropOversize, DropHook, DropQueueFull, DropNoFrames, DropUnresolved, DropTooBig, DropNotRouted}
+	ReturnDropReasons  = []DropReason{DropInvalid, DropWriteError}
+)
+
 var dropNames = [NumDropReasons]string{"invalid", "oversize", "hook", "queue_full", "no_frames", "unresolved", "write_error", "too_big", "not_routed"}
 
 // String returns the reason's metric label, such as "queue_full".
