@@ -59,11 +59,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // daemon is a started udpfwd.
 type daemon struct {
-	cfg   *config
-	log   *slog.Logger
-	gw    *gateway
-	ln    net.Listener // nil without -metrics
-	srv   httpServer
+	cfg *config
+	log *slog.Logger
+	gw  *gateway
+	ln  net.Listener // nil without -metrics
+	srv httpServer
 	// stopping is set once a signal asked for the drain (/healthz: 503).
 	stopping atomic.Bool
 }
