@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -120,5 +121,29 @@ func TestContribSyntax(t *testing.T) {
 	out, err := exec.Command(promtool, "check", "rules", alertsFile, dash).CombinedOutput()
 	if err != nil {
 		t.Fatalf("promtool check rules: %v\n%s", err, out)
+	}
+}
+
+// TestServiceUnit: the unit lets udpfwd open every socket it may need and
+// waits for its READY=1.
+func TestServiceUnit(t *testing.T) {
+	b, err := os.ReadFile("../../contrib/udpfwd.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
+			unit[k] = v
+		}
+	}
+	if unit["Type"] != "notify" || unit["WatchdogSec"] == "" {
+		t.Errorf("Type=%s WatchdogSec=%s, want notify and a watchdog", unit["Type"], unit["WatchdogSec"])
+	}
+	families := strings.Fields(unit["RestrictAddressFamilies"])
+	for _, want := range []string{"AF_UNIX", "AF_INET", "AF_INET6", "AF_NETLINK", "AF_XDP", "AF_PACKET"} {
+		if !slices.Contains(families, want) {
+			t.Errorf("RestrictAddressFamilies lacks %s", want)
+		}
 	}
 }

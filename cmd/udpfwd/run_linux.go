@@ -50,20 +50,28 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	signal.Notify(sigs, stopSignals...)
 	defer signal.Stop(sigs)
 	signal.Ignore(syscall.SIGPIPE)
+	notify, err := newNotifier(os.Getenv)
+	if err != nil {
+		log.Warn("no systemd notifications", "err", err)
+		notify = &notifier{}
+	}
+	defer notify.close()
 	d, code := start(cfg, acct, log)
 	if d == nil {
 		return code
 	}
+	d.notify = notify
 	return d.serve(ctx, sigs)
 }
 
 // daemon is a started udpfwd.
 type daemon struct {
-	cfg *config
-	log *slog.Logger
-	gw  *gateway
-	ln  net.Listener // nil without -metrics
-	srv httpServer
+	cfg    *config
+	log    *slog.Logger
+	gw     *gateway
+	ln     net.Listener // nil without -metrics
+	srv    httpServer
+	notify *notifier // systemd's READY, STOPPING and WATCHDOG
 	// stopping is set once a signal asked for the drain (/healthz: 503).
 	stopping atomic.Bool
 }

@@ -19,6 +19,7 @@ func (d *daemon) serve(ctx context.Context, sigs <-chan os.Signal) int {
 	go watchSignals(sigs, done, func(s os.Signal) {
 		d.log.Info("stopping", "signal", s.String(), "drain_timeout", d.cfg.DrainTimeout.String())
 		d.stopping.Store(true)
+		d.notify.send("STOPPING=1")
 		stop()
 	}, d.exitNow)
 
@@ -28,6 +29,8 @@ func (d *daemon) serve(ctx context.Context, sigs <-chan os.Signal) int {
 	}
 	runDone := make(chan error, 1)
 	go func() { runDone <- d.gw.Run(runCtx) }()
+	d.notify.send("READY=1\nSTATUS=forwarding")
+	go d.notify.pet(done, func() { d.gw.Stats() })
 
 	var failure error
 	select {

@@ -2,8 +2,11 @@ package main
 
 import (
 	"bufio"
+	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -91,5 +94,59 @@ func TestHangupAndClosedStderr(t *testing.T) {
 	}
 	if left := leftovers(t, a); left != "" {
 		t.Errorf("left behind: %s", left)
+	}
+}
+
+// TestSystemdNotify runs udpfwd with a NOTIFY_SOCKET of the test's own
+// and a watchdog: READY=1 once it forwards, WATCHDOG=1 at half the
+// interval, STOPPING=1 on SIGTERM.
+func TestSystemdNotify(t *testing.T) {
+	requireRoot(t)
+	a, _ := newLab(t)
+	sock := filepath.Join(t.TempDir(), "notify")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	msgs := make(chan string, 64)
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			n, err := conn.Read(buf)
+			if err != nil {
+				close(msgs)
+				return
+			}
+			msgs <- string(buf[:n])
+		}
+	}()
+	p := startUdpfwd(t, a, append([]string{"NOTIFY_SOCKET=" + sock, "WATCHDOG_USEC=400000"}, labEnv...), labArgs...)
+	expect := func(want string) {
+		t.Helper()
+		deadline := time.After(15 * time.Second)
+		for {
+			select {
+			case m := <-msgs:
+				if strings.Contains(m, want) {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("no %s from udpfwd:\n%s", want, p.out.String())
+			}
+		}
+	}
+	expect("READY=1")
+	if resp, err := get(a, "127.0.0.1:9464", "/healthz"); err != nil {
+		t.Errorf("READY=1 before the metrics server answers: %v", err)
+	} else {
+		resp.Body.Close()
+	}
+	expect("WATCHDOG=1")
+	expect("WATCHDOG=1")
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	expect("STOPPING=1")
+	if code := p.wait(5 * time.Second); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, p.out.String())
 	}
 }

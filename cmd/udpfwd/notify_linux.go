@@ -1,0 +1,80 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"time"
+)
+
+// notifier speaks systemd's service notification protocol: one datagram
+// per state change to the socket in $NOTIFY_SOCKET (a path, or an
+// abstract name after '@'). Without the variable it does nothing, so
+// udpfwd runs the same outside systemd.
+type notifier struct {
+	conn     *net.UnixConn
+	watchdog time.Duration // how often to send WATCHDOG=1; 0: never
+}
+
+// newNotifier connects to $NOTIFY_SOCKET, if set, and reads the watchdog
+// interval systemd asks for ($WATCHDOG_USEC, for this process when
+// $WATCHDOG_PID names it): half of it, as systemd recommends.
+func newNotifier(getenv func(string) string) (*notifier, error) {
+	n := &notifier{}
+	name := getenv("NOTIFY_SOCKET")
+	if name == "" {
+		return n, nil
+	}
+	if name[0] == '@' {
+		name = "\x00" + name[1:]
+	}
+	conn, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: name, Net: "unixgram"})
+	if err != nil {
+		return nil, fmt.Errorf("NOTIFY_SOCKET %s: %w", getenv("NOTIFY_SOCKET"), err)
+	}
+	n.conn = conn
+	if pid := getenv("WATCHDOG_PID"); pid != "" && pid != strconv.Itoa(os.Getpid()) {
+		return n, nil
+	}
+	if usec, err := strconv.ParseInt(getenv("WATCHDOG_USEC"), 10, 64); err == nil && usec > 0 {
+		n.watchdog = time.Duration(usec) * time.Microsecond / 2
+	}
+	return n, nil
+}
+
+// send sends one notification, such as "READY=1" or "STOPPING=1".
+func (n *notifier) send(state string) error {
+	if n == nil || n.conn == nil {
+		return nil
+	}
+	_, err := n.conn.Write([]byte(state))
+	return err
+}
+
+// pet sends WATCHDOG=1 every interval, each after probe returned (a
+// gateway that no longer answers stops the pings, and systemd restarts
+// it), until done is closed.
+func (n *notifier) pet(done <-chan struct{}, probe func()) {
+	if n == nil || n.conn == nil || n.watchdog == 0 {
+		return
+	}
+	t := time.NewTicker(n.watchdog)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			probe()
+			n.send("WATCHDOG=1")
+		}
+	}
+}
+
+func (n *notifier) close() error {
+	if n == nil || n.conn == nil {
+		return nil
+	}
+	return n.conn.Close()
+}
