@@ -122,30 +122,6 @@ var flagGroups = []struct {
 	{"Information", []string{"version"}},
 }
 
-// parseConfig parses args, then fills every flag not given on the command
-// line from its UDPFWD_* variable, then validates. It returns
-// flag.ErrHelp for -h, the flag package's error for a malformed command
-// line, or one error listing every problem.
-func parseConfig(args []string, lookupEnv func(string) (string, bool)) (*config, error) {
-	cfg := new(config)
-	fs := newFlagSet(cfg)
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if cfg.Version {
-		return cfg, nil
-	}
-	var p problems
-	if fs.NArg() > 0 {
-		p.add("unexpected argument %q (every option is a flag)", fs.Arg(0))
-	}
-	p.merge(applyEnv(fs, lookupEnv))
-	if len(p) == 0 {
-		p.merge(cfg.validate())
-	}
-	return cfg, p.err("invalid configuration")
-}
-
 // applyEnv sets every flag that the command line did not from its
 // environment variable: the command line wins.
 func applyEnv(fs *flag.FlagSet, lookupEnv func(string) (string, bool)) problems {
