@@ -249,14 +249,6 @@ func (p *groPacket) addrs() []byte {
 	return p.b[12:20]
 }
 
-// ipv4HeaderOK verifies the checksum of a 20-byte IPv4 header: five
-// 32-bit words cannot overflow the accumulator.
-func ipv4HeaderOK(b []byte) bool {
-	le := binary.LittleEndian
-	return fold(uint64(le.Uint32(b))+uint64(le.Uint32(b[4:]))+uint64(le.Uint32(b[8:]))+
-		uint64(le.Uint32(b[12:]))+uint64(le.Uint32(b[16:]))) == 0xffff
-}
-
 // sameFlow reports whether two keyed packets belong to one flow: kind,
 // addresses and ports.
 func sameFlow(a, b *groPacket) bool {

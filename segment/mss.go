@@ -291,15 +291,6 @@ func Clamp(pkt []byte, mtu int) bool {
 	return true
 }
 
-// csumReplace updates the Internet checksum hc of data in which the
-// 16-bit word old became new (RFC 1624, equation 3).
-func csumReplace(hc, old, new uint16) uint16 {
-	s := uint32(^hc) + uint32(^old) + uint32(new)
-	s = s&0xffff + s>>16
-	s = s&0xffff + s>>16
-	return ^uint16(s)
-}
-
 // tcpOf finds the TCP header of pkt: a whole, unfragmented IPv4 or IPv6
 // TCP packet (IPv6 through hop-by-hop, routing and destination options
 // headers) whose IP length matches len(pkt) and whose TCP header fits. It

@@ -261,11 +261,6 @@ func (t *template) finish(acc uint64) uint16 {
 	return c
 }
 
-func ipv4Checksum(iph []byte) {
-	binary.BigEndian.PutUint16(iph[ipv4CsumOff:], 0)
-	binary.BigEndian.PutUint16(iph[ipv4CsumOff:], Checksum(iph, 0))
-}
-
 // splitUFO cuts one UDP datagram into IP fragments of MSS bytes of L4
 // data each, after completing its UDP checksum over the whole datagram.
 func (s *Segmenter) splitUFO(pkt []byte, l Layout, bufs [][]byte, sizes []int, offset int) {
@@ -308,15 +303,6 @@ func ufoChecksum(pkt []byte, l Layout) uint16 {
 		c = udpCsumZero
 	}
 	return c
-}
-
-// pseudoHeader sums the pseudo-header of an IPv4 or IPv6 packet.
-func pseudoHeader(pkt []byte, v6 bool, proto uint8, l4Len int) uint64 {
-	addrs := pkt[12:20]
-	if v6 {
-		addrs = pkt[8:40]
-	}
-	return sum(addrs, uint64(proto)<<8+beAcc(uint16(l4Len)))
 }
 
 // fixFragIPv4 turns a copy of the IPv4 header into a fragment's: same ID,
