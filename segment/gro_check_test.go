@@ -99,7 +99,10 @@ func coalesce(t testing.TB, c *Coalescer, in [][]byte) []groOut {
 		copy(bufs[i][groHeadroom:], p)
 		sizes[i] = len(p)
 	}
-	res := c.Coalesce(bufs, sizes, groHeadroom)
+	res, err := c.Coalesce(bufs, sizes, groHeadroom)
+	if err != nil {
+		t.Fatal(err)
+	}
 	outs := make([]groOut, len(res))
 	for k, iov := range res {
 		o := &outs[k]

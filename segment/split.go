@@ -2,7 +2,6 @@ package segment
 
 import (
 	"encoding/binary"
-	"errors"
 	"math/rand/v2"
 	"sync/atomic"
 )
@@ -64,11 +63,6 @@ func (s *Segmenter) Validate(pkt []byte, h Header) (Layout, error) {
 	return validate(pkt, h, s.maxSegments())
 }
 
-// ErrLayout is returned by Segmenter.Split for a Layout that Validate did
-// not return for a packet of this length: a caller's mistake, not a bad
-// packet.
-var ErrLayout = errors.New("segment: layout is not Validate's for this packet")
-
 // Split writes the segments of pkt, which Validate accepted and described
 // with l, into bufs, segment i at bufs[i][offset:offset+sizes[i]], and
 // returns how many it wrote. Each segment is a complete IP packet, written
@@ -80,12 +74,13 @@ var ErrLayout = errors.New("segment: layout is not Validate's for this packet")
 // Every buffer needs l.MaxSegLen() bytes after offset and there must be
 // l.Segments() of them; otherwise Split writes nothing and returns a
 // *BufferError saying what it needs. A layout that is not Validate's for
-// a packet of len(pkt) bytes returns ErrLayout. pkt may be
+// a packet of len(pkt) bytes returns an *Error that does not match
+// ErrInvalid: a caller's mistake, not a bad packet. pkt may be
 // bufs[0][offset:] itself (same start); no other overlap is allowed.
-// Split does not allocate.
+// Split does not allocate, except for that *Error.
 func (s *Segmenter) Split(pkt []byte, l Layout, bufs [][]byte, sizes []int, offset int) (int, error) {
 	if !l.valid || l.pktLen != len(pkt) {
-		return 0, ErrLayout
+		return 0, misuse(ruleLayout, "%d-byte packet, Layout of %d bytes (from Validate: %v)", len(pkt), l.pktLen, l.valid)
 	}
 	if err := checkBufs(l, bufs, sizes, offset); err != nil {
 		return 0, err
@@ -110,11 +105,11 @@ func (s *Segmenter) maxSegments() int {
 
 func checkBufs(l Layout, bufs [][]byte, sizes []int, offset int) error {
 	if len(bufs) < l.segments || len(sizes) < l.segments || offset < 0 {
-		return &BufferError{Need: l.segments, Have: min(len(bufs), len(sizes)), Size: l.maxSegLen, rule: ErrTooFewBuffers}
+		return &BufferError{Need: l.segments, Have: min(len(bufs), len(sizes)), Size: l.maxSegLen, rule: ruleTooFewBuffers}
 	}
 	for _, b := range bufs[:l.segments] {
 		if len(b) < offset+l.maxSegLen {
-			return &BufferError{Need: l.segments, Have: len(bufs), Size: l.maxSegLen, rule: ErrShortBuffer}
+			return &BufferError{Need: l.segments, Have: len(bufs), Size: l.maxSegLen, rule: ruleShortBuffer}
 		}
 	}
 	return nil

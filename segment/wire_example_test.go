@@ -21,10 +21,9 @@ func ExampleForWire() {
 		segment.Clamp(pkt, mtu) // only if the two sides' MTUs differ
 		tbl.Observe(pkt)
 		h, st, err := seg.ForWire(pkt, mtu, tbl.MSS(pkt))
-		var tb *segment.TooBigError
 		switch {
-		case errors.As(err, &tb):
-			fmt.Println("drop, ICMP too big, MTU", tb.MTU)
+		case errors.Is(err, segment.ErrTooBig):
+			fmt.Println("drop, ICMP too big, MTU", mtu)
 			return
 		case errors.Is(err, segment.ErrBadChecksum), errors.Is(err, segment.ErrInvalid):
 			fmt.Println("drop and count:", st)

@@ -34,15 +34,15 @@ func FuzzWire(f *testing.F) {
 				t.Fatalf("ErrBadChecksum with state %v", st)
 			}
 		case errors.Is(err, ErrTooBig):
-			var tb *TooBigError
-			if !errors.As(err, &tb) || tb.MTU != int(mtu) || len(pkt) <= int(mtu) {
+			var tb *tooBigError
+			if !errors.As(err, &tb) || tb.mtu != int(mtu) || len(pkt) <= int(mtu) {
 				t.Fatalf("%v for a %d-byte packet and mtu %d", err, len(pkt), mtu)
 			}
 		case errors.Is(err, ErrInvalid):
-			if _, verr := Validate(pkt, Header{}); verr == nil && !errors.Is(err, ErrTooManySegments) && !errors.Is(err, ErrTransport) {
+			if _, verr := Validate(pkt, Header{}); verr == nil && !broke(err, ruleTooManySegments) && !broke(err, ruleTransport) {
 				t.Fatalf("%v for a packet Validate accepts", err)
 			}
-		case errors.Is(err, errSmallMTU):
+		case broke(err, ruleSmallMTU):
 			if mtu >= MinMTU {
 				t.Fatalf("%v with mtu %d", err, mtu)
 			}

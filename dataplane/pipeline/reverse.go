@@ -216,11 +216,15 @@ func (r *ReturnPath) run(b *returnBatchBufs, from, to int) {
 	}
 	h := r.cfg.Receiver.Headroom()
 	if r.gro != nil {
-		r.writeVectors(r.gro.Coalesce(frames[:m], sizes[:m], h))
-		r.groMu.Lock()
-		r.groStats = r.gro.Stats()
-		r.groMu.Unlock()
-		return
+		// The batches fit the Coalescer (returnBatch packets, the
+		// receiver's headroom); one that did not would go out unmerged.
+		if out, err := r.gro.Coalesce(frames[:m], sizes[:m], h); err == nil {
+			r.writeVectors(out)
+			r.groMu.Lock()
+			r.groStats = r.gro.Stats()
+			r.groMu.Unlock()
+			return
+		}
 	}
 	for i, f := range frames[:m] {
 		hdr := f[h-r.cfg.HeaderSize : h]
