@@ -47,8 +47,9 @@
 // MSS and the MTU, UFO for IPv4 UDP without DF), and says which packets
 // a router must refuse instead (ErrTooBig: ICMP fragmentation needed or
 // packet too big) and whether the packet's checksum is complete, partial
-// or bad. An MSSTable remembers the MSS each flow's SYN and SYN-ACK
-// announced; Clamp lowers the MSS option of a SYN to fit an MTU.
+// or bad. ParseTCP reads what a SYN or SYN-ACK announces and what a RST
+// ends, for a table that remembers each flow's MSS (the pipeline's
+// MSSTable); Clamp lowers the MSS option of a SYN to fit an MTU.
 //
 // The package is pure Go with no system calls and builds on any OS.
 package segment

@@ -106,7 +106,7 @@ func ForWire(pkt []byte, mtu, mss int) (Header, CsumState, error) {
 // packets of at most mtu bytes, as Linux's forwarding path would send it
 // on (ip_forward, ip_finish_output_gso, ip_do_fragment). It also says what
 // it found in the transport checksum. mss, if positive, caps the TCP
-// payload per segment (see MSSTable.MSS); mtu must be at least MinMTU.
+// payload per segment (see TCP.SegmentMSS); mtu must be at least MinMTU.
 //
 // A packet that fits (len(pkt) <= mtu) gets GSONone: with NEEDS_CSUM at the
 // transport checksum when that holds a partial checksum, so that Split
