@@ -21,11 +21,9 @@ const (
 	HeaderSizeMrg = 12
 )
 
-// Flags of virtio_net_hdr.flags.
-const (
-	FlagNeedsCsum = 1 // the checksum at CsumStart+CsumOffset is partial
-	FlagDataValid = 2 // the checksum was verified (receive side only)
-)
+// FlagNeedsCsum is the flag of virtio_net_hdr.flags that says the
+// checksum at CsumStart+CsumOffset is partial.
+const FlagNeedsCsum = 1
 
 // GSOType is virtio_net_hdr.gso_type: a kind in the low bits and the ECN
 // bit on top.

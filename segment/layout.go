@@ -69,10 +69,6 @@ func (l Layout) MaxSegLen() int { return l.maxSegLen }
 // NeedsCsum reports an input with a partial checksum to complete.
 func (l Layout) NeedsCsum() bool { return l.needsCsum }
 
-// CsumOffset is the offset of the checksum field from the transport
-// header.
-func (l Layout) CsumOffset() int { return l.csumOffset }
-
 // SegmentHeader returns the virtio-net header that describes every packet
 // Split writes for this layout. With partial set (a Segmenter in partial
 // mode), TSO/USO segments and passed-through packets keep a partial
