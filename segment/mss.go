@@ -3,6 +3,8 @@ package segment
 import (
 	"encoding/binary"
 	"math/bits"
+
+	"github.com/gsoplane/gsoplane/internal/iphdr"
 )
 
 // MSS values Linux assumes (include/net/tcp.h, tcp_v4_connect,
@@ -49,10 +51,11 @@ const (
 // Announced and ForWire: the table then records the clamped MSS, and a
 // partial checksum left as is stays right for ForWire to complete.
 func Clamp(pkt []byte, mtu int) bool {
-	l3, l4, v6, ok := tcpOf(pkt)
-	if !ok || pkt[l3+tcpFlagsOff]&tcpSYN == 0 {
+	t, ok := ParseTCP(pkt)
+	if !ok || pkt[t.L3+tcpFlagsOff]&tcpSYN == 0 {
 		return false
 	}
+	l3, l4, v6 := t.L3, t.l4, t.v6
 	limit := mtu - ipv4MinLen - tcpMinLen
 	if v6 {
 		limit = mtu - ipv6Len - tcpMinLen
@@ -108,48 +111,6 @@ func Clamp(pkt []byte, mtu int) bool {
 	return true
 }
 
-// tcpOf finds the TCP header of pkt: a whole, unfragmented IPv4 or IPv6
-// TCP packet (IPv6 through hop-by-hop, routing and destination options
-// headers) whose IP length matches len(pkt) and whose TCP header fits. It
-// returns the offset and length of the TCP header.
-func tcpOf(pkt []byte) (l3, l4 int, v6, ok bool) {
-	if len(pkt) < ipv4MinLen {
-		return 0, 0, false, false
-	}
-	switch pkt[0] >> 4 {
-	case 4:
-		l3 = int(pkt[0]&0xf) * 4
-		if l3 < ipv4MinLen || pkt[9] != protoTCP ||
-			int(binary.BigEndian.Uint16(pkt[ipv4TotalOff:])) != len(pkt) ||
-			binary.BigEndian.Uint16(pkt[ipv4FragOff:])&0x3fff != 0 {
-			return 0, 0, false, false
-		}
-	case 6:
-		if len(pkt) < ipv6Len || int(binary.BigEndian.Uint16(pkt[ipv6PLenOff:])) != len(pkt)-ipv6Len {
-			return 0, 0, false, false
-		}
-		v6 = true
-		next, off := pkt[ipv6NextOff], ipv6Len
-		for next != protoTCP {
-			if next != protoHopByHop && next != protoRouting && next != protoDestOpts || off+8 > len(pkt) {
-				return 0, 0, false, false
-			}
-			next, off = pkt[off], off+(int(pkt[off+1])+1)*8
-		}
-		l3 = off
-	default:
-		return 0, 0, false, false
-	}
-	if l3+tcpMinLen > len(pkt) {
-		return 0, 0, false, false
-	}
-	l4 = int(pkt[l3+12]>>4) * 4
-	if l4 < tcpMinLen || l3+l4 > len(pkt) {
-		return 0, 0, false, false
-	}
-	return l3, l4, v6, true
-}
-
 // TCP locates the TCP header of a whole, unfragmented IPv4 or IPv6 TCP
 // packet, as ParseTCP found it, for a table that remembers what each
 // flow's handshake announced.
@@ -164,8 +125,33 @@ type TCP struct {
 // destination options headers), with an IP length that matches len(pkt)
 // and a TCP header that fits. ok is false for anything else.
 func ParseTCP(pkt []byte) (t TCP, ok bool) {
-	l3, l4, v6, ok := tcpOf(pkt)
-	return TCP{L3: l3, l4: l4, v6: v6}, ok
+	if !iphdr.Whole(pkt) {
+		return TCP{}, false
+	}
+	if iphdr.Version(pkt) == 4 {
+		t.L3 = iphdr.HeaderLen(pkt)
+		if pkt[9] != protoTCP || binary.BigEndian.Uint16(pkt[ipv4FragOff:])&0x3fff != 0 {
+			return TCP{}, false
+		}
+	} else {
+		t.v6 = true
+		next, off := pkt[ipv6NextOff], ipv6Len
+		for next != protoTCP {
+			if next != protoHopByHop && next != protoRouting && next != protoDestOpts || off+8 > len(pkt) {
+				return TCP{}, false
+			}
+			next, off = pkt[off], off+(int(pkt[off+1])+1)*8
+		}
+		t.L3 = off
+	}
+	if t.L3+tcpMinLen > len(pkt) {
+		return TCP{}, false
+	}
+	t.l4 = int(pkt[t.L3+12]>>4) * 4
+	if t.l4 < tcpMinLen || t.L3+t.l4 > len(pkt) {
+		return TCP{}, false
+	}
+	return t, true
 }
 
 // Announced returns the MSS that pkt announces if it is a SYN or SYN-ACK

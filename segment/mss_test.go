@@ -13,6 +13,13 @@ import (
 	"github.com/gsoplane/gsoplane/internal/iphdr"
 )
 
+// tcpOf is ParseTCP with the header's offset, length and IP version as
+// values.
+func tcpOf(pkt []byte) (l3, l4 int, v6, ok bool) {
+	t, ok := ParseTCP(pkt)
+	return t.L3, t.l4, t.v6, ok
+}
+
 // mssOpt is an MSS option announcing m.
 func mssOpt(m uint16) []byte { return []byte{tcpOptMSS, 4, byte(m >> 8), byte(m)} }
 
