@@ -113,7 +113,7 @@ func Clamp(pkt []byte, mtu int) bool {
 
 // TCP locates the TCP header of a whole, unfragmented IPv4 or IPv6 TCP
 // packet, as ParseTCP found it, for a table that remembers what each
-// flow's handshake announced.
+// flow's handshake announced. Its methods take that packet.
 type TCP struct {
 	L3 int // offset of the TCP header: the IP header with its IPv4 options or IPv6 extension headers
 	l4 int // TCP header length, options included

@@ -39,12 +39,13 @@ func fixed(b []byte) int {
 
 // Len returns the length of the packet as its header gives it: the IPv4
 // total length, or IPv6Len plus the IPv6 payload length. ok is false if b
-// does not hold a whole fixed IPv4 or IPv6 header.
+// is neither IPv4 nor IPv6 or ends before the length field (4 bytes for
+// IPv4, 6 for IPv6); the rest of the fixed header need not be there.
 func Len(b []byte) (n int, ok bool) {
-	switch fixed(b) {
-	case IPv4Len:
+	switch v := Version(b); {
+	case v == 4 && len(b) >= 4:
 		return int(binary.BigEndian.Uint16(b[2:])), true
-	case IPv6Len:
+	case v == 6 && len(b) >= 6:
 		return IPv6Len + int(binary.BigEndian.Uint16(b[4:])), true
 	}
 	return 0, false
@@ -61,12 +62,12 @@ func HeaderLen(b []byte) int {
 }
 
 // Whole reports whether b is exactly one IP packet as far as its fixed
-// header tells: the length the header gives is len(b), and an IPv4 header
-// is at least IPv4Len bytes long and no longer than the packet.
+// header tells: b holds the fixed header, the length the header gives is
+// len(b), and an IPv4 header is at least IPv4Len bytes long.
 func Whole(b []byte) bool {
-	n, ok := Len(b)
-	hl := HeaderLen(b)
-	return ok && n == len(b) && hl >= fixed(b) && hl <= n
+	n, _ := Len(b)
+	f := fixed(b)
+	return f > 0 && n == len(b) && HeaderLen(b) >= f && HeaderLen(b) <= n
 }
 
 // Addrs returns the source and destination addresses, 8 bytes for IPv4

@@ -40,15 +40,18 @@ func TestRead(t *testing.T) {
 		pkt     []byte
 		version int
 		n       int  // Len
-		ok      bool // Len, Dst
+		lenOK   bool // Len: the length field is there
+		ok      bool // Dst: the fixed header is there
 		hl      int
 		whole   bool
 		dst     netip.Addr
 	}{
 		{name: "empty", pkt: nil},
 		{name: "version only", pkt: []byte{0x45}, version: 4},
-		{name: "short IPv4", pkt: ipv4(0, 0)[:19], version: 4},
-		{name: "short IPv6", pkt: ipv6(0)[:39], version: 6},
+		{name: "IPv4 before the length", pkt: ipv4(0, 0)[:3], version: 4},
+		{name: "IPv6 before the length", pkt: ipv6(0)[:5], version: 6},
+		{name: "short IPv4", pkt: ipv4(0, 0)[:19], version: 4, n: 20, lenOK: true},
+		{name: "short IPv6", pkt: ipv6(0)[:39], version: 6, n: 40, lenOK: true},
 		{name: "IPv4", pkt: ipv4(0, 100), version: 4, n: 120, ok: true, hl: 20, whole: true, dst: dst4},
 		{name: "IPv4 options", pkt: ipv4(40, 8), version: 4, n: 68, ok: true, hl: 60, whole: true, dst: dst4},
 		{name: "IPv4 header only", pkt: ipv4(0, 0), version: 4, n: 20, ok: true, hl: 20, whole: true, dst: dst4},
@@ -67,7 +70,7 @@ func TestRead(t *testing.T) {
 		n, ok := Len(c.pkt)
 		dst, dok := Dst(c.pkt)
 		got := []any{Version(c.pkt), n, ok, HeaderLen(c.pkt), Whole(c.pkt), dst, dok}
-		want := []any{c.version, c.n, c.ok, c.hl, c.whole, c.dst, c.ok}
+		want := []any{c.version, c.n, c.lenOK || c.ok, c.hl, c.whole, c.dst, c.ok}
 		for i := range got {
 			if got[i] != want[i] {
 				t.Errorf("%s: Version, Len, HeaderLen, Whole, Dst = %v, want %v", c.name, got, want)
@@ -102,13 +105,19 @@ func FuzzRead(f *testing.F) {
 		n, ok := Len(b)
 		dst, dok := Dst(b)
 		hl, whole, a := HeaderLen(b), Whole(b), Addrs(b)
-		if ok != dok || ok != (a != nil) || hl != 0 && !ok {
+		if dok != (a != nil) || dok && !ok || hl != 0 && !dok {
 			t.Fatalf("Len ok %v, Dst ok %v, Addrs %x, HeaderLen %d", ok, dok, a, hl)
 		}
-		if whole && (!ok || n != len(b) || hl < IPv4Len || hl > n) {
+		if whole && (!dok || n != len(b) || hl < IPv4Len || hl > n) {
 			t.Fatalf("Whole with Len %d, HeaderLen %d, %d bytes", n, hl, len(b))
 		}
 		if !ok {
+			return
+		}
+		if !dok {
+			if len(b) >= IPv4Len && Version(b) == 4 || len(b) >= IPv6Len {
+				t.Fatalf("no fixed header in %d bytes of IPv%d", len(b), Version(b))
+			}
 			return
 		}
 		switch Version(b) {
