@@ -5,8 +5,8 @@ import (
 	"fmt"
 )
 
-// ErrInvalid matches every *Error that rejects a packet: DecodeHeader,
-// Validate, Split and ForWire name the rule the packet broke.
+// ErrInvalid matches every *Error that rejects a packet: Validate, Split
+// and ForWire name the rule the packet broke.
 var ErrInvalid = errors.New("invalid packet")
 
 // Error is the error of a packet, or of a call, that broke one of the

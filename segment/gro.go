@@ -169,10 +169,10 @@ func (c *Coalescer) Stats() CoalesceStats { return c.stats }
 // Packets come out in the order of the first packet of each output
 // packet; packets of one flow are never reordered. Nothing is held from
 // one call to the next. The result is valid until the next call.
-// Coalesce does not allocate and never panics. A call that breaks its
-// contract (more than MaxBatch packets, fewer sizes than bufs, offset
-// smaller than the header size, a size that does not fit its buffer)
-// returns an *Error, takes nothing and counts nothing.
+// Coalesce never panics and does not allocate, but for an error: a call
+// that breaks its contract (more than MaxBatch packets, fewer sizes than
+// bufs, offset smaller than the header size, a size that does not fit its
+// buffer) returns an *Error, takes nothing and counts nothing.
 func (c *Coalescer) Coalesce(bufs [][]byte, sizes []int, offset int) ([][][]byte, error) {
 	if err := c.check(bufs, sizes, offset); err != nil {
 		return nil, err
