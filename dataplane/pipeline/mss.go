@@ -130,8 +130,8 @@ func NewMSSTable(cfg MSSConfig) *MSSTable {
 // Flows returns the number of slots.
 func (t *MSSTable) Flows() int { return len(t.slots) }
 
-// Observe looks at a packet (a whole IPv4 or IPv6 packet, as ForWire takes
-// it) crossing the gateway in either direction. A TCP SYN or SYN-ACK
+// Observe looks at a packet (a whole IPv4 or IPv6 packet, as segment.ForWire
+// takes it) crossing the gateway in either direction. A TCP SYN or SYN-ACK
 // records the MSS it announces (segment.TCP.Announced) for the packets
 // that will flow back to its sender. A RST (segment.TCP.Resets) forgets
 // the flow in both directions. Other packets are ignored. Observe costs a
@@ -156,7 +156,7 @@ func (t *MSSTable) Observe(pkt []byte) {
 // MSS returns the TCP payload per segment that the receiver of pkt, a TCP
 // packet, agreed to (segment.TCP.SegmentMSS of what it announced), or 0
 // when the table does not know its flow (then cut at mtu minus the
-// headers). Pass it to ForWire.
+// headers). Pass it to segment.ForWire.
 //
 // Call MSS for every TCP packet of the direction that forwards data, or
 // at least for those larger than the MTU: a lookup keeps the flow from
