@@ -39,6 +39,7 @@ soak:
 # each, which leaves the other core to the kernel and the machine.
 FUZZ_TARGETS = ./segment:FuzzSplit ./segment:FuzzValidate ./segment:FuzzCoalesce \
 	./segment:FuzzWire ./segment:FuzzCopySum ./internal/ethernet:FuzzIsIP \
+	./internal/iphdr:FuzzRead \
 	./internal/icmperr:FuzzErrorFor ./dataplane/afpacket:FuzzReceiveFrame \
 	./dataplane/xsk:FuzzReceiveChains ./dataplane/xsk:FuzzXDPProgram
 fuzz:

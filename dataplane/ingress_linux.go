@@ -41,7 +41,7 @@ func (g *Gateway) openIngress(cfg GatewayConfig, log *slog.Logger) error {
 	}
 	g.reply = pipeline.NewICMP(g.raw, 0, firstOf(routers, true), firstOf(routers, false))
 	nicMTU := g.mon.stats().MTU
-	mss := segment.NewMSSTable(segment.MSSConfig{})
+	mss := pipeline.NewMSSTable(pipeline.MSSConfig{})
 	for i := range min(len(in.lanes), len(g.nic.lanes)) {
 		if err := g.out.addWire(g, cfg, in.lanes[i], g.nic.lanes[i], nicMTU, inMTU, mss); err != nil {
 			return err
@@ -55,7 +55,7 @@ func (g *Gateway) openIngress(cfg GatewayConfig, log *slog.Logger) error {
 
 // addWire runs a forwarder from the packets received on from, cut to
 // mtu, to a sink on to.
-func (p *path) addWire(g *Gateway, cfg GatewayConfig, from, to lane, mtu, fromMTU int, mss *segment.MSSTable) error {
+func (p *path) addWire(g *Gateway, cfg GatewayConfig, from, to lane, mtu, fromMTU int, mss *pipeline.MSSTable) error {
 	w, err := pipeline.NewWireSource(pipeline.WireConfig{
 		Receiver: from.recv, MTU: mtu, IngressMTU: fromMTU, MSS: mss, Clamp: true, Replier: g.reply,
 	})

@@ -6,6 +6,8 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gsoplane/gsoplane/internal/iphdr"
 )
 
 // rawWriter is a pipeline.Writer that hands IP packets to the host's
@@ -41,15 +43,16 @@ func (w *rawWriter) Write(bufs [][]byte, offset int) (int, error) {
 }
 
 func (w *rawWriter) send(pkt []byte) error {
+	dst, ok := iphdr.Dst(pkt)
 	switch {
-	case len(pkt) >= 20 && pkt[0]>>4 == 4:
-		to := &unix.SockaddrInet4{Addr: [4]byte(pkt[16:20])}
+	case !ok:
+		return errors.New("dataplane: raw write: not an IP packet")
+	case dst.Is4():
+		to := &unix.SockaddrInet4{Addr: dst.As4()}
 		return os.NewSyscallError("sendto", unix.Sendto(w.fd4, pkt, unix.MSG_DONTWAIT, to))
-	case len(pkt) >= 40 && pkt[0]>>4 == 6:
-		to := &unix.SockaddrInet6{Addr: [16]byte(pkt[24:40])}
-		return os.NewSyscallError("sendto", unix.Sendto(w.fd6, pkt, unix.MSG_DONTWAIT, to))
 	}
-	return errors.New("dataplane: raw write: not an IP packet")
+	to := &unix.SockaddrInet6{Addr: dst.As16()}
+	return os.NewSyscallError("sendto", unix.Sendto(w.fd6, pkt, unix.MSG_DONTWAIT, to))
 }
 
 func (w *rawWriter) close() {

@@ -5,7 +5,7 @@
 //
 // Validate mirrors the kernel's virtio_net_hdr_to_skb and the IP, TCP and
 // UDP GSO handlers behind it, and says which rule a packet broke with an
-// error matching ErrInvalid and the rule's sentinel. It never trusts
+// *Error that names the rule and matches ErrInvalid. It never trusts
 // hdr_len and caps the segments one super-packet may produce.
 //
 // Split writes the segments into caller-owned buffers and does not
@@ -45,10 +45,11 @@
 // header Split needs for a packet that must leave through a smaller MTU,
 // from its own IP and TCP/UDP headers (TSO to the lesser of the flow's
 // MSS and the MTU, UFO for IPv4 UDP without DF), and says which packets
-// a router must refuse instead (TooBigError: ICMP fragmentation needed or
+// a router must refuse instead (ErrTooBig: ICMP fragmentation needed or
 // packet too big) and whether the packet's checksum is complete, partial
-// or bad. An MSSTable remembers the MSS each flow's SYN and SYN-ACK
-// announced; Clamp lowers the MSS option of a SYN to fit an MTU.
+// or bad. ParseTCP reads what a SYN or SYN-ACK announces and what a RST
+// ends, for a table that remembers each flow's MSS (the pipeline's
+// MSSTable); Clamp lowers the MSS option of a SYN to fit an MTU.
 //
 // The package is pure Go with no system calls and builds on any OS.
 package segment

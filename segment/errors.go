@@ -5,60 +5,107 @@ import (
 	"fmt"
 )
 
-// Errors returned by DecodeHeader, Validate and Split. Every rejection wraps
-// ErrInvalid together with the sentinel of the rule that failed, so callers
-// can test for either with errors.Is.
-var (
-	ErrInvalid = errors.New("invalid packet")
+// ErrInvalid matches every *Error that rejects a packet: Validate, Split
+// and ForWire name the rule the packet broke.
+var ErrInvalid = errors.New("invalid packet")
 
-	ErrHeaderSize      = errors.New("bad virtio-net header size")
-	ErrShortPacket     = errors.New("packet shorter than its headers")
-	ErrGSOType         = errors.New("unknown gso_type")
-	ErrGSOSize         = errors.New("bad gso_size")
-	ErrHdrLen          = errors.New("hdr_len beyond the packet")
-	ErrCsumRange       = errors.New("csum_start/csum_offset outside the packet")
-	ErrCsumStart       = errors.New("csum_start is not the transport header")
-	ErrCsumOffset      = errors.New("csum_offset does not point at the L4 checksum")
-	ErrNeedsCsum       = errors.New("segmentation requires NEEDS_CSUM")
-	ErrIPVersion       = errors.New("IP version does not match gso_type")
-	ErrIPHeader        = errors.New("bad IP header")
-	ErrIPLength        = errors.New("IP length disagrees with the packet")
-	ErrIPChecksum      = errors.New("bad IPv4 header checksum")
-	ErrExtHeader       = errors.New("bad IPv6 extension header")
-	ErrFragmented      = errors.New("packet is already an IP fragment")
-	ErrProtocol        = errors.New("transport protocol does not match gso_type")
-	ErrTransport       = errors.New("bad transport header")
-	ErrTooManySegments = errors.New("super-packet would produce too many segments")
-	ErrPacketTooLarge  = errors.New("packet larger than 64 KiB of IP payload")
-	ErrShortBuffer     = errors.New("output buffer too small")
-	ErrTooFewBuffers   = errors.New("not enough output buffers")
+// Error is the error of a packet, or of a call, that broke one of the
+// package's rules; its message names the rule and the values that broke
+// it. An Error that rejects a packet matches ErrInvalid; one that reports
+// a caller's mistake (a header size other than HeaderSize or
+// HeaderSizeMrg, a buffer shorter than a header, a Layout that is not
+// Validate's for the packet, an MTU below MinMTU, a batch that does not
+// fit a Coalescer) does not.
+type Error struct {
+	rule   rule
+	packet bool // rejects a packet: matches ErrInvalid
+	msg    string
+}
+
+func (e *Error) Error() string { return "segment: " + e.rule.String() + ": " + e.msg }
+
+// Is reports whether target is ErrInvalid and e rejects a packet.
+func (e *Error) Is(target error) bool { return target == ErrInvalid && e.packet }
+
+// invalid returns the *Error of a packet that broke rule r.
+func invalid(r rule, format string, args ...any) error {
+	return &Error{rule: r, packet: true, msg: fmt.Sprintf(format, args...)}
+}
+
+// misuse returns the *Error of a call that broke rule r.
+func misuse(r rule, format string, args ...any) error {
+	return &Error{rule: r, msg: fmt.Sprintf(format, args...)}
+}
+
+// rule is a rule an Error reports broken.
+type rule uint8
+
+const (
+	// Rules of a packet and its virtio-net header.
+	ruleShortPacket rule = iota + 1
+	ruleGSOType
+	ruleGSOSize
+	ruleHdrLen
+	ruleCsumRange
+	ruleCsumStart
+	ruleCsumOffset
+	ruleNeedsCsum
+	ruleIPVersion
+	ruleIPHeader
+	ruleIPLength
+	ruleIPChecksum
+	ruleExtHeader
+	ruleFragmented
+	ruleProtocol
+	ruleTransport
+	ruleTooManySegments
+	// Rules of a call.
+	ruleHeaderSize
+	ruleShortBuffer
+	ruleTooFewBuffers
+	ruleLayout
+	ruleSmallMTU
+	ruleBatch
 )
 
-// invalid returns an error that matches both ErrInvalid and rule.
-func invalid(rule error, format string, args ...any) error {
-	return &ruleError{rule: rule, msg: fmt.Sprintf(format, args...)}
+var ruleNames = [...]string{
+	ruleShortPacket:     "packet shorter than its headers",
+	ruleGSOType:         "unknown gso_type",
+	ruleGSOSize:         "bad gso_size",
+	ruleHdrLen:          "hdr_len beyond the packet",
+	ruleCsumRange:       "csum_start/csum_offset outside the packet",
+	ruleCsumStart:       "csum_start is not the transport header",
+	ruleCsumOffset:      "csum_offset does not point at the L4 checksum",
+	ruleNeedsCsum:       "segmentation requires NEEDS_CSUM",
+	ruleIPVersion:       "IP version does not match gso_type",
+	ruleIPHeader:        "bad IP header",
+	ruleIPLength:        "IP length disagrees with the packet",
+	ruleIPChecksum:      "bad IPv4 header checksum",
+	ruleExtHeader:       "bad IPv6 extension header",
+	ruleFragmented:      "packet is already an IP fragment",
+	ruleProtocol:        "transport protocol does not match gso_type",
+	ruleTransport:       "bad transport header",
+	ruleTooManySegments: "super-packet would produce too many segments",
+	ruleHeaderSize:      "bad virtio-net header size",
+	ruleShortBuffer:     "output buffer too small",
+	ruleTooFewBuffers:   "not enough output buffers",
+	ruleLayout:          "layout is not Validate's for this packet",
+	ruleSmallMTU:        "MTU below 68",
+	ruleBatch:           "batch does not fit the Coalescer",
 }
 
-type ruleError struct {
-	rule error
-	msg  string
-}
-
-func (e *ruleError) Error() string   { return "segment: " + e.rule.Error() + ": " + e.msg }
-func (e *ruleError) Unwrap() []error { return []error{ErrInvalid, e.rule} }
+func (r rule) String() string { return ruleNames[r] }
 
 // BufferError reports that Split was given too few or too small output
-// buffers. Nothing was written; retry with at least Need buffers of at least
-// Size bytes after the offset. It matches ErrTooFewBuffers or ErrShortBuffer.
+// buffers. Nothing was written; retry with at least Need buffers of at
+// least Size bytes after the offset.
 type BufferError struct {
 	Need int // buffers the packet needs
 	Have int // buffers given
 	Size int // bytes each buffer needs after the offset
-	rule error
+	rule rule
 }
 
 func (e *BufferError) Error() string {
 	return fmt.Sprintf("segment: %v: need %d buffers of %d bytes, have %d", e.rule, e.Need, e.Size, e.Have)
 }
-
-func (e *BufferError) Unwrap() error { return e.rule }

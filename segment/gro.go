@@ -125,8 +125,8 @@ type Coalescer struct {
 // NewCoalescer returns a Coalescer for batches of up to cfg.MaxBatch
 // packets.
 func NewCoalescer(cfg CoalescerConfig) (*Coalescer, error) {
-	if cfg.HeaderSize != HeaderSize && cfg.HeaderSize != HeaderSizeMrg {
-		return nil, fmt.Errorf("%w: header size %d, want %d or %d", ErrHeaderSize, cfg.HeaderSize, HeaderSize, HeaderSizeMrg)
+	if err := checkHeaderSize(cfg.HeaderSize); err != nil {
+		return nil, err
 	}
 	if cfg.MaxBatch < 1 {
 		return nil, fmt.Errorf("segment: coalescer batch size %d, want at least 1", cfg.MaxBatch)
@@ -169,32 +169,35 @@ func (c *Coalescer) Stats() CoalesceStats { return c.stats }
 // Packets come out in the order of the first packet of each output
 // packet; packets of one flow are never reordered. Nothing is held from
 // one call to the next. The result is valid until the next call.
-// Coalesce does not allocate. It panics if the call breaks its contract
-// (more than MaxBatch packets, fewer sizes than bufs, offset smaller than
-// the header size, a size that does not fit its buffer); malformed packet
-// contents never make it panic.
-func (c *Coalescer) Coalesce(bufs [][]byte, sizes []int, offset int) [][][]byte {
-	c.begin(bufs, sizes, offset)
-	for i := range bufs {
-		c.add(i, bufs[i][offset:offset+sizes[i]])
-	}
-	return c.finish(bufs, sizes, offset)
-}
-
-// begin checks the call's contract and resets the per-batch state.
-func (c *Coalescer) begin(bufs [][]byte, sizes []int, offset int) {
-	if len(bufs) > len(c.pkts) || len(sizes) < len(bufs) || offset < c.hdrSize {
-		panic(fmt.Sprintf("segment: Coalesce of %d buffers, %d sizes, offset %d; MaxBatch %d, header size %d",
-			len(bufs), len(sizes), offset, len(c.pkts), c.hdrSize))
-	}
-	for i, b := range bufs {
-		if sizes[i] < 0 || offset+sizes[i] > len(b) {
-			panic(fmt.Sprintf("segment: Coalesce: packet %d of %d bytes at offset %d in a %d-byte buffer", i, sizes[i], offset, len(b)))
-		}
+// Coalesce never panics and does not allocate, but for an error: a call
+// that breaks its contract (more than MaxBatch packets, fewer sizes than
+// bufs, offset smaller than the header size, a size that does not fit its
+// buffer) returns an *Error, takes nothing and counts nothing.
+func (c *Coalescer) Coalesce(bufs [][]byte, sizes []int, offset int) ([][][]byte, error) {
+	if err := c.check(bufs, sizes, offset); err != nil {
+		return nil, err
 	}
 	c.items = c.items[:0]
 	c.flows.reset()
 	c.stats.Packets += uint64(len(bufs))
+	for i := range bufs {
+		c.add(i, bufs[i][offset:offset+sizes[i]])
+	}
+	return c.finish(bufs, sizes, offset), nil
+}
+
+// check checks the call's contract.
+func (c *Coalescer) check(bufs [][]byte, sizes []int, offset int) error {
+	if len(bufs) > len(c.pkts) || len(sizes) < len(bufs) || offset < c.hdrSize {
+		return misuse(ruleBatch, "%d buffers, %d sizes, offset %d; MaxBatch %d, header size %d",
+			len(bufs), len(sizes), offset, len(c.pkts), c.hdrSize)
+	}
+	for i, b := range bufs {
+		if sizes[i] < 0 || offset+sizes[i] > len(b) {
+			return misuse(ruleBatch, "packet %d of %d bytes at offset %d in a %d-byte buffer", i, sizes[i], offset, len(b))
+		}
+	}
+	return nil
 }
 
 // add takes packet i of the batch.

@@ -47,8 +47,8 @@ func BenchmarkCoalesce(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				restore()
-				if n := len(co.Coalesce(bufs, sizes, groHeadroom)); n > 2 {
-					b.Fatalf("%d output packets", n)
+				if out, err := co.Coalesce(bufs, sizes, groHeadroom); len(out) > 2 || err != nil {
+					b.Fatalf("%d output packets, %v", len(out), err)
 				}
 			}
 		})

@@ -99,7 +99,10 @@ func coalesce(t testing.TB, c *Coalescer, in [][]byte) []groOut {
 		copy(bufs[i][groHeadroom:], p)
 		sizes[i] = len(p)
 	}
-	res := c.Coalesce(bufs, sizes, groHeadroom)
+	res, err := c.Coalesce(bufs, sizes, groHeadroom)
+	if err != nil {
+		t.Fatal(err)
+	}
 	outs := make([]groOut, len(res))
 	for k, iov := range res {
 		o := &outs[k]
@@ -203,7 +206,7 @@ func checkSuper(o groOut, in [][]byte) error {
 	}
 	first := in[o.idx[0]]
 	want := Header{Flags: FlagNeedsCsum, GSOType: superKind(l), HdrLen: uint16(l.HdrLen()),
-		GSOSize: uint16(len(first) - l.HdrLen()), CsumStart: uint16(l.L3Len()), CsumOffset: uint16(l.CsumOffset())}
+		GSOSize: uint16(len(first) - l.HdrLen()), CsumStart: uint16(l.L3Len()), CsumOffset: uint16(l.csumOffset)}
 	if o.hdr != want {
 		return fmt.Errorf("header %+v, want %+v", o.hdr, want)
 	}

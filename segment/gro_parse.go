@@ -1,6 +1,10 @@
 package segment
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+
+	"github.com/gsoplane/gsoplane/internal/iphdr"
+)
 
 // TCP flags GRO looks at, besides those in split.go.
 const (
@@ -92,10 +96,10 @@ func (c *Coalescer) classify(p *groPacket) passReason {
 	var proto uint8
 	var why passReason
 	var ok bool
-	switch {
-	case len(p.b) > 0 && p.b[0]>>4 == 4:
+	switch iphdr.Version(p.b) {
+	case 4:
 		proto, why, ok = p.parseIPv4()
-	case len(p.b) > 0 && p.b[0]>>4 == 6:
+	case 6:
 		proto, why, ok = p.parseIPv6()
 	default:
 		return passMalformed
@@ -114,13 +118,10 @@ func (c *Coalescer) classify(p *groPacket) passReason {
 // merges. ok reports whether the transport header can be found.
 func (p *groPacket) parseIPv4() (proto uint8, why passReason, ok bool) {
 	b := p.b
-	if len(b) < ipv4MinLen || int(binary.BigEndian.Uint16(b[ipv4TotalOff:])) != len(b) {
+	if !iphdr.Whole(b) {
 		return 0, passMalformed, false
 	}
-	ihl := int(b[0]&0xf) * 4
-	if ihl < ipv4MinLen || ihl > len(b) {
-		return 0, passMalformed, false
-	}
+	ihl := iphdr.HeaderLen(b)
 	frag := binary.BigEndian.Uint16(b[ipv4FragOff:]) &^ ipv4DF
 	if frag&^ipv4Evil != 0 {
 		return 0, passFragment, false
@@ -144,7 +145,7 @@ func (p *groPacket) parseIPv4() (proto uint8, why passReason, ok bool) {
 // can be found.
 func (p *groPacket) parseIPv6() (proto uint8, why passReason, ok bool) {
 	b := p.b
-	if len(b) < ipv6Len || int(binary.BigEndian.Uint16(b[ipv6PLenOff:])) != len(b)-ipv6Len {
+	if !iphdr.Whole(b) {
 		return 0, passMalformed, false
 	}
 	next, off := b[ipv6NextOff], ipv6Len
@@ -229,7 +230,7 @@ func (p *groPacket) parseUDP() passReason {
 
 // setFlow records the packet's kind and flow, once the ports are known.
 func (p *groPacket) setFlow(kind groKind) {
-	if p.b[0]>>4 == 6 {
+	if iphdr.Version(p.b) == 6 {
 		kind |= groV6
 	}
 	p.kind, p.keyed = kind, true
@@ -242,20 +243,7 @@ func (p *groPacket) setFlow(kind groKind) {
 }
 
 // addrs returns the source and destination addresses.
-func (p *groPacket) addrs() []byte {
-	if p.kind.v6() {
-		return p.b[8:40]
-	}
-	return p.b[12:20]
-}
-
-// ipv4HeaderOK verifies the checksum of a 20-byte IPv4 header: five
-// 32-bit words cannot overflow the accumulator.
-func ipv4HeaderOK(b []byte) bool {
-	le := binary.LittleEndian
-	return fold(uint64(le.Uint32(b))+uint64(le.Uint32(b[4:]))+uint64(le.Uint32(b[8:]))+
-		uint64(le.Uint32(b[12:]))+uint64(le.Uint32(b[16:]))) == 0xffff
-}
+func (p *groPacket) addrs() []byte { return iphdr.Addrs(p.b) }
 
 // sameFlow reports whether two keyed packets belong to one flow: kind,
 // addresses and ports.

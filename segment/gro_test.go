@@ -368,27 +368,27 @@ func TestCoalesceSplitInverse(t *testing.T) {
 }
 
 func TestCoalescerConfig(t *testing.T) {
-	if _, err := NewCoalescer(CoalescerConfig{HeaderSize: 11, MaxBatch: 1}); !errors.Is(err, ErrHeaderSize) {
+	if _, err := NewCoalescer(CoalescerConfig{HeaderSize: 11, MaxBatch: 1}); !broke(err, ruleHeaderSize) {
 		t.Fatalf("header size 11: %v", err)
 	}
 	if _, err := NewCoalescer(CoalescerConfig{HeaderSize: HeaderSize}); err == nil {
 		t.Fatal("MaxBatch 0 accepted")
 	}
 	co, _ := NewCoalescer(CoalescerConfig{HeaderSize: HeaderSize, TCP: true, UDP: true, MaxBatch: 2})
-	for name, call := range map[string]func(){
-		"too many packets": func() { co.Coalesce(make([][]byte, 3), make([]int, 3), 10) },
-		"short headroom":   func() { co.Coalesce([][]byte{make([]byte, 40)}, []int{20}, 9) },
-		"size beyond":      func() { co.Coalesce([][]byte{make([]byte, 40)}, []int{31}, 10) },
-		"too few sizes":    func() { co.Coalesce([][]byte{make([]byte, 40)}, nil, 10) },
+	for name, call := range map[string]func() ([][][]byte, error){
+		"too many packets": func() ([][][]byte, error) { return co.Coalesce(make([][]byte, 3), make([]int, 3), 10) },
+		"short headroom":   func() ([][][]byte, error) { return co.Coalesce([][]byte{make([]byte, 40)}, []int{20}, 9) },
+		"size beyond":      func() ([][][]byte, error) { return co.Coalesce([][]byte{make([]byte, 40)}, []int{31}, 10) },
+		"negative size":    func() ([][][]byte, error) { return co.Coalesce([][]byte{make([]byte, 40)}, []int{-1}, 10) },
+		"too few sizes":    func() ([][][]byte, error) { return co.Coalesce([][]byte{make([]byte, 40)}, nil, 10) },
 	} {
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Errorf("%s: no panic", name)
-				}
-			}()
-			call()
-		}()
+		out, err := call()
+		if out != nil || !broke(err, ruleBatch) || errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %d outputs, error %v", name, len(out), err)
+		}
+	}
+	if st := co.Stats(); st != (CoalesceStats{}) {
+		t.Errorf("refused batches were counted: %+v", st)
 	}
 	// SetTCP and SetUDP take effect at the next call.
 	s := tcpStream(t, false, 2, 1000, nil)
@@ -427,8 +427,8 @@ func TestCoalesceAllocs(t *testing.T) {
 	}
 	allocs := testing.AllocsPerRun(100, func() {
 		load()
-		if n := len(co.Coalesce(bufs, sizes, groHeadroom)); n != 4 {
-			t.Fatalf("%d outputs", n)
+		if out, err := co.Coalesce(bufs, sizes, groHeadroom); len(out) != 4 || err != nil {
+			t.Fatalf("%d outputs, %v", len(out), err)
 		}
 	})
 	if allocs != 0 {

@@ -5,6 +5,15 @@ import (
 	"fmt"
 )
 
+// checkHeaderSize reports a header size other than HeaderSize and
+// HeaderSizeMrg.
+func checkHeaderSize(size int) error {
+	if size != HeaderSize && size != HeaderSizeMrg {
+		return misuse(ruleHeaderSize, "header size %d, want %d or %d", size, HeaderSize, HeaderSizeMrg)
+	}
+	return nil
+}
+
 // Sizes of struct virtio_net_hdr on the wire. A TUN device uses HeaderSize
 // unless TUNSETVNETHDRSZ set it to HeaderSizeMrg (which adds num_buffers).
 const (
@@ -12,11 +21,9 @@ const (
 	HeaderSizeMrg = 12
 )
 
-// Flags of virtio_net_hdr.flags.
-const (
-	FlagNeedsCsum = 1 // the checksum at CsumStart+CsumOffset is partial
-	FlagDataValid = 2 // the checksum was verified (receive side only)
-)
+// FlagNeedsCsum is the flag of virtio_net_hdr.flags that says the
+// checksum at CsumStart+CsumOffset is partial.
+const FlagNeedsCsum = 1
 
 // GSOType is virtio_net_hdr.gso_type: a kind in the low bits and the ECN
 // bit on top.
@@ -79,11 +86,11 @@ func (h Header) NeedsCsum() bool { return h.Flags&FlagNeedsCsum != 0 }
 // DecodeHeader decodes a virtio-net header of size HeaderSize or
 // HeaderSizeMrg from the front of b.
 func DecodeHeader(b []byte, size int) (Header, error) {
-	if size != HeaderSize && size != HeaderSizeMrg {
-		return Header{}, fmt.Errorf("%w: header size %d, want %d or %d", ErrHeaderSize, size, HeaderSize, HeaderSizeMrg)
+	if err := checkHeaderSize(size); err != nil {
+		return Header{}, err
 	}
 	if len(b) < size {
-		return Header{}, fmt.Errorf("%w: %d bytes, header needs %d", ErrShortPacket, len(b), size)
+		return Header{}, misuse(ruleShortPacket, "%d bytes, header needs %d", len(b), size)
 	}
 	h := Header{
 		Flags:      b[0],
@@ -102,11 +109,11 @@ func DecodeHeader(b []byte, size int) (Header, error) {
 // Encode writes h to the front of b in the form of the given size
 // (HeaderSize or HeaderSizeMrg).
 func (h Header) Encode(b []byte, size int) error {
-	if size != HeaderSize && size != HeaderSizeMrg {
-		return fmt.Errorf("%w: header size %d, want %d or %d", ErrHeaderSize, size, HeaderSize, HeaderSizeMrg)
+	if err := checkHeaderSize(size); err != nil {
+		return err
 	}
 	if len(b) < size {
-		return fmt.Errorf("%w: %d bytes, header needs %d", ErrShortBuffer, len(b), size)
+		return misuse(ruleShortBuffer, "%d bytes, header needs %d", len(b), size)
 	}
 	b[0] = h.Flags
 	b[1] = uint8(h.GSOType)

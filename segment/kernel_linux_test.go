@@ -1142,7 +1142,7 @@ func TestKernelRejects(t *testing.T) {
 	}
 
 	// USO segment cap: the kernel's UDP_MAX_SEGMENTS was 64 and newer
-	// kernels raised it to 128. Probe it and compare with UDPMaxSegments.
+	// kernels raised it to 128. Probe it and compare with udpMaxSegments.
 	t.Run("uso-segment-cap", func(t *testing.T) {
 		limit := 0
 		for _, n := range []int{64, 65, 100, 127, 128, 129} {
@@ -1156,7 +1156,7 @@ func TestKernelRejects(t *testing.T) {
 				limit = n
 			}
 		}
-		t.Logf("this kernel (%s) accepts USO super-packets of up to %d segments (UDP_MAX_SEGMENTS); segment.UDPMaxSegments = %d", kernelRelease(), limit, UDPMaxSegments)
+		t.Logf("this kernel (%s) accepts USO super-packets of up to %d segments (UDP_MAX_SEGMENTS); segment.udpMaxSegments = %d", kernelRelease(), limit, udpMaxSegments)
 	})
 
 	// Packets this kernel accepts (and segments or forwards) but Validate

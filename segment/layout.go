@@ -5,10 +5,10 @@ package segment
 // super-packet at the smallest common MSS (536).
 const DefaultMaxSegments = 128
 
-// UDPMaxSegments is the kernel's cap on USO segments per super-packet
+// udpMaxSegments is the kernel's cap on USO segments per super-packet
 // (UDP_MAX_SEGMENTS, 128 since Linux 6.10; it was 64 before): more payload
-// than GSOSize*UDPMaxSegments is rejected.
-const UDPMaxSegments = 128
+// than GSOSize*udpMaxSegments is rejected.
+const udpMaxSegments = 128
 
 // Layout describes a packet that passed Validate: where its headers are,
 // what Split will do with it and how many packets it produces. Only
@@ -68,10 +68,6 @@ func (l Layout) MaxSegLen() int { return l.maxSegLen }
 
 // NeedsCsum reports an input with a partial checksum to complete.
 func (l Layout) NeedsCsum() bool { return l.needsCsum }
-
-// CsumOffset is the offset of the checksum field from the transport
-// header.
-func (l Layout) CsumOffset() int { return l.csumOffset }
 
 // SegmentHeader returns the virtio-net header that describes every packet
 // Split writes for this layout. With partial set (a Segmenter in partial

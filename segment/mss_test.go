@@ -3,17 +3,22 @@ package segment
 import (
 	"bytes"
 	"encoding/binary"
-	"math/rand/v2"
 	"net/netip"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/gsoplane/gsoplane/internal/iphdr"
 )
+
+// tcpOf is ParseTCP with the header's offset, length and IP version as
+// values.
+func tcpOf(pkt []byte) (l3, l4 int, v6, ok bool) {
+	t, ok := ParseTCP(pkt)
+	return t.L3, t.l4, t.v6, ok
+}
 
 // mssOpt is an MSS option announcing m.
 func mssOpt(m uint16) []byte { return []byte{tcpOptMSS, 4, byte(m >> 8), byte(m)} }
@@ -52,7 +57,50 @@ func (f flowSpec) pkt(flags uint8, opts []byte, payload int, mod ...func(*superS
 
 func partial(s *superSpec) { s.needsCsum = true }
 
-func TestMSSTableObserve(t *testing.T) {
+// mssBook is an MSS table for the tests: what the pipeline's MSSTable
+// does with ParseTCP, Announced, Resets and SegmentMSS, in a map keyed by
+// the flow's addresses and ports. Not safe for concurrent use.
+type mssBook map[string]int
+
+// key returns the flow of pkt, a TCP packet, or with reverse of the flow
+// in the other direction.
+func (mssBook) key(pkt []byte, tcp TCP, reverse bool) string {
+	a, ports := iphdr.Addrs(pkt), pkt[tcp.L3:tcp.L3+4]
+	src, dst, sp, dp := a[:len(a)/2], a[len(a)/2:], ports[:2], ports[2:]
+	if reverse {
+		src, dst, sp, dp = dst, src, dp, sp
+	}
+	return string(src) + string(dst) + string(sp) + string(dp)
+}
+
+func (b mssBook) Observe(pkt []byte) {
+	tcp, ok := ParseTCP(pkt)
+	if !ok {
+		return
+	}
+	switch mss, syn := tcp.Announced(pkt); {
+	case syn:
+		b[b.key(pkt, tcp, true)] = mss
+	case tcp.Resets(pkt):
+		delete(b, b.key(pkt, tcp, false))
+		delete(b, b.key(pkt, tcp, true))
+	}
+}
+
+func (b mssBook) MSS(pkt []byte) int {
+	tcp, ok := ParseTCP(pkt)
+	if !ok {
+		return 0
+	}
+	if m := b[b.key(pkt, tcp, false)]; m != 0 {
+		return tcp.SegmentMSS(m)
+	}
+	return 0
+}
+
+// TestTCPHandshake: what SYNs, SYN-ACKs and RSTs announce, through an
+// mssBook.
+func TestTCPHandshake(t *testing.T) {
 	for _, v6 := range []bool{false, true} {
 		mk, def := flow4, tcpMSSDefault4
 		if v6 {
@@ -60,7 +108,7 @@ func TestMSSTableObserve(t *testing.T) {
 		}
 		c := mk(1)    // client → server
 		s := c.back() // server → client
-		tbl := NewMSSTable(MSSConfig{Flows: 1024})
+		tbl := mssBook{}
 		data := func(f flowSpec, opts []byte, mod ...func(*superSpec)) int {
 			return tbl.MSS(f.pkt(flagACK, opts, 3000, mod...))
 		}
@@ -140,7 +188,7 @@ func TestMSSTableObserve(t *testing.T) {
 		}
 	}
 	// A bad IPv4 header checksum.
-	tbl := NewMSSTable(MSSConfig{})
+	tbl := mssBook{}
 	syn := flow4(1).pkt(flagSYN, mssOpt(1300), 0)
 	syn[8]--
 	tbl.Observe(syn)
@@ -155,150 +203,16 @@ func TestMSSTableObserve(t *testing.T) {
 	}
 }
 
-// fakeClock is a clock for tests.
-type fakeClock struct{ ns atomic.Int64 }
-
-func (c *fakeClock) now() time.Time          { return time.Unix(0, c.ns.Load()) }
-func (c *fakeClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
-func newFakeClock() *fakeClock               { c := &fakeClock{}; c.ns.Store(1e18); return c }
-func (f flowSpec) syn(m uint16) []byte       { return f.pkt(flagSYN, mssOpt(m), 0) }
-func (f flowSpec) dataBack() []byte          { return f.back().pkt(flagACK, nil, 1000) }
-func (tbl *MSSTable) used() (n int)          { return tbl.count(func(w uint64) bool { return w != 0 }) }
-func (tbl *MSSTable) count(f func(uint64) bool) (n int) {
-	for i := range tbl.slots {
-		if f(tbl.slots[i].Load()) {
-			n++
-		}
-	}
-	return n
-}
-
-func TestMSSTableIdle(t *testing.T) {
-	clk := newFakeClock()
-	const idle = 10 * time.Minute
-	tbl := NewMSSTable(MSSConfig{Flows: 256, Idle: idle, Now: clk.now})
-	a, b := flow4(1), flow4(2)
-	tbl.Observe(a.syn(1111))
-	tbl.Observe(b.syn(1222))
-	step := func(d time.Duration, i int) {
-		clk.advance(d)
-		tbl.Observe(flow4(100 + i).syn(1000)) // a handshake: sweeps if due
-	}
-	// Sweeps every Idle/2: a flow looked up stays, the other goes after
-	// its third sweep without a lookup.
-	for i := range 3 {
-		if got := tbl.MSS(a.dataBack()); got != 1111 {
-			t.Fatalf("sweep %d: active flow: %d, want 1111", i, got)
-		}
-		if i < 2 && tbl.used() < 2 {
-			t.Fatalf("sweep %d: idle flow forgotten too early", i)
-		}
-		step(idle/2, i)
-	}
-	if got := tbl.MSS(b.dataBack()); got != 0 {
-		t.Fatalf("idle flow after 1.5×Idle: %d, want 0", got)
-	}
-	if got := tbl.MSS(a.dataBack()); got != 1111 {
-		t.Fatalf("active flow: %d, want 1111", got)
-	}
-	// No sweep before Idle/2 has passed.
-	c := flow4(50)
-	tbl.Observe(c.syn(1333))
-	for i := range 10 {
-		step(idle/2/10-time.Second, 10+i)
-	}
-	if got := tbl.MSS(c.dataBack()); got != 1333 {
-		t.Fatalf("flow forgotten without a sweep: %d", got)
-	}
-	// A clock that goes back does not sweep.
-	clk.advance(-time.Hour)
-	tbl.Observe(flow4(60).syn(1000))
-	if got := tbl.MSS(c.dataBack()); got != 1333 {
-		t.Fatalf("clock went back: %d", got)
-	}
-}
-
-func TestMSSTableCapacity(t *testing.T) {
-	clk := newFakeClock()
-	tbl := NewMSSTable(MSSConfig{Flows: 60, Now: clk.now})
-	if tbl.Flows() != 64 {
-		t.Fatalf("%d slots for 60 flows, want 64", tbl.Flows())
-	}
-	if n := NewMSSTable(MSSConfig{}).Flows(); n != DefaultMSSFlows {
-		t.Fatalf("default table: %d slots", n)
-	}
-	if n := NewMSSTable(MSSConfig{Flows: 1}).Flows(); n != mssWays {
-		t.Fatalf("one flow: %d slots", n)
-	}
-	for i := range 5000 {
-		f := flow4(i)
-		if i%2 == 1 {
-			f = flow6(i)
-		}
-		tbl.Observe(f.syn(uint16(600 + i%800)))
-		// The flow just recorded is always there.
-		if got := tbl.MSS(f.dataBack()); got != 600+i%800 {
-			t.Fatalf("flow %d just recorded: %d, want %d", i, got, 600+i%800)
-		}
-		if i%100 == 0 {
-			clk.advance(DefaultMSSIdle / 2)
-		}
-	}
-	if n := tbl.used(); n > 64 || n < 32 {
-		t.Fatalf("%d slots used of 64", n)
-	}
-}
-
-// TestMSSTableConcurrent: two forwarders record and look up at once (run
-// with -race): every lookup returns 0 or the MSS of its flow.
-func TestMSSTableConcurrent(t *testing.T) {
-	tbl := NewMSSTable(MSSConfig{Flows: 512, Idle: time.Millisecond})
-	const flows = 2000
-	syns, data := make([][]byte, flows), make([][]byte, flows)
-	for i := range flows {
-		f := flow4(i)
-		if i%3 == 0 {
-			f = flow6(i)
-		}
-		syns[i], data[i] = f.syn(uint16(1000+i)), f.dataBack()
-	}
-	rst := flow4(7).pkt(flagRST, nil, 0)
-	var wg sync.WaitGroup
-	var bad atomic.Int64
-	for g := range 4 {
-		wg.Go(func() {
-			r := rand.New(rand.NewPCG(uint64(g), 1))
-			for range 20000 {
-				i := r.IntN(flows)
-				switch {
-				case g < 2:
-					tbl.Observe(syns[i])
-					tbl.Observe(rst)
-				default:
-					if m := tbl.MSS(data[i]); m != 0 && m != 1000+i {
-						bad.Add(1)
-					}
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if bad.Load() != 0 {
-		t.Fatalf("%d lookups returned another flow's MSS", bad.Load())
-	}
-}
+func (f flowSpec) syn(m uint16) []byte { return f.pkt(flagSYN, mssOpt(m), 0) }
 
 func TestMSSAllocs(t *testing.T) {
-	tbl := NewMSSTable(MSSConfig{Flows: 1024})
 	f := flow4(1)
-	syn, ack, data, rst := f.syn(1400), f.pkt(flagACK, nil, 0), f.dataBack(), f.pkt(flagRST, nil, 0)
+	syn, rst := f.syn(1400), f.pkt(flagRST, nil, 0)
 	clamp := flow6(1).syn(8000)
 	for name, fn := range map[string]func(){
-		"Observe SYN": func() { tbl.Observe(syn) },
-		"Observe ACK": func() { tbl.Observe(ack) },
-		"Observe RST": func() { tbl.Observe(rst) },
-		"MSS":         func() { tbl.MSS(data) },
-		"Clamp":       func() { binary.BigEndian.PutUint16(clamp[40+22:], 8000); Clamp(clamp, 1500) },
+		"Announced": func() { tcp, _ := ParseTCP(syn); tcp.Announced(syn) },
+		"Resets":    func() { tcp, _ := ParseTCP(rst); tcp.Resets(rst) },
+		"Clamp":     func() { binary.BigEndian.PutUint16(clamp[40+22:], 8000); Clamp(clamp, 1500) },
 	} {
 		if n := testing.AllocsPerRun(100, fn); n != 0 {
 			t.Errorf("%s: %v allocations", name, n)

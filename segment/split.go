@@ -2,7 +2,6 @@ package segment
 
 import (
 	"encoding/binary"
-	"errors"
 	"math/rand/v2"
 	"sync/atomic"
 )
@@ -64,11 +63,6 @@ func (s *Segmenter) Validate(pkt []byte, h Header) (Layout, error) {
 	return validate(pkt, h, s.maxSegments())
 }
 
-// ErrLayout is returned by Segmenter.Split for a Layout that Validate did
-// not return for a packet of this length: a caller's mistake, not a bad
-// packet.
-var ErrLayout = errors.New("segment: layout is not Validate's for this packet")
-
 // Split writes the segments of pkt, which Validate accepted and described
 // with l, into bufs, segment i at bufs[i][offset:offset+sizes[i]], and
 // returns how many it wrote. Each segment is a complete IP packet, written
@@ -80,12 +74,13 @@ var ErrLayout = errors.New("segment: layout is not Validate's for this packet")
 // Every buffer needs l.MaxSegLen() bytes after offset and there must be
 // l.Segments() of them; otherwise Split writes nothing and returns a
 // *BufferError saying what it needs. A layout that is not Validate's for
-// a packet of len(pkt) bytes returns ErrLayout. pkt may be
+// a packet of len(pkt) bytes returns an *Error that does not match
+// ErrInvalid: a caller's mistake, not a bad packet. pkt may be
 // bufs[0][offset:] itself (same start); no other overlap is allowed.
-// Split does not allocate.
+// Split does not allocate, except for that *Error.
 func (s *Segmenter) Split(pkt []byte, l Layout, bufs [][]byte, sizes []int, offset int) (int, error) {
 	if !l.valid || l.pktLen != len(pkt) {
-		return 0, ErrLayout
+		return 0, misuse(ruleLayout, "%d-byte packet, Layout of %d bytes (from Validate: %v)", len(pkt), l.pktLen, l.valid)
 	}
 	if err := checkBufs(l, bufs, sizes, offset); err != nil {
 		return 0, err
@@ -110,11 +105,11 @@ func (s *Segmenter) maxSegments() int {
 
 func checkBufs(l Layout, bufs [][]byte, sizes []int, offset int) error {
 	if len(bufs) < l.segments || len(sizes) < l.segments || offset < 0 {
-		return &BufferError{Need: l.segments, Have: min(len(bufs), len(sizes)), Size: l.maxSegLen, rule: ErrTooFewBuffers}
+		return &BufferError{Need: l.segments, Have: min(len(bufs), len(sizes)), Size: l.maxSegLen, rule: ruleTooFewBuffers}
 	}
 	for _, b := range bufs[:l.segments] {
 		if len(b) < offset+l.maxSegLen {
-			return &BufferError{Need: l.segments, Have: len(bufs), Size: l.maxSegLen, rule: ErrShortBuffer}
+			return &BufferError{Need: l.segments, Have: len(bufs), Size: l.maxSegLen, rule: ruleShortBuffer}
 		}
 	}
 	return nil
@@ -261,11 +256,6 @@ func (t *template) finish(acc uint64) uint16 {
 	return c
 }
 
-func ipv4Checksum(iph []byte) {
-	binary.BigEndian.PutUint16(iph[ipv4CsumOff:], 0)
-	binary.BigEndian.PutUint16(iph[ipv4CsumOff:], Checksum(iph, 0))
-}
-
 // splitUFO cuts one UDP datagram into IP fragments of MSS bytes of L4
 // data each, after completing its UDP checksum over the whole datagram.
 func (s *Segmenter) splitUFO(pkt []byte, l Layout, bufs [][]byte, sizes []int, offset int) {
@@ -308,15 +298,6 @@ func ufoChecksum(pkt []byte, l Layout) uint16 {
 		c = udpCsumZero
 	}
 	return c
-}
-
-// pseudoHeader sums the pseudo-header of an IPv4 or IPv6 packet.
-func pseudoHeader(pkt []byte, v6 bool, proto uint8, l4Len int) uint64 {
-	addrs := pkt[12:20]
-	if v6 {
-		addrs = pkt[8:40]
-	}
-	return sum(addrs, uint64(proto)<<8+beAcc(uint16(l4Len)))
 }
 
 // fixFragIPv4 turns a copy of the IPv4 header into a fragment's: same ID,

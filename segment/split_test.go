@@ -202,7 +202,7 @@ func randomSpec(r *rand.Rand) superSpec {
 	room := 65535 - 40 - 40 - 40 - 40 - 40
 	segCap := DefaultMaxSegments
 	if s.gso == GSOUDPL4 {
-		segCap = UDPMaxSegments
+		segCap = udpMaxSegments
 	}
 	s.payload = r.IntN(min(room, s.mss*segCap-8) + 1)
 	return s
@@ -249,14 +249,14 @@ func TestSplitBuffers(t *testing.T) {
 	}
 	var be *BufferError
 	_, err = Split(pkt, h, big(l.segments-1, l.maxSegLen), make([]int, l.segments), 0)
-	if !errors.Is(err, ErrTooFewBuffers) || !errors.As(err, &be) || be.Need != l.segments {
+	if !broke(err, ruleTooFewBuffers) || !errors.As(err, &be) || be.Need != l.segments {
 		t.Fatalf("too few buffers: %v", err)
 	}
 	_, err = Split(pkt, h, big(l.segments, l.maxSegLen+9), make([]int, l.segments), 10)
-	if !errors.Is(err, ErrShortBuffer) || !errors.As(err, &be) || be.Size != l.maxSegLen {
+	if !broke(err, ruleShortBuffer) || !errors.As(err, &be) || be.Size != l.maxSegLen {
 		t.Fatalf("short buffers: %v", err)
 	}
-	if _, err := Split(pkt, h, big(l.segments, l.maxSegLen), make([]int, l.segments), -1); !errors.Is(err, ErrTooFewBuffers) {
+	if _, err := Split(pkt, h, big(l.segments, l.maxSegLen), make([]int, l.segments), -1); !broke(err, ruleTooFewBuffers) {
 		t.Fatalf("negative offset: %v", err)
 	}
 	if errors.Is(err, ErrInvalid) {
@@ -288,8 +288,8 @@ func TestSplitLayout(t *testing.T) {
 		"longer":      {append(pkt[:len(pkt):len(pkt)], 0), l},
 		"empty":       {nil, l},
 	} {
-		if _, err := s.Split(c.pkt, c.l, bufs, sizes, 0); !errors.Is(err, ErrLayout) {
-			t.Errorf("%s: %v, want ErrLayout", name, err)
+		if _, err := s.Split(c.pkt, c.l, bufs, sizes, 0); !broke(err, ruleLayout) {
+			t.Errorf("%s: %v, want the layout rule", name, err)
 		}
 	}
 	if n, err := s.Split(pkt, l, bufs, sizes, 0); err != nil || n != l.Segments() {
@@ -300,11 +300,11 @@ func TestSplitLayout(t *testing.T) {
 func TestSegmenterMaxSegments(t *testing.T) {
 	pkt, h := buildSuper(splitCases()["tcp4-64k-mss1448"])
 	s := &Segmenter{MaxSegments: 10}
-	if _, err := s.Validate(pkt, h); !errors.Is(err, ErrTooManySegments) {
+	if _, err := s.Validate(pkt, h); !broke(err, ruleTooManySegments) {
 		t.Fatalf("cap 10: %v", err)
 	}
 	pkt, h = buildSuper(superSpec{proto: tcp, gso: GSOTCPv4, mss: 100, payload: 20000, needsCsum: true})
-	if _, err := Validate(pkt, h); !errors.Is(err, ErrTooManySegments) || !errors.Is(err, ErrInvalid) {
+	if _, err := Validate(pkt, h); !broke(err, ruleTooManySegments) || !errors.Is(err, ErrInvalid) {
 		t.Fatalf("200 segments under the default cap: %v", err)
 	}
 }
@@ -345,14 +345,14 @@ func TestHeaderCodec(t *testing.T) {
 		if err != nil || got != want {
 			t.Fatalf("size %d: decoded %+v, %v; want %+v", size, got, err, want)
 		}
-		if _, err := DecodeHeader(b[:size-1], size); !errors.Is(err, ErrShortPacket) {
+		if _, err := DecodeHeader(b[:size-1], size); !broke(err, ruleShortPacket) {
 			t.Fatalf("short decode: %v", err)
 		}
-		if err := h.Encode(b[:size-1], size); !errors.Is(err, ErrShortBuffer) {
+		if err := h.Encode(b[:size-1], size); !broke(err, ruleShortBuffer) {
 			t.Fatalf("short encode: %v", err)
 		}
 	}
-	if _, err := DecodeHeader(make([]byte, 20), 11); !errors.Is(err, ErrHeaderSize) {
+	if _, err := DecodeHeader(make([]byte, 20), 11); !broke(err, ruleHeaderSize) {
 		t.Fatalf("size 11: %v", err)
 	}
 	// The wire form is little-endian, field by field.

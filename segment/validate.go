@@ -53,7 +53,7 @@ func validate(pkt []byte, h Header, maxSegs int) (Layout, error) {
 		return l, err
 	}
 	if int(h.HdrLen) > len(pkt) {
-		return l, invalid(ErrHdrLen, "hdr_len %d, packet %d bytes", h.HdrLen, len(pkt))
+		return l, invalid(ruleHdrLen, "hdr_len %d, packet %d bytes", h.HdrLen, len(pkt))
 	}
 	if err := parseIP(pkt, &l); err != nil {
 		return l, err
@@ -74,19 +74,19 @@ func checkGSO(h Header) (Layout, error) {
 	switch l.kind {
 	case GSONone:
 		if l.ecn {
-			return l, invalid(ErrGSOType, "ECN flag without a GSO type")
+			return l, invalid(ruleGSOType, "ECN flag without a GSO type")
 		}
 		return l, nil
 	case GSOTCPv4, GSOTCPv6, GSOUDP:
 	case GSOUDPL4:
 		if l.ecn {
-			return l, invalid(ErrGSOType, "ECN flag on udp_l4")
+			return l, invalid(ruleGSOType, "ECN flag on udp_l4")
 		}
 	default:
-		return l, invalid(ErrGSOType, "gso_type %#x", uint8(h.GSOType))
+		return l, invalid(ruleGSOType, "gso_type %#x", uint8(h.GSOType))
 	}
 	if h.GSOSize == 0 || h.GSOSize == gsoByFrags {
-		return l, invalid(ErrGSOSize, "gso_size %d with gso_type %v", h.GSOSize, h.GSOType)
+		return l, invalid(ruleGSOSize, "gso_size %d with gso_type %v", h.GSOSize, h.GSOType)
 	}
 	l.mss = int(h.GSOSize)
 	return l, nil
@@ -96,37 +96,37 @@ func checkGSO(h Header) (Layout, error) {
 // L3Len, Proto and IPv6.
 func parseIP(pkt []byte, l *Layout) error {
 	if len(pkt) == 0 {
-		return invalid(ErrShortPacket, "empty packet")
+		return invalid(ruleShortPacket, "empty packet")
 	}
 	v := pkt[0] >> 4
 	switch {
 	case l.kind == GSOTCPv4 && v != 4, l.kind == GSOTCPv6 && v != 6:
-		return invalid(ErrIPVersion, "IPv%d packet with gso_type %v", v, l.kind)
+		return invalid(ruleIPVersion, "IPv%d packet with gso_type %v", v, l.kind)
 	case v == 4:
 		return parseIPv4(pkt, l)
 	case v == 6:
 		l.ipv6 = true
 		return parseIPv6(pkt, l)
 	}
-	return invalid(ErrIPHeader, "IP version %d", v)
+	return invalid(ruleIPHeader, "IP version %d", v)
 }
 
 func parseIPv4(pkt []byte, l *Layout) error {
 	if len(pkt) < ipv4MinLen {
-		return invalid(ErrShortPacket, "%d bytes, IPv4 header needs %d", len(pkt), ipv4MinLen)
+		return invalid(ruleShortPacket, "%d bytes, IPv4 header needs %d", len(pkt), ipv4MinLen)
 	}
 	ihl := int(pkt[0]&0xf) * 4
 	if ihl < ipv4MinLen || ihl > len(pkt) {
-		return invalid(ErrIPHeader, "IPv4 header length %d in a %d-byte packet", ihl, len(pkt))
+		return invalid(ruleIPHeader, "IPv4 header length %d in a %d-byte packet", ihl, len(pkt))
 	}
 	if tot := int(binary.BigEndian.Uint16(pkt[2:])); tot != len(pkt) {
-		return invalid(ErrIPLength, "IPv4 total length %d, packet %d bytes", tot, len(pkt))
+		return invalid(ruleIPLength, "IPv4 total length %d, packet %d bytes", tot, len(pkt))
 	}
 	if Checksum(pkt[:ihl], 0) != 0 {
-		return invalid(ErrIPChecksum, "IPv4 header checksum %#04x", binary.BigEndian.Uint16(pkt[10:]))
+		return invalid(ruleIPChecksum, "IPv4 header checksum %#04x", binary.BigEndian.Uint16(pkt[10:]))
 	}
 	if frag := binary.BigEndian.Uint16(pkt[6:]) & 0x3fff; frag != 0 && (l.kind != GSONone || l.needsCsum) {
-		return invalid(ErrFragmented, "IPv4 fragment (offset %d, MF %v)", frag&0x1fff*8, frag&0x2000 != 0)
+		return invalid(ruleFragmented, "IPv4 fragment (offset %d, MF %v)", frag&0x1fff*8, frag&0x2000 != 0)
 	}
 	l.l3Len = ihl
 	l.proto = pkt[9]
@@ -135,35 +135,35 @@ func parseIPv4(pkt []byte, l *Layout) error {
 
 func parseIPv6(pkt []byte, l *Layout) error {
 	if len(pkt) < ipv6Len {
-		return invalid(ErrShortPacket, "%d bytes, IPv6 header needs %d", len(pkt), ipv6Len)
+		return invalid(ruleShortPacket, "%d bytes, IPv6 header needs %d", len(pkt), ipv6Len)
 	}
 	if pl := int(binary.BigEndian.Uint16(pkt[4:])); pl != len(pkt)-ipv6Len {
-		return invalid(ErrIPLength, "IPv6 payload length %d, packet %d bytes", pl, len(pkt))
+		return invalid(ruleIPLength, "IPv6 payload length %d, packet %d bytes", pl, len(pkt))
 	}
 	next, off := pkt[6], ipv6Len
 	for {
 		switch next {
 		case protoHopByHop, protoRouting, protoDestOpts:
 			if next == protoHopByHop && off != ipv6Len {
-				return invalid(ErrExtHeader, "hop-by-hop header at offset %d", off)
+				return invalid(ruleExtHeader, "hop-by-hop header at offset %d", off)
 			}
 			if off+2 > len(pkt) {
-				return invalid(ErrShortPacket, "extension header at %d of a %d-byte packet", off, len(pkt))
+				return invalid(ruleShortPacket, "extension header at %d of a %d-byte packet", off, len(pkt))
 			}
 			n := (int(pkt[off+1]) + 1) * 8
 			if off+n > len(pkt) {
-				return invalid(ErrExtHeader, "%d-byte extension header at %d of a %d-byte packet", n, off, len(pkt))
+				return invalid(ruleExtHeader, "%d-byte extension header at %d of a %d-byte packet", n, off, len(pkt))
 			}
 			next, off = pkt[off], off+n
 		case protoFragment:
 			if l.kind != GSONone || l.needsCsum {
-				return invalid(ErrFragmented, "IPv6 Fragment header at offset %d", off)
+				return invalid(ruleFragmented, "IPv6 Fragment header at offset %d", off)
 			}
 			l.l3Len, l.proto = off, next
 			return nil
 		default:
 			if l.kind == GSOUDP && off != ipv6Len {
-				return invalid(ErrExtHeader, "UFO over IPv6 with %d bytes of extension headers", off-ipv6Len)
+				return invalid(ruleExtHeader, "UFO over IPv6 with %d bytes of extension headers", off-ipv6Len)
 			}
 			l.l3Len, l.proto = off, next
 			return nil
@@ -177,11 +177,11 @@ func checkTransport(pkt []byte, h Header, l *Layout) error {
 	tcp := l.kind == GSOTCPv4 || l.kind == GSOTCPv6
 	switch {
 	case tcp && l.proto != protoTCP:
-		return invalid(ErrProtocol, "protocol %d with gso_type %v", l.proto, l.kind)
+		return invalid(ruleProtocol, "protocol %d with gso_type %v", l.proto, l.kind)
 	case (l.kind == GSOUDP || l.kind == GSOUDPL4) && l.proto != protoUDP:
-		return invalid(ErrProtocol, "protocol %d with gso_type %v", l.proto, l.kind)
+		return invalid(ruleProtocol, "protocol %d with gso_type %v", l.proto, l.kind)
 	case l.kind == GSOUDPL4 && !l.needsCsum:
-		return invalid(ErrNeedsCsum, "gso_type %v without NEEDS_CSUM", l.kind)
+		return invalid(ruleNeedsCsum, "gso_type %v without NEEDS_CSUM", l.kind)
 	}
 	if tcp {
 		l.csumOffset = tcpCsumOffset // checksummed from scratch without NEEDS_CSUM
@@ -198,10 +198,10 @@ func checkTransport(pkt []byte, h Header, l *Layout) error {
 	}
 	start, off := int(h.CsumStart), int(h.CsumOffset)
 	if start+off+2 > len(pkt) {
-		return invalid(ErrCsumRange, "csum_start %d + csum_offset %d + 2 beyond %d bytes", start, off, len(pkt))
+		return invalid(ruleCsumRange, "csum_start %d + csum_offset %d + 2 beyond %d bytes", start, off, len(pkt))
 	}
 	if start != l.l3Len {
-		return invalid(ErrCsumStart, "csum_start %d, transport header at %d", start, l.l3Len)
+		return invalid(ruleCsumStart, "csum_start %d, transport header at %d", start, l.l3Len)
 	}
 	want := -1
 	switch l.proto {
@@ -211,7 +211,7 @@ func checkTransport(pkt []byte, h Header, l *Layout) error {
 		want = udpCsumOffset
 	}
 	if want >= 0 && off != want {
-		return invalid(ErrCsumOffset, "csum_offset %d for protocol %d, want %d", off, l.proto, want)
+		return invalid(ruleCsumOffset, "csum_offset %d for protocol %d, want %d", off, l.proto, want)
 	}
 	l.csumOffset = off
 	return nil
@@ -224,15 +224,15 @@ func parseL4(pkt []byte, l *Layout) error {
 	switch l.proto {
 	case protoTCP:
 		if rest < tcpMinLen {
-			return invalid(ErrShortPacket, "%d bytes after the IP header, TCP needs %d", rest, tcpMinLen)
+			return invalid(ruleShortPacket, "%d bytes after the IP header, TCP needs %d", rest, tcpMinLen)
 		}
 		l.l4Len = int(pkt[l.l3Len+12]>>4) * 4
 		if l.l4Len < tcpMinLen || l.l4Len > rest {
-			return invalid(ErrTransport, "TCP data offset %d with %d bytes after the IP header", l.l4Len, rest)
+			return invalid(ruleTransport, "TCP data offset %d with %d bytes after the IP header", l.l4Len, rest)
 		}
 	case protoUDP:
 		if rest < udpLen {
-			return invalid(ErrShortPacket, "%d bytes after the IP header, UDP needs %d", rest, udpLen)
+			return invalid(ruleShortPacket, "%d bytes after the IP header, UDP needs %d", rest, udpLen)
 		}
 		l.l4Len = udpLen
 	}
@@ -246,19 +246,19 @@ func count(pkt []byte, l *Layout, maxSegs int) error {
 	if l.kind == GSOUDP {
 		data += l.l4Len // UFO cuts the UDP header with the payload
 	}
-	if l.kind == GSOUDPL4 && data > l.mss*UDPMaxSegments {
-		return invalid(ErrTooManySegments, "%d bytes of USO payload, at most %d×%d", data, UDPMaxSegments, l.mss)
+	if l.kind == GSOUDPL4 && data > l.mss*udpMaxSegments {
+		return invalid(ruleTooManySegments, "%d bytes of USO payload, at most %d×%d", data, udpMaxSegments, l.mss)
 	}
 	if l.kind == GSONone || data <= l.mss {
 		l.kind, l.segments, l.maxSegLen = GSONone, 1, len(pkt)
 		return nil
 	}
 	if l.kind == GSOUDP && l.mss%8 != 0 {
-		return invalid(ErrGSOSize, "UFO gso_size %d is not a multiple of 8", l.mss)
+		return invalid(ruleGSOSize, "UFO gso_size %d is not a multiple of 8", l.mss)
 	}
 	l.segments = (data + l.mss - 1) / l.mss
 	if l.segments > maxSegs {
-		return invalid(ErrTooManySegments, "%d segments, at most %d", l.segments, maxSegs)
+		return invalid(ruleTooManySegments, "%d segments, at most %d", l.segments, maxSegs)
 	}
 	l.maxSegLen = len(pkt) - data + l.mss
 	if l.kind == GSOUDP {

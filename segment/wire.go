@@ -18,8 +18,8 @@ const MinMTU = 68
 
 // ErrTooBig matches the error ForWire returns for a packet that is larger
 // than the MTU and cannot be cut: the caller drops it and answers with an
-// ICMP fragmentation needed or ICMPv6 packet too big carrying the MTU of
-// the *TooBigError.
+// ICMP fragmentation needed or ICMPv6 packet too big carrying the MTU it
+// gave ForWire, which the error's message names.
 var ErrTooBig = errors.New("segment: packet larger than the MTU cannot be cut")
 
 // ErrBadChecksum is returned by ForWire for a packet larger than the MTU
@@ -29,31 +29,28 @@ var ErrTooBig = errors.New("segment: packet larger than the MTU cannot be cut")
 // would have dropped it too.
 var ErrBadChecksum = errors.New("segment: packet to be cut has a bad transport checksum")
 
-// errSmallMTU reports a caller's mistake, not a bad packet.
-var errSmallMTU = errors.New("segment: MTU below 68")
-
-// TooBigError is the error ForWire returns for a packet larger than the
+// tooBigError is the error ForWire returns for a packet larger than the
 // MTU that it cannot cut. It matches ErrTooBig. ForWire may return the same
-// *TooBigError for many packets: do not modify it.
-type TooBigError struct {
-	MTU int // the MTU to report in the ICMP error
+// *tooBigError for many packets.
+type tooBigError struct {
+	mtu int // the MTU to report in the ICMP error
 }
 
-func (e *TooBigError) Error() string {
-	return "segment: packet larger than the MTU " + strconv.Itoa(e.MTU) + " cannot be cut"
+func (e *tooBigError) Error() string {
+	return "segment: packet larger than the MTU " + strconv.Itoa(e.mtu) + " cannot be cut"
 }
 
-func (e *TooBigError) Unwrap() error { return ErrTooBig }
+func (e *tooBigError) Unwrap() error { return ErrTooBig }
 
-// lastTooBig caches the last TooBigError, so that a run of packets too big
+// lastTooBig caches the last tooBigError, so that a run of packets too big
 // for one MTU does not allocate one error each.
-var lastTooBig atomic.Pointer[TooBigError]
+var lastTooBig atomic.Pointer[tooBigError]
 
 func tooBig(mtu int) error {
-	if e := lastTooBig.Load(); e != nil && e.MTU == mtu {
+	if e := lastTooBig.Load(); e != nil && e.mtu == mtu {
 		return e
 	}
-	e := &TooBigError{MTU: mtu}
+	e := &tooBigError{mtu: mtu}
 	lastTooBig.Store(e)
 	return e
 }
@@ -109,7 +106,7 @@ func ForWire(pkt []byte, mtu, mss int) (Header, CsumState, error) {
 // packets of at most mtu bytes, as Linux's forwarding path would send it
 // on (ip_forward, ip_finish_output_gso, ip_do_fragment). It also says what
 // it found in the transport checksum. mss, if positive, caps the TCP
-// payload per segment (see MSSTable.MSS); mtu must be at least MinMTU.
+// payload per segment (see TCP.SegmentMSS); mtu must be at least MinMTU.
 //
 // A packet that fits (len(pkt) <= mtu) gets GSONone: with NEEDS_CSUM at the
 // transport checksum when that holds a partial checksum, so that Split
@@ -136,8 +133,8 @@ func ForWire(pkt []byte, mtu, mss int) (Header, CsumState, error) {
 //     absent, checksum gains one) and cuts it into fragments that share
 //     the IPv4 ID, with MF on all but the last.
 //
-// Anything else larger than mtu returns a *TooBigError (matching
-// ErrTooBig) with the mtu: IPv4 with DF set that is not TCP, IPv6 that is
+// Anything else larger than mtu returns an error matching ErrTooBig that
+// names the mtu: IPv4 with DF set that is not TCP, IPv6 that is
 // not TCP (IPv6 routers never fragment), an IPv4 fragment or an IPv6
 // packet with a Fragment header, other protocols, a source-routed packet,
 // and a TCP packet whose headers leave no room in mtu. Linux answers the
@@ -164,13 +161,13 @@ func ForWire(pkt []byte, mtu, mss int) (Header, CsumState, error) {
 // bad checksum is refused with ErrBadChecksum (cutting it would hide the
 // corruption); one that fits passes unchanged with CsumBad.
 //
-// Malformed input returns an error matching ErrInvalid and the rule's
-// sentinel, as Validate does; more segments than the Segmenter's cap
-// returns ErrTooManySegments. The CsumState is meaningful when the error
-// is nil or ErrBadChecksum. ForWire does not modify pkt and never panics.
-// It does not allocate, except for an error matching ErrInvalid (as
-// Validate) and for the first *TooBigError of an mtu (the last one is
-// reused).
+// Malformed input, and more segments than the Segmenter's cap, return an
+// *Error matching ErrInvalid that names the rule, as Validate does; an
+// mtu below MinMTU returns an *Error that does not match it. The
+// CsumState is meaningful when the error is nil or ErrBadChecksum.
+// ForWire does not modify pkt and never panics. It does not allocate,
+// except for an *Error and for the first ErrTooBig error of an mtu (the
+// last one is reused).
 //
 // Not supported: IPv4 or IPv6 BIG TCP packets over 64 KiB (their length
 // fields are 0: malformed), and AccECN flows, whose CWR flag is part of a
@@ -179,7 +176,7 @@ func ForWire(pkt []byte, mtu, mss int) (Header, CsumState, error) {
 // such flag).
 func (s *Segmenter) ForWire(pkt []byte, mtu, mss int) (Header, CsumState, error) {
 	if mtu < MinMTU {
-		return Header{}, CsumNone, errSmallMTU
+		return Header{}, CsumNone, misuse(ruleSmallMTU, "MTU %d", mtu)
 	}
 	w, err := parseWire(pkt)
 	if err != nil {
@@ -206,7 +203,7 @@ func (s *Segmenter) ForWire(pkt []byte, mtu, mss int) (Header, CsumState, error)
 // wireTSO describes a TCP packet larger than mtu as a TSO super-packet.
 func (s *Segmenter) wireTSO(pkt []byte, w *wirePkt, mtu, mss int) (Header, CsumState, error) {
 	if w.l4 == 0 {
-		return Header{}, CsumNone, invalid(ErrTransport, "TCP header does not fit the %d bytes after the IP header", len(pkt)-w.l3)
+		return Header{}, CsumNone, invalid(ruleTransport, "TCP header does not fit the %d bytes after the IP header", len(pkt)-w.l3)
 	}
 	flags := pkt[w.l3+tcpFlagsOff]
 	gso := mtu - w.l3 - w.l4
@@ -218,7 +215,7 @@ func (s *Segmenter) wireTSO(pkt []byte, w *wirePkt, mtu, mss int) (Header, CsumS
 	}
 	payload := len(pkt) - w.l3 - w.l4
 	if n := (payload + gso - 1) / gso; n > s.maxSegments() {
-		return Header{}, CsumNone, invalid(ErrTooManySegments, "%d segments of %d bytes, at most %d", n, gso, s.maxSegments())
+		return Header{}, CsumNone, invalid(ruleTooManySegments, "%d segments of %d bytes, at most %d", n, gso, s.maxSegments())
 	}
 	st := w.csum(pkt)
 	if st == CsumBad {
@@ -238,12 +235,12 @@ func (s *Segmenter) wireTSO(pkt []byte, w *wirePkt, mtu, mss int) (Header, CsumS
 // as a UFO super-packet.
 func (s *Segmenter) wireUFO(pkt []byte, w *wirePkt, mtu int) (Header, CsumState, error) {
 	if w.l4 == 0 {
-		return Header{}, CsumNone, invalid(ErrTransport, "UDP length disagrees with the %d bytes after the IP header", len(pkt)-w.l3)
+		return Header{}, CsumNone, invalid(ruleTransport, "UDP length disagrees with the %d bytes after the IP header", len(pkt)-w.l3)
 	}
 	gso := (mtu - w.l3) &^ 7 // at least 8: mtu >= 68, IHL <= 60
 	data := len(pkt) - w.l3
 	if n := (data + gso - 1) / gso; n > s.maxSegments() {
-		return Header{}, CsumNone, invalid(ErrTooManySegments, "%d fragments of %d bytes, at most %d", n, gso, s.maxSegments())
+		return Header{}, CsumNone, invalid(ruleTooManySegments, "%d fragments of %d bytes, at most %d", n, gso, s.maxSegments())
 	}
 	st := w.csum(pkt)
 	if st == CsumBad {

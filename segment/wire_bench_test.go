@@ -2,7 +2,6 @@ package segment
 
 import (
 	"fmt"
-	"sync/atomic"
 	"testing"
 )
 
@@ -72,83 +71,23 @@ func BenchmarkForWire(b *testing.B) {
 	}
 }
 
-// BenchmarkMSSTable measures the table's operations: Observe of a packet
-// that is not a handshake (every packet pays it), of a SYN (records), MSS
-// of a known and of an unknown flow, the same with two goroutines at once
-// (one direction records while the other looks up), Clamp, and a sweep of
-// a 64K-slot table holding 32K flows (once per Idle/2).
-func BenchmarkMSSTable(b *testing.B) {
-	tbl := NewMSSTable(MSSConfig{})
-	const flows = 1 << 15
-	syns, data := make([][]byte, flows), make([][]byte, flows)
-	for i := range flows {
-		f := flow4(i)
-		syns[i], data[i] = f.syn(uint16(1000+i%400)), f.dataBack()
-		tbl.Observe(syns[i])
-	}
-	// A bucket holds 8 flows: a few of the 32K were evicted. Look up those
-	// that are there.
-	known := make([][]byte, 0, flows)
-	for _, d := range data {
-		if tbl.MSS(d) != 0 {
-			known = append(known, d)
-		}
-	}
-	for len(known) < flows {
-		known = append(known, known[:min(len(known), flows-len(known))]...)
-	}
-	ack := flow4(1).pkt(flagACK, tsOpt, 1448)
-	unknown := flow6(1).dataBack()
-	op := func(name string, f func(i int)) {
-		b.Run(name, func(b *testing.B) {
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				f(i & (flows - 1))
-				i++
-			}
-		})
-	}
-	op("Observe-ACK", func(int) { tbl.Observe(ack) })
-	op("Observe-SYN", func(i int) { tbl.Observe(syns[i]) })
-	b.Run("MSS-known-parallel", func(b *testing.B) {
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			for i := 0; pb.Next(); i++ {
-				tbl.MSS(known[i&(flows-1)])
-			}
-		})
-	})
-	op("MSS-known", func(i int) { tbl.MSS(known[i]) })
-	op("MSS-unknown", func(int) { tbl.MSS(unknown) })
-	b.Run("MSS-known-parallel-with-Observe-SYN", func(b *testing.B) {
-		b.ReportAllocs()
-		b.SetParallelism(1) // GOMAXPROCS goroutines: one records, the others look up
-		var id atomic.Int32
-		b.RunParallel(func(pb *testing.PB) {
-			me := id.Add(1) - 1
-			i := 0
-			for pb.Next() {
-				if me == 0 {
-					tbl.Observe(syns[i&(flows-1)])
-				} else {
-					tbl.MSS(known[i&(flows-1)])
-				}
-				i++
-			}
-		})
-	})
-	syn := flow4(1).syn(8960)
-	op("Clamp", func(int) { syn[20+22], syn[20+23] = 0x23, 0x00; Clamp(syn, 1500) })
-	b.Run("sweep-64k", func(b *testing.B) {
+// BenchmarkClamp measures Clamp of a SYN whose MSS it lowers, and
+// ParseTCP with Announced of a packet that is not a handshake (every
+// packet through an MSS table pays it).
+func BenchmarkClamp(b *testing.B) {
+	syn, ack := flow4(1).syn(8960), flow4(1).pkt(flagACK, tsOpt, 1448)
+	b.Run("Clamp", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			b.StopTimer()
-			for i := range tbl.slots { // every used slot young again
-				tbl.slots[i].Store(tbl.slots[i].Load() &^ mssAgeMask)
-			}
-			b.StartTimer()
-			tbl.sweep()
+			syn[20+22], syn[20+23] = 0x23, 0x00
+			Clamp(syn, 1500)
+		}
+	})
+	b.Run("Announced-ACK", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			tcp, _ := ParseTCP(ack)
+			tcp.Announced(ack)
 		}
 	})
 }

@@ -9,22 +9,20 @@ import (
 )
 
 // A forwarder that reads wire packets (an AF_XDP port) and sends them on
-// through a link with a smaller MTU: every packet of both directions goes
-// through the MSS table, a SYN through Clamp, and each packet gets the
-// virtio-net header that makes Split cut it.
+// through a link with a smaller MTU: a SYN goes through Clamp, and each
+// packet gets the virtio-net header that makes Split cut it (a gateway
+// passes ForWire the MSS its table learned from the flow's handshake,
+// pipeline.MSSTable, instead of 0).
 func ExampleForWire() {
 	const mtu = 1500
-	tbl := segment.NewMSSTable(segment.MSSConfig{})
 	var seg segment.Segmenter
 
 	forward := func(pkt []byte) {
 		segment.Clamp(pkt, mtu) // only if the two sides' MTUs differ
-		tbl.Observe(pkt)
-		h, st, err := seg.ForWire(pkt, mtu, tbl.MSS(pkt))
-		var tb *segment.TooBigError
+		h, st, err := seg.ForWire(pkt, mtu, 0)
 		switch {
-		case errors.As(err, &tb):
-			fmt.Println("drop, ICMP too big, MTU", tb.MTU)
+		case errors.Is(err, segment.ErrTooBig):
+			fmt.Println("drop, ICMP too big, MTU", mtu)
 			return
 		case errors.Is(err, segment.ErrBadChecksum), errors.Is(err, segment.ErrInvalid):
 			fmt.Println("drop and count:", st)

@@ -9,8 +9,9 @@ import (
 // FuzzWire: arbitrary bytes, mtu and mss. ForWire never panics; it either
 // refuses with one of its errors or returns a header that validates and
 // splits into packets of at most mtu bytes (with at most mss bytes of TCP
-// payload) that pass the package's invariants; Observe, MSS and Clamp
-// never panic, and Clamp only ever lowers MSS options. The seed corpus is
+// payload) that pass the package's invariants; ParseTCP, Announced,
+// Resets, SegmentMSS and Clamp never panic, the MSS values stay in range,
+// and Clamp only ever lowers MSS options. The seed corpus is
 // the table cases and testdata/fuzz/FuzzWire.
 func FuzzWire(f *testing.F) {
 	for _, c := range wireCases() {
@@ -18,7 +19,6 @@ func FuzzWire(f *testing.F) {
 	}
 	f.Add(flow4(1).syn(9000), uint16(1500), uint16(0))
 	f.Add(flow6(1).pkt(flagSYN|flagACK, []byte{1, 2, 4, 0x23, 0x28, 1, 1, 1}, 0, partial), uint16(1280), uint16(0))
-	tbl := NewMSSTable(MSSConfig{Flows: 64})
 	s := &Segmenter{MaxSegments: 1 << 12}
 	f.Fuzz(func(t *testing.T, pkt []byte, mtu, mss uint16) {
 		in := bytes.Clone(pkt)
@@ -34,15 +34,15 @@ func FuzzWire(f *testing.F) {
 				t.Fatalf("ErrBadChecksum with state %v", st)
 			}
 		case errors.Is(err, ErrTooBig):
-			var tb *TooBigError
-			if !errors.As(err, &tb) || tb.MTU != int(mtu) || len(pkt) <= int(mtu) {
+			var tb *tooBigError
+			if !errors.As(err, &tb) || tb.mtu != int(mtu) || len(pkt) <= int(mtu) {
 				t.Fatalf("%v for a %d-byte packet and mtu %d", err, len(pkt), mtu)
 			}
 		case errors.Is(err, ErrInvalid):
-			if _, verr := Validate(pkt, Header{}); verr == nil && !errors.Is(err, ErrTooManySegments) && !errors.Is(err, ErrTransport) {
+			if _, verr := Validate(pkt, Header{}); verr == nil && !broke(err, ruleTooManySegments) && !broke(err, ruleTransport) {
 				t.Fatalf("%v for a packet Validate accepts", err)
 			}
-		case errors.Is(err, errSmallMTU):
+		case broke(err, ruleSmallMTU):
 			if mtu >= MinMTU {
 				t.Fatalf("%v with mtu %d", err, mtu)
 			}
@@ -50,9 +50,12 @@ func FuzzWire(f *testing.F) {
 			t.Fatalf("unexpected error %v", err)
 		}
 
-		tbl.Observe(pkt)
-		if m := tbl.MSS(pkt); m < 0 || m > 0xffff {
-			t.Fatalf("MSS %d", m)
+		if tcp, ok := ParseTCP(pkt); ok {
+			tcp.Resets(pkt)
+			m, _ := tcp.Announced(pkt)
+			if s := tcp.SegmentMSS(m); m < 0 || m > 0xffff || s < 0 || s > 0xffff {
+				t.Fatalf("announced MSS %d, segment MSS %d", m, s)
+			}
 		}
 		c := bytes.Clone(pkt)
 		before := mssOptionsOf(c)

@@ -64,7 +64,7 @@ type wireLab struct {
 	capture        int // AF_PACKET socket on everything in rcv
 	ifindex        int
 	sndMAC, rcvMAC net.HardwareAddr
-	tbl            *MSSTable
+	tbl            mssBook
 	seg            Segmenter
 }
 
@@ -74,7 +74,7 @@ func newWireLab(t *testing.T) *wireLab {
 		snd: netlab.NewT(t, "wire-snd"), // skips unless root
 		rcv: netlab.NewT(t, "wire-rcv"),
 		tx:  -1, capture: -1,
-		tbl: NewMSSTable(MSSConfig{Flows: 1024}),
+		tbl: mssBook{},
 	}
 	t.Cleanup(func() {
 		for _, fd := range []int{lab.tx, lab.capture} {

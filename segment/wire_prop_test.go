@@ -114,20 +114,20 @@ func (c wireRandom) check(t *testing.T, s *Segmenter) {
 	h, st, err := s.ForWire(c.pkt, c.mtu, c.mss)
 	fits := len(c.pkt) <= c.mtu
 	s0 := c.spec
-	var tb *TooBigError
+	var tb *tooBigError
 	switch {
 	case fits:
 		if err != nil {
 			t.Fatalf("a packet that fits: %v", err)
 		}
 	case s0.proto == tcp && s0.tcpFlags&flagSYN != 0:
-		if !errors.As(err, &tb) || tb.MTU != c.mtu {
-			t.Fatalf("a SYN larger than the mtu: %v, want a TooBigError", err)
+		if !errors.As(err, &tb) || tb.mtu != c.mtu {
+			t.Fatalf("a SYN larger than the mtu: %v, want a tooBigError", err)
 		}
 		return
 	case s0.proto == udp && (s0.v6 || s0.df):
-		if !errors.As(err, &tb) || tb.MTU != c.mtu {
-			t.Fatalf("UDP that cannot be fragmented: %v, want a TooBigError", err)
+		if !errors.As(err, &tb) || tb.mtu != c.mtu {
+			t.Fatalf("UDP that cannot be fragmented: %v, want a tooBigError", err)
 		}
 		return
 	case c.bad:

@@ -18,8 +18,9 @@ type wireWant struct {
 	gso     int
 	needs   bool // NEEDS_CSUM
 	csum    CsumState
-	tooBig  bool  // a *TooBigError with the mtu
+	tooBig  bool  // an error matching ErrTooBig with the mtu
 	err     error // another error errors.Is must match
+	rule    rule  // the rule of the *Error it must return
 	zeroHdr bool  // the header is all zero
 }
 
@@ -152,7 +153,7 @@ func wireCases() []wireCase {
 	bad := wireWant{zeroHdr: true, csum: CsumBad}
 	partialNone := wireWant{kind: GSONone, needs: true, csum: CsumPartial}
 	tooBig := wireWant{tooBig: true}
-	invalidRule := func(rule error) wireWant { return wireWant{err: rule} }
+	invalidRule := func(r rule) wireWant { return wireWant{rule: r} }
 
 	opts40 := make([]byte, 40)
 	for i := range opts40 {
@@ -216,11 +217,11 @@ func wireCases() []wireCase {
 		{name: "tso/syn", pkt: wirePacket(with(tcp4(3000, true), func(s *superSpec) { s.tcpFlags = flagSYN })), mtu: mtu, want: tooBig},
 		{name: "tso/rst", pkt: wirePacket(with(tcp4(3000, true), func(s *superSpec) { s.tcpFlags = flagRST | flagACK })), mtu: mtu, want: tooBig},
 		{name: "tso/headers-exceed-mtu", pkt: wirePacket(with(tcp4(3000, true), func(s *superSpec) { s.ipOpts = opts40; s.tcpOpts = opts40 })), mtu: 120, want: tooBig},
-		{name: "tso/too-many-segments", pkt: wirePacket(with(tcp4(65535-120, true), func(s *superSpec) { s.ipOpts = opts40; s.tcpOpts = opts40 })), mtu: 576, want: invalidRule(ErrTooManySegments)},
+		{name: "tso/too-many-segments", pkt: wirePacket(with(tcp4(65535-120, true), func(s *superSpec) { s.ipOpts = opts40; s.tcpOpts = opts40 })), mtu: 576, want: invalidRule(ruleTooManySegments)},
 		{name: "tso/more-segments-allowed", pkt: wirePacket(with(tcp4(65535-120, true), func(s *superSpec) { s.ipOpts = opts40; s.tcpOpts = opts40 })), mtu: 576, seg: &Segmenter{MaxSegments: 256},
 			want: wireWant{kind: GSOTCPv4, gso: 456, needs: true, csum: CsumPartial}},
-		{name: "tso/tiny-mss", pkt: wirePacket(tcp4(20000, true)), mtu: mtu, mss: 48, want: invalidRule(ErrTooManySegments)},
-		{name: "tso/bad-data-offset", pkt: func() []byte { p := wirePacket(tcp4(3000, true)); p[20+12] = 0x40; return p }(), mtu: mtu, want: invalidRule(ErrTransport)},
+		{name: "tso/tiny-mss", pkt: wirePacket(tcp4(20000, true)), mtu: mtu, mss: 48, want: invalidRule(ruleTooManySegments)},
+		{name: "tso/bad-data-offset", pkt: func() []byte { p := wirePacket(tcp4(3000, true)); p[20+12] = 0x40; return p }(), mtu: mtu, want: invalidRule(ruleTransport)},
 		{name: "tso/ipv4-fragment", pkt: setIPv4FragField(wirePacket(tcp4(3000, false)), ipv4MF|ipv4DF), mtu: mtu, want: tooBig},
 		{name: "tso/ipv4-source-route", pkt: wirePacket(with(tcp4(3000, true), func(s *superSpec) { s.ipOpts = []byte{ipv4OptSSRR, 7, 4, 198, 19, 1, 1, 0} })), mtu: mtu, want: tooBig},
 
@@ -234,8 +235,8 @@ func wireCases() []wireCase {
 		{name: "ufo/udp4-mtu-68", pkt: wirePacket(udp4(400, true, false)), mtu: 68, want: wireWant{kind: GSOUDP, gso: 48, needs: true, csum: CsumPartial}},
 		{name: "ufo/udp4-jumbo-to-1500", pkt: wirePacket(udp4(8972, false, false)), mtu: mtu, want: wireWant{kind: GSOUDP, gso: 1480, csum: CsumComplete}},
 		{name: "ufo/udp4-bad", pkt: corruptLast(wirePacket(udp4(5000, false, false))), mtu: mtu, want: wireWant{err: ErrBadChecksum, csum: CsumBad}},
-		{name: "ufo/udp4-bad-length", pkt: func() []byte { p := wirePacket(udp4(3000, true, false)); p[20+5]++; return p }(), mtu: mtu, want: invalidRule(ErrTransport)},
-		{name: "ufo/too-many-fragments", pkt: wirePacket(udp4(20000, true, false)), mtu: 68, want: invalidRule(ErrTooManySegments)},
+		{name: "ufo/udp4-bad-length", pkt: func() []byte { p := wirePacket(udp4(3000, true, false)); p[20+5]++; return p }(), mtu: mtu, want: invalidRule(ruleTransport)},
+		{name: "ufo/too-many-fragments", pkt: wirePacket(udp4(20000, true, false)), mtu: 68, want: invalidRule(ruleTooManySegments)},
 		{name: "toobig/udp4-df", pkt: wirePacket(udp4(5000, false, true)), mtu: mtu, want: tooBig},
 		{name: "toobig/udp6", pkt: wirePacket(udp6(5000, true)), mtu: mtu, want: tooBig},
 		{name: "toobig/udp6-1280", pkt: wirePacket(udp6(1300, false)), mtu: 1280, want: tooBig},
@@ -246,19 +247,19 @@ func wireCases() []wireCase {
 		{name: "toobig/ipv6-fragment", pkt: wirePacket(with(tcp6(5000, true), func(s *superSpec) { s.ext = []extHdr{{extFragment, 8}} })), mtu: mtu, want: tooBig},
 
 		// Malformed packets.
-		{name: "bad/empty", pkt: nil, mtu: mtu, want: invalidRule(ErrShortPacket)},
-		{name: "bad/version", pkt: func() []byte { p := wirePacket(tcp4(10, true)); p[0] = 0x55; return p }(), mtu: mtu, want: invalidRule(ErrIPHeader)},
-		{name: "bad/short-ipv4", pkt: wirePacket(tcp4(10, true))[:19], mtu: mtu, want: invalidRule(ErrShortPacket)},
-		{name: "bad/ihl", pkt: func() []byte { p := wirePacket(tcp4(10, true)); p[0] = 0x44; return p }(), mtu: mtu, want: invalidRule(ErrIPHeader)},
-		{name: "bad/ipv4-total-length", pkt: append(wirePacket(tcp4(10, true)), 0, 0, 0, 0), mtu: mtu, want: invalidRule(ErrIPLength)},
-		{name: "bad/ipv4-header-checksum", pkt: func() []byte { p := wirePacket(tcp4(10, true)); p[8]--; return p }(), mtu: mtu, want: invalidRule(ErrIPChecksum)},
-		{name: "bad/ipv6-payload-length", pkt: wirePacket(tcp6(100, true))[:130], mtu: mtu, want: invalidRule(ErrIPLength)},
+		{name: "bad/empty", pkt: nil, mtu: mtu, want: invalidRule(ruleShortPacket)},
+		{name: "bad/version", pkt: func() []byte { p := wirePacket(tcp4(10, true)); p[0] = 0x55; return p }(), mtu: mtu, want: invalidRule(ruleIPHeader)},
+		{name: "bad/short-ipv4", pkt: wirePacket(tcp4(10, true))[:19], mtu: mtu, want: invalidRule(ruleShortPacket)},
+		{name: "bad/ihl", pkt: func() []byte { p := wirePacket(tcp4(10, true)); p[0] = 0x44; return p }(), mtu: mtu, want: invalidRule(ruleIPHeader)},
+		{name: "bad/ipv4-total-length", pkt: append(wirePacket(tcp4(10, true)), 0, 0, 0, 0), mtu: mtu, want: invalidRule(ruleIPLength)},
+		{name: "bad/ipv4-header-checksum", pkt: func() []byte { p := wirePacket(tcp4(10, true)); p[8]--; return p }(), mtu: mtu, want: invalidRule(ruleIPChecksum)},
+		{name: "bad/ipv6-payload-length", pkt: wirePacket(tcp6(100, true))[:130], mtu: mtu, want: invalidRule(ruleIPLength)},
 		{name: "bad/ipv6-truncated-ext", pkt: func() []byte {
 			p := wirePacket(with(udp6(0, true), func(s *superSpec) { s.ext = []extHdr{{extDestOpts, 8}} }))
 			p[41] = 9 // 80 bytes
 			return p
-		}(), mtu: mtu, want: invalidRule(ErrExtHeader)},
-		{name: "bad/small-mtu", pkt: wirePacket(tcp4(10, true)), mtu: 67, want: wireWant{err: errSmallMTU}},
+		}(), mtu: mtu, want: invalidRule(ruleExtHeader)},
+		{name: "bad/small-mtu", pkt: wirePacket(tcp4(10, true)), mtu: 67, want: wireWant{rule: ruleSmallMTU}},
 	}
 }
 
@@ -280,9 +281,9 @@ func TestForWire(t *testing.T) {
 			}
 			switch {
 			case w.tooBig:
-				var tb *TooBigError
-				if !errors.Is(err, ErrTooBig) || !errors.As(err, &tb) || tb.MTU != c.mtu {
-					t.Fatalf("error %v, want a TooBigError with MTU %d", err, c.mtu)
+				var tb *tooBigError
+				if !errors.Is(err, ErrTooBig) || !errors.As(err, &tb) || tb.mtu != c.mtu {
+					t.Fatalf("error %v, want a tooBigError with MTU %d", err, c.mtu)
 				}
 				if errors.Is(err, ErrInvalid) {
 					t.Fatalf("error %v matches ErrInvalid", err)
@@ -292,7 +293,12 @@ func TestForWire(t *testing.T) {
 				if !errors.Is(err, w.err) {
 					t.Fatalf("error %v, want %v", err, w.err)
 				}
-				if w.err != ErrBadChecksum && w.err != errSmallMTU && !errors.Is(err, ErrInvalid) {
+				return
+			case w.rule != 0:
+				if !broke(err, w.rule) {
+					t.Fatalf("error %v, want the rule %v", err, w.rule)
+				}
+				if w.rule != ruleSmallMTU && !errors.Is(err, ErrInvalid) {
 					t.Fatalf("error %v does not match ErrInvalid", err)
 				}
 				return
@@ -443,14 +449,14 @@ func TestForWireCoincidence(t *testing.T) {
 // nor for a run of packets too big for one MTU.
 func TestForWireAllocs(t *testing.T) {
 	for _, c := range wireCases() {
-		if c.want.err != nil {
+		if c.want.err != nil || c.want.rule != 0 {
 			continue
 		}
 		s := c.seg
 		if s == nil {
 			s = &Segmenter{}
 		}
-		s.ForWire(c.pkt, c.mtu, c.mss) // caches the TooBigError
+		s.ForWire(c.pkt, c.mtu, c.mss) // caches the tooBigError
 		if n := testing.AllocsPerRun(20, func() { s.ForWire(c.pkt, c.mtu, c.mss) }); n != 0 {
 			t.Errorf("%s: %v allocations", c.name, n)
 		}
@@ -463,7 +469,7 @@ func TestCsumStateString(t *testing.T) {
 			t.Errorf("%d: %q, want %q", st, got, want)
 		}
 	}
-	if got := (&TooBigError{MTU: 1280}).Error(); got != "segment: packet larger than the MTU 1280 cannot be cut" {
-		t.Errorf("TooBigError: %q", got)
+	if got := (&tooBigError{mtu: 1280}).Error(); got != "segment: packet larger than the MTU 1280 cannot be cut" {
+		t.Errorf("tooBigError: %q", got)
 	}
 }

@@ -19,7 +19,13 @@
 // hop a port's sink could not resolve) back into the TUN device, within
 // Linux's rate limits.
 //
+// A WireSource takes packets from a wire instead, without a virtio-net
+// header, and gives each the header that cuts it to the egress MTU; an
+// MSSTable, shared by a gateway's two directions, remembers the MSS each
+// TCP flow's handshake announced, so that no segment exceeds it.
+//
 // The package is pure Go with no system calls and builds on every OS. It
-// imports only segment, txqueue and internal/icmperr; ports and the
-// gateway (package dataplane) import it, never the other way round.
+// imports only segment, txqueue, internal/icmperr and internal/iphdr;
+// ports and the gateway (package dataplane) import it, never the other
+// way round.
 package pipeline

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/gsoplane/gsoplane/internal/icmperr"
+	"github.com/gsoplane/gsoplane/internal/iphdr"
 )
 
 // A Replier answers the sender of a packet the dataplane drops, as a
@@ -76,7 +77,7 @@ func (r *ICMP) TooBig(pkt []byte, mtu int) { r.reply(pkt, icmperr.TooBig, mtu) }
 
 func (r *ICMP) reply(pkt []byte, k icmperr.Kind, mtu int) {
 	src := r.src6
-	if len(pkt) > 0 && pkt[0]>>4 == 4 {
+	if iphdr.Version(pkt) == 4 {
 		src = r.src4
 	}
 	if !src.IsValid() {

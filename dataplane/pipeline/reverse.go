@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -10,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/gsoplane/gsoplane/internal/iphdr"
 	"github.com/gsoplane/gsoplane/segment"
 )
 
@@ -216,11 +216,15 @@ func (r *ReturnPath) run(b *returnBatchBufs, from, to int) {
 	}
 	h := r.cfg.Receiver.Headroom()
 	if r.gro != nil {
-		r.writeVectors(r.gro.Coalesce(frames[:m], sizes[:m], h))
-		r.groMu.Lock()
-		r.groStats = r.gro.Stats()
-		r.groMu.Unlock()
-		return
+		// The batches fit the Coalescer (returnBatch packets, the
+		// receiver's headroom); one that did not would go out unmerged.
+		if out, err := r.gro.Coalesce(frames[:m], sizes[:m], h); err == nil {
+			r.writeVectors(out)
+			r.groMu.Lock()
+			r.groStats = r.gro.Stats()
+			r.groMu.Unlock()
+			return
+		}
 	}
 	for i, f := range frames[:m] {
 		hdr := f[h-r.cfg.HeaderSize : h]
@@ -287,24 +291,13 @@ func (r *ReturnPath) valid(pkt []byte) bool {
 // whole IP header whose lengths match pkt: for IPv4, IHL at least 5, a
 // total length of at least IHL words, a correct header checksum.
 func ipHeaderValid(pkt []byte) bool {
-	switch {
-	case len(pkt) >= 20 && pkt[0]>>4 == 4:
-		ihl := int(pkt[0]&0xf) * 4
-		total := int(binary.BigEndian.Uint16(pkt[2:4]))
-		return ihl >= 20 && total >= ihl && total == len(pkt) && segment.Checksum(pkt[:ihl], 0) == 0
-	case len(pkt) >= 40 && pkt[0]>>4 == 6:
-		return 40+int(binary.BigEndian.Uint16(pkt[4:6])) == len(pkt)
-	}
-	return false
+	return iphdr.Whole(pkt) && (iphdr.Version(pkt) == 6 || segment.Checksum(pkt[:iphdr.HeaderLen(pkt)], 0) == 0)
 }
 
 // ipPacket trims b to the length its IP header gives, if shorter.
 func ipPacket(b []byte) []byte {
-	switch {
-	case len(b) >= 4 && b[0]>>4 == 4:
-		return b[:min(len(b), int(binary.BigEndian.Uint16(b[2:4])))]
-	case len(b) >= 6 && b[0]>>4 == 6:
-		return b[:min(len(b), 40+int(binary.BigEndian.Uint16(b[4:6])))]
+	if n, ok := iphdr.Len(b); ok && n < len(b) {
+		return b[:n]
 	}
 	return b
 }

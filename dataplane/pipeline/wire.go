@@ -21,7 +21,7 @@ type WireConfig struct {
 	// that a segment never exceeds what its receiver agreed to. Share one
 	// table between the two directions of a gateway: each direction's
 	// SYNs set the MSS of the other's data. Nil: cut at the MTU.
-	MSS *segment.MSSTable
+	MSS *MSSTable
 	// Clamp lowers the MSS option of the SYNs it forwards to the smaller
 	// of MTU and IngressMTU (segment.Clamp), so that senders send what
 	// fits and little needs cutting.

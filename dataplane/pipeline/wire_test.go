@@ -57,7 +57,7 @@ func TestWireSource(t *testing.T) {
 		wireFrame(small), wireFrame(tcp), wireFrame(udp4(3000, false)), wireFrame(udp4(3000, true)), wireFrame([]byte{0x45}),
 	}}}
 	var replies tooBigs
-	src, err := pipeline.NewWireSource(pipeline.WireConfig{Receiver: recv, MTU: 1500, MSS: segment.NewMSSTable(segment.MSSConfig{}), Replier: &replies})
+	src, err := pipeline.NewWireSource(pipeline.WireConfig{Receiver: recv, MTU: 1500, MSS: pipeline.NewMSSTable(pipeline.MSSConfig{}), Replier: &replies})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func (r *loopReceiver) Receive(frames [][]byte) (int, error) {
 // SYN to clamp and remember, a small datagram) allocates nothing.
 func TestWireSourceAllocs(t *testing.T) {
 	recv := &loopReceiver{frames: [][]byte{wireFrame(tcpSuperPacket(20000)[segment.HeaderSize:]), wireFrame(udp4(10, false))}}
-	src, err := pipeline.NewWireSource(pipeline.WireConfig{Receiver: recv, MTU: 1500, MSS: segment.NewMSSTable(segment.MSSConfig{}), Clamp: true})
+	src, err := pipeline.NewWireSource(pipeline.WireConfig{Receiver: recv, MTU: 1500, MSS: pipeline.NewMSSTable(pipeline.MSSConfig{}), Clamp: true})
 	if err != nil {
 		t.Fatal(err)
 	}

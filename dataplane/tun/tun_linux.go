@@ -12,9 +12,9 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
-	"gvisor.dev/gvisor/pkg/tcpip/header"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/internal/iphdr"
 )
 
 // Every Queue is a pipeline.Source and a pipeline.Writer.
@@ -464,17 +464,13 @@ func truncated(pkt []byte) bool {
 }
 
 // ipPacketLen returns the length of pkt according to its IP header, or 0
-// when the header does not give it.
+// when the header does not give it: a length field of 0.
 func ipPacketLen(pkt []byte) int {
-	switch {
-	case len(pkt) >= header.IPv4MinimumSize && pkt[0]>>4 == header.IPv4Version:
-		return int(header.IPv4(pkt).TotalLength())
-	case len(pkt) >= header.IPv6MinimumSize && pkt[0]>>4 == header.IPv6Version:
-		if n := header.IPv6(pkt).PayloadLength(); n != 0 {
-			return header.IPv6MinimumSize + int(n)
-		}
+	n, ok := iphdr.Len(pkt)
+	if !ok || iphdr.Version(pkt) == 6 && n == iphdr.IPv6Len {
+		return 0
 	}
-	return 0
+	return n
 }
 
 // finish returns the result and drops the references to the caller's

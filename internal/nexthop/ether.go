@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gsoplane/gsoplane/internal/ethernet"
+	"github.com/gsoplane/gsoplane/internal/iphdr"
 )
 
 // EtherLen is the length of the Ethernet header Ether writes.
@@ -76,15 +77,13 @@ func NewEther(r *Resolver, src [6]byte) *Ether { return &Ether{r: r, src: src, n
 // pkt if its next hop is resolved, and says what to do with the frame. A
 // packet that is not IPv4 or IPv6 is Unreachable.
 func (e *Ether) Header(eth, pkt []byte) Action {
-	var dst netip.Addr
-	var typ uint16
-	switch {
-	case len(pkt) >= 20 && pkt[0]>>4 == 4:
-		dst, typ = netip.AddrFrom4([4]byte(pkt[16:20])), ethernet.TypeIPv4
-	case len(pkt) >= 40 && pkt[0]>>4 == 6:
-		dst, typ = netip.AddrFrom16([16]byte(pkt[24:40])), ethernet.TypeIPv6
-	default:
+	dst, ok := iphdr.Dst(pkt)
+	if !ok {
 		return Unreachable
+	}
+	typ := uint16(ethernet.TypeIPv4)
+	if dst.Is6() {
+		typ = ethernet.TypeIPv6
 	}
 	if !dst.IsGlobalUnicast() {
 		return NotRouted
