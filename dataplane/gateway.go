@@ -22,6 +22,10 @@ var ErrInvalidConfig = pipeline.ErrInvalidConfig
 // without the gateway (any but Linux); it wraps errors.ErrUnsupported.
 var ErrNotSupported = pipeline.ErrNotSupported
 
+// ErrNoDevice is wrapped by the error OpenGateway returns when the NIC or
+// the ingress device does not exist in the caller's network namespace.
+var ErrNoDevice = pipeline.ErrNoDevice
+
 // GatewayConfig describes a gateway between a TUN device and a NIC. Its
 // zero value, with a NIC and Routes, is the production gateway: a TUN
 // device with offloads, the NIC port chosen automatically, backpressure

@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -70,6 +71,9 @@ func (p *path) addWire(g *Gateway, cfg GatewayConfig, from, to lane, mtu, fromMT
 // called name.
 func linkOf(name string) (int, []netip.Addr, error) {
 	l, err := netlink.LinkByName(name)
+	if errors.As(err, new(netlink.LinkNotFoundError)) {
+		err = ErrNoDevice
+	}
 	if err != nil {
 		return 0, nil, fmt.Errorf("dataplane: ingress device %q: %w", name, err)
 	}

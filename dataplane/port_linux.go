@@ -70,7 +70,7 @@ func openNIC(cfg GatewayConfig, log *slog.Logger) (*nic, error) {
 			log.Info("NIC port: AF_XDP", "nic", cfg.NIC, "xdp_mode", mode.String(), "busy_poll", cfg.XDP.BusyPoll)
 			return n, nil
 		}
-		if errors.Is(err, ErrInvalidConfig) || errors.Is(err, xsk.ErrAttached) || errors.Is(err, xsk.ErrNoBusyPoll) {
+		if errors.Is(err, ErrInvalidConfig) || errors.Is(err, ErrNoDevice) || errors.Is(err, xsk.ErrAttached) || errors.Is(err, xsk.ErrNoBusyPoll) {
 			return nil, err
 		}
 		log.Info("NIC port: AF_PACKET, since AF_XDP is not available", "nic", cfg.NIC, "xdp_mode", mode.String(), "why", err.Error())

@@ -21,4 +21,8 @@ var (
 	// kernel without AF_XDP or tcx), by the ports and the gateway alike.
 	// It wraps errors.ErrUnsupported, so either matches with errors.Is.
 	ErrNotSupported = fmt.Errorf("not supported: %w", errors.ErrUnsupported)
+	// ErrNoDevice is wrapped by every error about a network device (a
+	// NIC, an ingress device) that does not exist in the caller's
+	// network namespace.
+	ErrNoDevice = errors.New("no such network device")
 )

@@ -1,12 +1,14 @@
 package port
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/internal/ethtool"
 )
 
@@ -21,6 +23,9 @@ func Interface(who, ifname string) (netlink.Link, error) {
 			who, missing, os.ErrPermission)
 	}
 	lnk, err := netlink.LinkByName(ifname)
+	if errors.As(err, new(netlink.LinkNotFoundError)) {
+		return nil, fmt.Errorf("%s: interface %q: %w", who, ifname, pipeline.ErrNoDevice)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: interface %q: %w", who, ifname, err)
 	}
