@@ -75,15 +75,17 @@ func openSystem() (*system, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nexthop: network namespace: %w", err)
 	}
+	// The sockets are made on this thread, in its namespace: no setns,
+	// which would need CAP_SYS_ADMIN (udpfwd keeps only CAP_NET_ADMIN).
 	s := &system{ns: ns, done: make(chan struct{})}
-	if s.h, err = netlink.NewHandleAt(ns, unix.NETLINK_ROUTE); err == nil {
+	if s.h, err = netlink.NewHandle(unix.NETLINK_ROUTE); err == nil {
 		err = s.h.SetSocketTimeout(socketTimeout)
 	}
 	if err != nil {
 		s.close()
 		return nil, fmt.Errorf("nexthop: netlink: %w", err)
 	}
-	sock, err := nl.GetNetlinkSocketAt(ns, netns.None(), unix.NETLINK_ROUTE)
+	sock, err := nl.GetNetlinkSocketAt(netns.None(), netns.None(), unix.NETLINK_ROUTE)
 	if err != nil {
 		s.close()
 		return nil, fmt.Errorf("nexthop: netlink: %w", err)
@@ -93,6 +95,21 @@ func openSystem() (*system, error) {
 	sock.SetReceiveTimeout(&tv)
 	s.get = map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: {Socket: sock}}
 	return s, nil
+}
+
+// elsewhere returns the resolver's namespace if the calling thread is in
+// another one (a test's gateway opened on a thread of its own), else nil:
+// entering the namespace one is in already still needs CAP_SYS_ADMIN.
+func (s *system) elsewhere() *netns.NsHandle {
+	cur, err := netns.Get()
+	if err != nil {
+		return &s.ns
+	}
+	defer cur.Close()
+	if cur.Equal(s.ns) {
+		return nil
+	}
+	return &s.ns
 }
 
 // close releases the sockets and the namespace handle.
@@ -122,7 +139,7 @@ func (r *Resolver) Close() {
 // updates.
 func (r *Resolver) subscribe() (updates chan netlink.NeighUpdate, stop chan struct{}, err error) {
 	updates, stop = make(chan netlink.NeighUpdate, 256), make(chan struct{})
-	opts := netlink.NeighSubscribeOptions{Namespace: &r.sys.ns}
+	opts := netlink.NeighSubscribeOptions{Namespace: r.sys.elsewhere()}
 	if hasNetAdmin() { // beyond net.core.rmem_max, and vishvananda/netlink leaks the socket if refused
 		opts.ReceiveBufferSize, opts.ReceiveBufferForceSize = rcvbuf, true
 	}
