@@ -22,6 +22,10 @@ var ErrInvalidConfig = pipeline.ErrInvalidConfig
 // without the gateway (any but Linux); it wraps errors.ErrUnsupported.
 var ErrNotSupported = pipeline.ErrNotSupported
 
+// ErrTUNGone is wrapped by the error Run returns when the gateway's TUN
+// device was deleted from outside while it ran.
+var ErrTUNGone = tun.ErrDeviceGone
+
 // ErrNoDevice is wrapped by the error OpenGateway returns when the NIC or
 // the ingress device does not exist in the caller's network namespace.
 var ErrNoDevice = pipeline.ErrNoDevice

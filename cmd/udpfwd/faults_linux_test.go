@@ -155,3 +155,22 @@ func routeTable(t *testing.T, ns *netlab.NS) []string {
 	slices.Sort(out)
 	return out
 }
+
+// TestTUNDeleted: the TUN device deleted from outside stops udpfwd with
+// exit 1 and one line that names the fault, and nothing left behind.
+func TestTUNDeleted(t *testing.T) {
+	requireRoot(t)
+	a, _ := newLab(t)
+	p := startUdpfwd(t, a, labEnv, labArgs...)
+	waitReady(t, p, a)
+	netlab.Must(t, a.Netlink().LinkDel(a.LinkT(t, labTUN)))
+	if code := p.wait(10 * time.Second); code != exitFailure {
+		t.Fatalf("exit %d, want %d:\n%s", code, exitFailure, p.out.String())
+	}
+	if out := p.out.String(); !strings.Contains(out, "the TUN device was deleted from outside") || strings.Contains(out, "udpfwd failed") {
+		t.Errorf("log does not name the fault in one line:\n%s", out)
+	}
+	if left := leftovers(t, a); left != "" {
+		t.Errorf("left behind: %s", left)
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"os"
 	"time"
+
+	"github.com/gsoplane/gsoplane/dataplane"
 )
 
 // serve runs the gateway, the metrics server and -v until SIGINT or
@@ -119,7 +121,10 @@ func (d *daemon) finish(failure error) int {
 	closeErr := d.closeAll()
 	d.log.Info("udpfwd stopped", "super_packets", st.Forward.SuperPackets, "segments", st.Forward.Segments,
 		"returned", st.Return.Packets, "drops", totalDrops(st))
-	if failure != nil {
+	switch {
+	case errors.Is(failure, dataplane.ErrTUNGone):
+		d.log.Error("the TUN device was deleted from outside: udpfwd stops (start it again to create the device)", "tun", d.cfg.TUN)
+	case failure != nil:
 		d.log.Error("udpfwd failed", "err", failure)
 	}
 	if failure != nil || closeErr != nil {

@@ -1,12 +1,18 @@
 package tun
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/segment"
 )
+
+// ErrDeviceGone is wrapped by the error of a Read or Write on a queue
+// whose TUN device was deleted from outside (ip link del): the queue is
+// of no more use, and the device must be opened again.
+var ErrDeviceGone = errors.New("TUN device deleted")
 
 // DefaultSndBuf is the TUNSETSNDBUF value used when Config.SndBuf is
 // 0: 4 MiB of truesize, instead of the kernel's unbounded INT_MAX.

@@ -399,11 +399,16 @@ func (q *Queue) write(op writeOp) (n int, err error) {
 	return n, nil
 }
 
-// ioError wraps an error of packet n with the device and queue, and turns
-// the runtime's "use of closed file" into os.ErrClosed.
+// ioError wraps an error of packet n with the device and queue, turns
+// the runtime's "use of closed file" into os.ErrClosed and a deleted
+// device's EBADFD into ErrDeviceGone.
 func (q *Queue) ioError(op string, n int, err error) error {
-	if q.tun.closed.Load() {
+	switch {
+	case q.tun.closed.Load():
 		err = os.ErrClosed
+	case errors.Is(err, unix.EBADFD):
+		// The kernel detached the file from its device: deleted.
+		err = fmt.Errorf("%w: %w", ErrDeviceGone, err)
 	}
 	return fmt.Errorf("tun: %s %s queue %d packet %d: %w", op, q.tun.name, q.index, n, err)
 }
