@@ -246,7 +246,7 @@ func (g *Gateway) returnConfig(cfg GatewayConfig, l lane, w pipeline.Writer) pip
 	uso := g.tun != nil && g.tun.Offloads().Has(tun.OffloadUSO4|tun.OffloadUSO6)
 	return pipeline.ReturnConfig{
 		Receiver: l.recv, Writer: w, HeaderSize: g.headerSize(),
-		TCP: !cfg.DisableGRO, UDP: !cfg.DisableGRO && uso,
+		TCP: !cfg.DisableGRO, UDP: !cfg.DisableGRO && uso, Inside: cfg.Routes,
 		OnRefused: func(kind segment.GSOType, err error) {
 			log.Warn("the TUN device refused a GRO super-packet: this kind of merge is off, its packets go one by one",
 				"kind", kind.String(), "err", err)

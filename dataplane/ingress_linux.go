@@ -43,23 +43,26 @@ func (g *Gateway) openIngress(cfg GatewayConfig, log *slog.Logger) error {
 	g.reply = pipeline.NewICMP(g.raw, 0, firstOf(routers, true), firstOf(routers, false))
 	nicMTU := g.mon.stats().MTU
 	mss := pipeline.NewMSSTable(pipeline.MSSConfig{})
+	// Each direction drops what claims a source on the side it goes to
+	// (strict reverse-path filtering).
 	for i := range min(len(in.lanes), len(g.nic.lanes)) {
-		if err := g.out.addWire(g, cfg, in.lanes[i], g.nic.lanes[i], nicMTU, inMTU, mss); err != nil {
+		out := pipeline.WireConfig{Receiver: in.lanes[i].recv, MTU: nicMTU, IngressMTU: inMTU, Inside: cfg.Ingress.Routes}
+		if err := g.out.addWire(g, cfg, out, mss, g.nic.lanes[i]); err != nil {
 			return err
 		}
-		if err := g.back.addWire(g, cfg, g.nic.lanes[i], in.lanes[i], inMTU, nicMTU, mss); err != nil {
+		back := pipeline.WireConfig{Receiver: g.nic.lanes[i].recv, MTU: inMTU, IngressMTU: nicMTU, Inside: cfg.Routes}
+		if err := g.back.addWire(g, cfg, back, mss, in.lanes[i]); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// addWire runs a forwarder from the packets received on from, cut to
-// mtu, to a sink on to.
-func (p *path) addWire(g *Gateway, cfg GatewayConfig, from, to lane, mtu, fromMTU int, mss *pipeline.MSSTable) error {
-	w, err := pipeline.NewWireSource(pipeline.WireConfig{
-		Receiver: from.recv, MTU: mtu, IngressMTU: fromMTU, MSS: mss, Clamp: true, Replier: g.reply,
-	})
+// addWire runs a forwarder from the packets wc's receiver takes, cut to
+// wc's MTU, to a sink on to.
+func (p *path) addWire(g *Gateway, cfg GatewayConfig, wc pipeline.WireConfig, mss *pipeline.MSSTable, to lane) error {
+	wc.MSS, wc.Clamp, wc.Replier = mss, true, g.reply
+	w, err := pipeline.NewWireSource(wc)
 	if err != nil {
 		return err
 	}

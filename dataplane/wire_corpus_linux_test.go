@@ -12,7 +12,8 @@ package dataplane
 //     whose rest the coalescer cannot parse is passed through to the
 //     kernel, counted as GRO.Malformed);
 //   - taken, dropped: the port takes it and the return path drops it,
-//     counted (Return.Drops[DropInvalid]);
+//     counted (Return.Drops[DropInvalid], or DropSpoofed for a source
+//     address behind the TUN);
 //   - passed to the kernel: the port leaves it to the kernel in A, which
 //     handles it (delivers it locally, answers it) or drops it; the XDP
 //     program counts why when the frame was for a redirect prefix.
@@ -152,8 +153,8 @@ func wireCorpus(t *testing.T, s wireSetup) {
 		t.Errorf("%d frames in fates, %d sent", total, len(s.cases))
 	}
 	taken := tally[fateTUN] + tally[fateDropped]
-	if got := d("return.packets") + d("return.drop.invalid"); got != taken {
-		t.Errorf("the return path counted %d packets and %d invalid, %d frames were taken", d("return.packets"), d("return.drop.invalid"), taken)
+	if got := d("return.packets") + d("return.drop.invalid") + d("return.drop.spoofed"); got != taken {
+		t.Errorf("the return path counted %d packets, %d invalid and %d spoofed, %d frames were taken", d("return.packets"), d("return.drop.invalid"), d("return.drop.spoofed"), taken)
 	}
 	if got := d("port.rx"); got != taken {
 		t.Errorf("the port received %d frames, %d were taken", got, taken)
@@ -212,7 +213,7 @@ func (f *wireFate) fate() string {
 	switch {
 	case f.err != nil:
 		return fateRefused
-	case f.ctr["return.drop.invalid"] > 0:
+	case f.ctr["return.drop.invalid"] > 0, f.ctr["return.drop.spoofed"] > 0:
 		return fateDropped
 	case len(f.tun) > 0:
 		return fateTUN
@@ -512,6 +513,14 @@ func (w *wireRun) intoTUN(ip []byte, why string) *wireFate {
 func (w *wireRun) dropped() *wireFate {
 	f := w.taken()
 	f.ctr["return.drop.invalid"] = 1
+	return f
+}
+
+// spoofed: the port takes the frame and the return path drops it, its
+// source being behind the TUN.
+func (w *wireRun) spoofed() *wireFate {
+	f := w.taken()
+	f.ctr["return.drop.spoofed"] = 1
 	return f
 }
 
@@ -1086,6 +1095,27 @@ var wireCases = []wireCase{
 			return w.eth4(w.udp4(wireNowhere4, wirePayload("nowhere", 32)))
 		},
 		want: func(w *wireRun, f wireFrame) *wireFate { return w.kernel("").k("Ip.InAddrErrors") },
+	},
+	{
+		name: "spoofed: IPv4 UDP for the app from an address behind the TUN",
+		build: func(w *wireRun) wireFrame {
+			src := netlab.App4.Next()
+			ip := w.ip4(netlab.App4, header.UDPProtocolNumber, w.udpSeg(src, netlab.App4, wirePayload("spoof4", 32)))
+			copy(ip[12:16], src.AsSlice())
+			wireRefresh4(ip)
+			return w.eth4(ip)
+		},
+		want: func(w *wireRun, f wireFrame) *wireFate { return w.spoofed() },
+	},
+	{
+		name: "spoofed: IPv6 UDP for the app from an address behind the TUN",
+		build: func(w *wireRun) wireFrame {
+			src := netlab.App6.Next()
+			ip := w.ip6(netlab.App6, wireUDP, nil, w.udpSeg(src, netlab.App6, wirePayload("spoof6", 32)))
+			copy(ip[8:24], src.AsSlice())
+			return w.eth6(ip)
+		},
+		want: func(w *wireRun, f wireFrame) *wireFate { return w.spoofed() },
 	},
 	{
 		name:  "after the corpus: IPv4 UDP for the app",

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -71,6 +72,11 @@ type ReturnConfig struct {
 	// a super-packet: that kind of merge is then off, and the packets are
 	// written one by one.
 	OnRefused func(kind segment.GSOType, err error)
+	// Inside are the prefixes behind the writer (a TUN device's routes):
+	// a received packet whose source lies in one of them cannot have come
+	// from the receiver's side and is dropped (DropSpoofed), as the
+	// kernel's strict reverse-path filter drops it.
+	Inside []netip.Prefix
 }
 
 // ReturnStats counts the return path.
@@ -80,7 +86,7 @@ type ReturnStats struct {
 	Writes       uint64 // packets written, a super-packet counting once
 	SuperPackets uint64 // writes that carried two packets or more
 	Refused      uint64 // super-packets the writer refused (their packets went one by one)
-	Drops        Drops  // DropInvalid: refused by the receiver or (without GRO) not a valid IP packet; DropWriteError: refused by the writer
+	Drops        Drops  // DropInvalid: refused by the receiver or (without GRO) not a valid IP packet; DropWriteError: refused by the writer; DropSpoofed: a source inside
 	// GRO counts what the coalescer merged and why it passed packets
 	// through (zero with GRO off).
 	GRO segment.CoalesceStats
@@ -116,6 +122,7 @@ type ReturnPath struct {
 	refusals  atomic.Uint64
 	invalid   atomic.Uint64
 	writeErrs atomic.Uint64
+	spoofed   atomic.Uint64
 	groMu     sync.Mutex
 	groStats  segment.CoalesceStats // a copy, taken after each batch
 }
@@ -155,6 +162,7 @@ func (r *ReturnPath) Stats() ReturnStats {
 	}
 	s.Drops[DropInvalid] = r.invalid.Load()
 	s.Drops[DropWriteError] = r.writeErrs.Load()
+	s.Drops[DropSpoofed] = r.spoofed.Load()
 	r.groMu.Lock()
 	s.GRO = r.groStats
 	r.groMu.Unlock()
@@ -243,6 +251,10 @@ func (r *ReturnPath) passKernel(b *returnBatchBufs, f []byte, hdr segment.Header
 		r.invalid.Add(1)
 		return
 	}
+	if r.fromInside(pkt) {
+		r.spoofed.Add(1)
+		return
+	}
 	r.packets.Add(1)
 	r.bytes.Add(uint64(len(pkt)))
 	b.one[0] = f[h-r.cfg.HeaderSize : h+len(pkt)]
@@ -265,6 +277,10 @@ func (r *ReturnPath) check(frames [][]byte, sizes []int) int {
 			r.invalid.Add(1)
 			continue
 		}
+		if r.fromInside(pkt) {
+			r.spoofed.Add(1)
+			continue
+		}
 		frames[m], sizes[m] = f, len(pkt)
 		bytes += len(pkt)
 		m++
@@ -285,6 +301,25 @@ func (r *ReturnPath) valid(pkt []byte) bool {
 	}
 	_, err := segment.Validate(pkt, segment.Header{})
 	return err == nil
+}
+
+// fromInside reports whether pkt's source lies in the Inside prefixes.
+func (r *ReturnPath) fromInside(pkt []byte) bool {
+	return sourceIn(r.cfg.Inside, pkt)
+}
+
+// sourceIn reports whether pkt's source address lies in one of prefixes.
+func sourceIn(prefixes []netip.Prefix, pkt []byte) bool {
+	if len(prefixes) == 0 {
+		return false
+	}
+	src, ok := iphdr.Src(pkt)
+	for _, p := range prefixes {
+		if ok && p.Contains(src) {
+			return true
+		}
+	}
+	return false
 }
 
 // ipHeaderValid reports whether pkt, trimmed by ipPacket, starts with a

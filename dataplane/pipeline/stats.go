@@ -23,6 +23,7 @@ const (
 	DropWriteError                   // the return path's writer refused a packet
 	DropTooBig                       // a packet or its segments exceed the egress MTU
 	DropNotRouted                    // a packet a router does not forward: to a multicast, link-local or loopback address (counted by the sink)
+	DropSpoofed                      // a packet from the outside whose source lies inside (strict reverse-path filtering)
 	NumDropReasons                   // the number of reasons
 )
 
@@ -31,10 +32,10 @@ const (
 // one's Drops stay 0.
 var (
 	ForwardDropReasons = []DropReason{DropInvalid, DropOversize, DropHook, DropQueueFull, DropNoFrames, DropUnresolved, DropTooBig, DropNotRouted}
-	ReturnDropReasons  = []DropReason{DropInvalid, DropWriteError}
+	ReturnDropReasons  = []DropReason{DropInvalid, DropWriteError, DropSpoofed}
 )
 
-var dropNames = [NumDropReasons]string{"invalid", "oversize", "hook", "queue_full", "no_frames", "unresolved", "write_error", "too_big", "not_routed"}
+var dropNames = [NumDropReasons]string{"invalid", "oversize", "hook", "queue_full", "no_frames", "unresolved", "write_error", "too_big", "not_routed", "spoofed"}
 
 // String returns the reason's metric label, such as "queue_full".
 func (r DropReason) String() string {

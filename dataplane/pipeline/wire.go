@@ -3,6 +3,7 @@ package pipeline
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"sync/atomic"
 
 	"github.com/gsoplane/gsoplane/segment"
@@ -32,6 +33,11 @@ type WireConfig struct {
 	// Segmenter bounds the segments per packet (MaxSegments); nil: the
 	// default.
 	Segmenter *segment.Segmenter
+	// Inside are the prefixes on the receiver's side of the gateway's
+	// other port: a packet whose source lies in one of them cannot have
+	// come from the receiver's link and is dropped (Spoofed), as the
+	// kernel's strict reverse-path filter drops it.
+	Inside []netip.Prefix
 }
 
 // WireStats counts what a WireSource did.
@@ -42,6 +48,7 @@ type WireStats struct {
 	TooBig      uint64 // refused: a router may not cut them (DF, IPv6 other than TCP); answered
 	BadChecksum uint64 // packets with a bad transport checksum: those that fit pass on, those to be cut are dropped
 	Invalid     uint64 // refused by the receiver, not IP, or that do not parse
+	Spoofed     uint64 // from a source on the other side (WireConfig.Inside)
 }
 
 // WireSource is a Source of packets received from a network port, such
@@ -57,7 +64,7 @@ type WireSource struct {
 	mtu    atomic.Int64
 	frames [][]byte
 
-	packets, cut, clamped, tooBig, badCsum, invalid atomic.Uint64
+	packets, cut, clamped, tooBig, badCsum, invalid, spoofed atomic.Uint64
 }
 
 // NewWireSource checks cfg and returns a WireSource. The forwarder that
@@ -106,6 +113,10 @@ func (w *WireSource) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 		pkt := ipPacket(f[min(head, len(f)):])
 		if len(pkt) == 0 {
 			w.invalid.Add(1)
+			continue
+		}
+		if sourceIn(w.cfg.Inside, pkt) {
+			w.spoofed.Add(1)
 			continue
 		}
 		buf := bufs[out][offset:]
@@ -171,6 +182,7 @@ func (w *WireSource) Stats() WireStats {
 	return WireStats{
 		Packets: w.packets.Load(), Cut: w.cut.Load(), Clamped: w.clamped.Load(),
 		TooBig: w.tooBig.Load(), BadChecksum: w.badCsum.Load(), Invalid: w.invalid.Load(),
+		Spoofed: w.spoofed.Load(),
 	}
 }
 
@@ -182,4 +194,5 @@ func (s *WireStats) Add(o WireStats) {
 	s.TooBig += o.TooBig
 	s.BadChecksum += o.BadChecksum
 	s.Invalid += o.Invalid
+	s.Spoofed += o.Spoofed
 }

@@ -82,6 +82,18 @@ func Addrs(b []byte) []byte {
 	return nil
 }
 
+// Src returns the source address. ok is false if b does not hold a whole
+// fixed header.
+func Src(b []byte) (addr netip.Addr, ok bool) {
+	switch a := Addrs(b); len(a) {
+	case 8:
+		return netip.AddrFrom4([4]byte(a[:4])), true
+	case 32:
+		return netip.AddrFrom16([16]byte(a[:16])), true
+	}
+	return netip.Addr{}, false
+}
+
 // Dst returns the destination address. ok is false if b does not hold a
 // whole fixed header.
 func Dst(b []byte) (addr netip.Addr, ok bool) {
