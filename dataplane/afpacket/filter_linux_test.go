@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
@@ -98,5 +99,24 @@ func TestFilterPrograms(t *testing.T) {
 				t.Errorf("%s, %s: returned %#x, want %#x", c.name, p.whichProg, ret, want)
 			}
 		}
+	}
+}
+
+// TestFilterLoadsWithBPFCaps loads both programs from a thread whose
+// only capabilities are CAP_NET_ADMIN and CAP_BPF, as a binary with file
+// capabilities gets them: without CAP_PERFMON (or CAP_SYS_ADMIN) the
+// verifier refuses a helper's read of stack the program has not written,
+// which it allows root.
+func TestFilterLoadsWithBPFCaps(t *testing.T) {
+	netlab.RequireRoot(t)
+	err := netlab.WithCaps(1<<unix.CAP_NET_ADMIN|1<<unix.CAP_BPF, func() error {
+		f, err := newFilter()
+		if err != nil {
+			return err
+		}
+		return f.close()
+	})
+	if err != nil {
+		t.Error(err)
 	}
 }
