@@ -31,14 +31,6 @@ import (
 
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -tags linux -no-global-types -target bpfel,bpfeb filter bpf/filter.c -- -I../../internal/bpfprog/include -Wall -Werror
 
-// The programs' return codes.
-const (
-	tcxNext    = -1 // TCX_NEXT: the next program (or the stack) decides
-	tcxDrop    = 2  // TCX_DROP
-	filterKeep = -1 // a socket filter's snap length: the whole packet
-	filterDrop = 0
-)
-
 // filter is the port's programs and maps, and the tcx attachment.
 type filter struct {
 	v4, v6 *ebpf.Map     // LPM tries of the redirect prefixes

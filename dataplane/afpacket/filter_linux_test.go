@@ -15,6 +15,14 @@ import (
 	"github.com/gsoplane/gsoplane/internal/netlab"
 )
 
+// The programs' return codes (bpf/filter.c).
+const (
+	tcxNext    = -1 // TCX_NEXT: the next program (or the stack) decides
+	tcxDrop    = 2  // TCX_DROP
+	filterKeep = -1 // a socket filter's snap length: the whole packet
+	filterDrop = 0
+)
+
 // ethFrame puts an Ethernet header addressed to 00:00:00:00:00:00 (the
 // test run's loopback device: PACKET_HOST) in front of pkt.
 func ethFrame(etherType uint16, pkt []byte) []byte {

@@ -4,9 +4,9 @@
  *
  * Two programs: gsop_xsk_redir, for frames that are whole in their
  * linear part, and gsop_xsk_frags, loaded with BPF_F_XDP_HAS_FRAGS,
- * which reads every frame's length with bpf_xdp_get_buff_len and parses
- * a copy of the headers on the stack when the linear part ends before
- * they do.
+ * which reads every frame's length with bpf_xdp_get_buff_len (the other
+ * only that of a frame longer than a 1500-byte MTU's) and parses a copy
+ * of the headers on the stack when the linear part ends before they do.
  *
  * They load where the loader has only CAP_NET_ADMIN and CAP_BPF (no
  * CAP_PERFMON), as on older verifiers: every buffer and key passed to a
@@ -39,17 +39,23 @@ struct {
 	__uint(max_entries, 1);
 } gsop_xsks SEC(".maps");
 
-/* The counters of frames for the redirect prefixes passed to the kernel, by reason. */
-enum reason {
+/*
+ * What the rules make of a frame: the first four are the reasons a frame
+ * for the redirect prefixes, or an IP frame whose version is not its
+ * EtherType's, passes to the kernel, and the slots of their counters.
+ */
+enum outcome {
 	OTHER_HOST,  /* unicast to another MAC address */
 	NOT_UNICAST, /* to a broadcast or multicast MAC address */
 	OVERSIZE,    /* longer than the sockets take */
 	VERSION,     /* the IP version is not the EtherType's (any destination) */
 	NUM_COUNTERS,
-	NO_REASON = NUM_COUNTERS, /* a frame to take */
+	TAKE = NUM_COUNTERS, /* redirect it to the queue's socket */
+	PASS,                /* pass it, uncounted */
+	COPY_HEADERS,        /* the headers reach into the fragments: parse a copy */
 };
 
-/* Per CPU, NUM_COUNTERS per queue: slot queue*NUM_COUNTERS + reason. */
+/* Per CPU, NUM_COUNTERS per queue: slot queue*NUM_COUNTERS + outcome. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__type(key, __u32);
@@ -62,9 +68,8 @@ struct {
 
 /*
  * The frame as a parse reads it: in the packet, bounded by data_end, or
- * in a copy of its first HDR_LEN bytes on the stack. The verifier lets
- * a program add only constants to a packet pointer (without
- * CAP_PERFMON), so the frame's length bounds a copy but not the packet.
+ * in a copy of its first HDR_LEN bytes on the stack, bounded by its
+ * length.
  */
 struct frame {
 	const __u8 *data;
@@ -73,50 +78,51 @@ struct frame {
 	int copy;
 };
 
-/* What parse returns when the headers it reads reach into the fragments. */
-#define COPY_HEADERS -1
-
-/*
- * need returns 0 if the frame has its first n bytes to read, and else
- * what parse returns: XDP_PASS if the frame is shorter, COPY_HEADERS if
- * the rest of them is in the fragments.
- */
-static __always_inline int need(const struct frame *f, __u32 n)
+/* has reports whether parse can read the frame's first n bytes. */
+static __always_inline int has(const struct frame *f, __u32 n)
 {
-	if (f->copy)
-		return f->len >= n ? 0 : XDP_PASS;
-	if (f->data + n <= f->end)
-		return 0;
-	return f->len >= n ? COPY_HEADERS : XDP_PASS;
+	return f->copy ? f->len >= n : f->data + n <= f->end;
 }
 
 /*
- * load_addr copies the n 32-bit words at off (an address the frame has)
- * into a key. The copy on the stack is read in 16-bit words: the
- * addresses are only 2-byte aligned in it, and the verifier refuses
- * misaligned stack loads.
+ * missing is the outcome of a frame whose first n bytes parse cannot
+ * read: PASS if it is shorter, COPY_HEADERS if the rest of them is in
+ * its fragments.
  */
-static __always_inline void load_addr(__u32 *to, const struct frame *f, int off, int n)
+static __always_inline enum outcome missing(const struct frame *f, __u32 n)
+{
+	return !f->copy && f->len >= n ? COPY_HEADERS : PASS;
+}
+
+/*
+ * load_addr copies the size bytes (4 or 16) of an address at off, which
+ * the frame has, to a key. It reads the packet in 32- or 64-bit words
+ * and writes them as such (the trie reads the key back in the same
+ * words, which keeps the store-to-load forwarding), and the copy on the
+ * stack in 16-bit words: the addresses are only 2-byte aligned in it,
+ * and the verifier refuses misaligned stack loads.
+ */
+static __always_inline void load_addr(void *to, const struct frame *f, int off, int size)
 {
 	if (f->copy) {
-		for (int i = 0; i < 2 * n; i++)
+		for (int i = 0; i < size / 2; i++)
 			((__u16 *)to)[i] = ((const __u16 *)(f->data + off))[i];
-		return;
+	} else if (size == 4) {
+		*(__u32 *)to = *(const __u32 *)(f->data + off);
+	} else {
+		for (int i = 0; i < size / 8; i++)
+			((__u64 *)to)[i] = ((const __u64 *)(f->data + off))[i];
 	}
-	for (int i = 0; i < n; i++)
-		to[i] = ((const __u32 *)(f->data + off))[i];
 }
 
-/* count adds one to the counter of reason on the frame's queue, and passes the frame. */
-static __always_inline int count(struct xdp_md *ctx, enum reason why)
-{
-	__u32 slot = ctx->rx_queue_index * NUM_COUNTERS + why;
-	__u64 *n = bpf_map_lookup_elem(&gsop_xdp_stats, &slot);
-
-	if (n)
-		*n += 1;
-	return XDP_PASS;
-}
+/*
+ * A key of the IPv6 trie whose address is 8-byte aligned on the stack,
+ * for load_addr's 64-bit words.
+ */
+struct aligned_key6 {
+	__u32 pad;
+	struct lpm_key6 key;
+} __attribute__((aligned(8)));
 
 /* to_us reports whether a frame is sent to the NIC's MAC address. */
 static __always_inline int to_us(const __u8 *eth)
@@ -126,65 +132,58 @@ static __always_inline int to_us(const __u8 *eth)
 }
 
 /*
- * parse applies the rules to a frame that has a socket on its queue:
- * why is OVERSIZE if it is too long for the sockets, else NO_REASON.
- * It counts nothing before it has read all it needs (see need).
+ * parse applies the rules to a frame that has a socket on its queue, to
+ * be taken unless one says otherwise: size is OVERSIZE if the frame is
+ * too long for the sockets, else TAKE.
  */
-static __always_inline int parse(struct xdp_md *ctx, const struct frame *f, enum reason why)
+static __always_inline enum outcome parse(const struct frame *f, enum outcome size)
 {
 	const __u8 *p = f->data;
-	int lack = need(f, ETH_HLEN + 2);
 
-	if (lack)
-		return lack;
-	if (!to_us(p))
-		why = p[0] & 1 ? NOT_UNICAST : OTHER_HOST;
+	if (!has(f, ETH_HLEN + 2))
+		return missing(f, ETH_HLEN + 2);
+	/* The outcome of a frame for the redirect prefixes. */
+	enum outcome matched = to_us(p) ? size : p[0] & 1 ? NOT_UNICAST : OTHER_HOST;
 	__u16 proto = *(const __u16 *)(p + ETH_PROTO);
 	__u8 version = p[ETH_HLEN] >> 4;
 
 	if (proto == bpf_htons(ETH_P_IP)) {
-		if ((lack = need(f, IPV4_END)))
-			return lack;
+		if (!has(f, IPV4_END))
+			return missing(f, IPV4_END);
 		if (version != 4)
-			return count(ctx, VERSION);
+			return VERSION;
 		struct lpm_key4 k = LPM_KEY4;
-		load_addr(&k.addr, f, IPV4_DST, 1);
-		if (!redirected4(&k))
-			return XDP_PASS;
-	} else if (proto == bpf_htons(ETH_P_IPV6)) {
-		if ((lack = need(f, IPV6_END)))
-			return lack;
-		if (version != 6)
-			return count(ctx, VERSION);
-		if (p[IPV6_NEXTHDR] == IPPROTO_ICMPV6) {
-			if ((lack = need(f, IPV6_END + 1)))
-				return lack;
-			if (is_nd(p[IPV6_END]))
-				return XDP_PASS;
-		}
-		struct lpm_key6 k = LPM_KEY6;
-		load_addr(k.addr, f, IPV6_DST, 4);
-		if (!redirected6(&k))
-			return XDP_PASS;
-	} else {
-		return XDP_PASS;
+		load_addr(&k.addr, f, IPV4_DST, sizeof(k.addr));
+		return redirected4(&k) ? matched : PASS;
 	}
-	if (why != NO_REASON)
-		return count(ctx, why);
-	/* XDP_PASS if the queue has no socket after all. */
-	return bpf_redirect_map(&gsop_xsks, ctx->rx_queue_index, XDP_PASS);
+	if (proto == bpf_htons(ETH_P_IPV6)) {
+		if (!has(f, IPV6_END))
+			return missing(f, IPV6_END);
+		if (version != 6)
+			return VERSION;
+		if (p[IPV6_NEXTHDR] == IPPROTO_ICMPV6) {
+			if (!has(f, IPV6_END + 1))
+				return missing(f, IPV6_END + 1);
+			if (is_nd(p[IPV6_END]))
+				return PASS;
+		}
+		struct aligned_key6 k = {.key = LPM_KEY6};
+		load_addr(k.key.addr, f, IPV6_DST, sizeof(k.key.addr));
+		return redirected6(&k.key) ? matched : PASS;
+	}
+	return PASS;
 }
 
 /* parse_copy parses a copy of the first bytes of a frame of len bytes. */
-static __always_inline int parse_copy(struct xdp_md *ctx, __u64 len, enum reason why)
+static __always_inline enum outcome parse_copy(struct xdp_md *ctx, __u64 len, enum outcome size)
 {
 	__u8 buf[HDR_LEN] __attribute__((aligned(8))) = {};
 	__u64 n = len < HDR_LEN ? len : HDR_LEN;
 
 	if (n < ETH_HLEN + 2 || bpf_xdp_load_bytes(ctx, 0, buf, n))
-		return XDP_PASS;
+		return PASS;
 	struct frame f = {.data = buf, .len = len, .copy = 1};
-	return parse(ctx, &f, why);
+	return parse(&f, size);
 }
 
 /*
@@ -202,6 +201,21 @@ static __always_inline int oversize(struct xdp_md *ctx, const struct frame *f)
 	return bpf_xdp_get_buff_len(ctx) > gsop_max_len;
 }
 
+/* verdict does what the outcome says: redirect, or count and pass. */
+static __always_inline int verdict(struct xdp_md *ctx, enum outcome o)
+{
+	if (o == TAKE) /* XDP_PASS if the queue has no socket after all */
+		return bpf_redirect_map(&gsop_xsks, ctx->rx_queue_index, XDP_PASS);
+	if (o < NUM_COUNTERS) {
+		__u32 slot = ctx->rx_queue_index * NUM_COUNTERS + o;
+		__u64 *n = bpf_map_lookup_elem(&gsop_xdp_stats, &slot);
+
+		if (n)
+			*n += 1;
+	}
+	return XDP_PASS;
+}
+
 /* take is the program, with frags (BPF_F_XDP_HAS_FRAGS) or without. */
 static __always_inline int take(struct xdp_md *ctx, int frags)
 {
@@ -214,20 +228,20 @@ static __always_inline int take(struct xdp_md *ctx, int frags)
 		.data = (const __u8 *)(long)ctx->data,
 		.end = (const __u8 *)(long)ctx->data_end,
 	};
-	enum reason why = NO_REASON;
+	enum outcome size = TAKE;
 
 	if (frags) {
 		f.len = bpf_xdp_get_buff_len(ctx);
 		if (f.len > gsop_max_len)
-			why = OVERSIZE;
+			size = OVERSIZE;
 	} else if (oversize(ctx, &f)) {
-		why = OVERSIZE;
+		size = OVERSIZE;
 	}
-	int verdict = parse(ctx, &f, why);
+	enum outcome o = parse(&f, size);
 
-	if (verdict != COPY_HEADERS)
-		return verdict;
-	return parse_copy(ctx, f.len, why);
+	if (o == COPY_HEADERS)
+		o = parse_copy(ctx, f.len, size);
+	return verdict(ctx, o);
 }
 
 SEC("xdp")
