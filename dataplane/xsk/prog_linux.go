@@ -78,7 +78,7 @@ package xsk
 // and are bumped only on those slow paths. The fast path (a frame that
 // is redirected) costs about 1 ns more than a plain prefix lookup
 // (BenchmarkXDPProgram); with frags, its bpf_xdp_get_buff_len call adds
-// about 3 ns to every frame (without, to a frame longer than a 1500-byte
+// about 1 ns to every frame (without, to a frame longer than a 1500-byte
 // MTU's, which the program cannot measure otherwise).
 //
 // The program is C, bpf/xdp.c (two programs: without and with frags),
@@ -115,7 +115,7 @@ const xdpAttachedNone = 0
 // The program's counters, per queue: the frames for the redirect prefixes
 // it passed to the kernel instead of redirecting them, by reason, and the
 // IP frames whose version did not match their EtherType. Slot
-// q*xdpNumCounters+c; the order of enum reason in bpf/xdp.c.
+// q*xdpNumCounters+c, in the order of enum outcome in bpf/xdp.c.
 const (
 	xdpCountOtherHost  = iota // unicast to another MAC address
 	xdpCountNotUnicast        // to a broadcast or multicast MAC address

@@ -1,6 +1,6 @@
 /*
- * The part of the kernel's BPF interface (linux/bpf.h, linux/if_ether.h,
- * linux/if_packet.h) that gsoplane's programs use: types, the two
+ * The part of the kernel's BPF interface (linux/bpf.h, and PACKET_HOST
+ * of linux/if_packet.h) that gsoplane's programs use: types, the two
  * contexts as far as they read them, the map definitions, the return
  * codes and the helpers, by their numbers.
  */
