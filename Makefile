@@ -4,20 +4,41 @@
 # those skip and say why.
 GO ?= go
 
-.PHONY: test deps check bench udpfwd soak fuzz
+.PHONY: test deps check generate check-generated bench udpfwd soak fuzz
 test: deps check
 	$(GO) test -race -count=1 ./...
 
 deps:
 	@scripts/test-deps
 
-# Formatting, vet, and the portable build: the pipeline and the pure
-# packages build everywhere, the Linux ports return "not supported".
-check:
+# Formatting, vet, the portable build (the pipeline and the pure
+# packages build everywhere, the Linux ports return "not supported"), and
+# the eBPF objects against their C sources.
+check: check-generated
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	GOOS=darwin $(GO) vet ./...
 	GOOS=windows $(GO) build ./...
+
+# The ports' eBPF programs are C (dataplane/*/bpf/*.c, headers in
+# internal/bpfprog/include), compiled by bpf2go into the committed objects
+# and Go wrappers, so that building needs no C compiler. generate
+# compiles them again (clang, and llvm-strip from llvm); check-generated
+# fails if that changes a committed file, and without clang says it
+# skipped.
+BPF_PACKAGES = ./dataplane/xsk ./dataplane/afpacket
+BPF_GENERATED = dataplane/xsk/xdp_bpfe[bl].* dataplane/afpacket/filter_bpfe[bl].*
+
+generate:
+	$(GO) generate $(BPF_PACKAGES)
+
+check-generated:
+	@if ! command -v clang >/dev/null 2>&1 || ! command -v llvm-strip >/dev/null 2>&1; then \
+		echo "check: no clang or llvm-strip: skipped checking the eBPF objects against their C sources"; \
+	else \
+		$(MAKE) --no-print-directory generate && git diff --exit-code --stat -- $(BPF_GENERATED) || \
+		{ echo "the eBPF objects differ from their C sources: run make generate and commit them"; exit 1; }; \
+	fi
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./segment ./txqueue

@@ -7,11 +7,20 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
 	"github.com/gsoplane/gsoplane/internal/ethernet"
 	"github.com/gsoplane/gsoplane/internal/netlab"
+)
+
+// The programs' return codes (bpf/filter.c).
+const (
+	tcxNext    = -1 // TCX_NEXT: the next program (or the stack) decides
+	tcxDrop    = 2  // TCX_DROP
+	filterKeep = -1 // a socket filter's snap length: the whole packet
+	filterDrop = 0
 )
 
 // ethFrame puts an Ethernet header addressed to 00:00:00:00:00:00 (the
@@ -98,5 +107,24 @@ func TestFilterPrograms(t *testing.T) {
 				t.Errorf("%s, %s: returned %#x, want %#x", c.name, p.whichProg, ret, want)
 			}
 		}
+	}
+}
+
+// TestFilterLoadsWithBPFCaps loads both programs from a thread whose
+// only capabilities are CAP_NET_ADMIN and CAP_BPF, as a binary with file
+// capabilities gets them: without CAP_PERFMON (or CAP_SYS_ADMIN) the
+// verifier refuses a helper's read of stack the program has not written,
+// which it allows root.
+func TestFilterLoadsWithBPFCaps(t *testing.T) {
+	netlab.RequireRoot(t)
+	err := netlab.WithCaps(1<<unix.CAP_NET_ADMIN|1<<unix.CAP_BPF, func() error {
+		f, err := newFilter()
+		if err != nil {
+			return err
+		}
+		return f.close()
+	})
+	if err != nil {
+		t.Error(err)
 	}
 }

@@ -29,7 +29,9 @@
 // default (MultiBufferAuto) goes on without multi-buffer, as before it
 // existed: the program passes frames longer than one UMEM frame to the
 // kernel (Oversize); MultiBufferOn makes Open fail with
-// ErrNoMultiBuffer instead.
+// ErrNoMultiBuffer instead. Either way the program needs Linux 5.18: it
+// asks the kernel for the length of a frame (bpf_xdp_get_buff_len),
+// without multi-buffer that of one longer than a 1500-byte MTU's.
 //
 // What a veth does (Linux 6.18, drivers/net/veth.c): a native XDP
 // program on one end takes TSO and USO away from the other end, frags

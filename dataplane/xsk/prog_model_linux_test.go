@@ -18,6 +18,18 @@ import (
 	"github.com/gsoplane/gsoplane/internal/netlab"
 )
 
+// XDP return codes, and the offsets and values of the frame fields the
+// program reads (bpf/xdp.c), as the model and the tests use them.
+const (
+	xdpPass           = 2 // XDP_PASS
+	xdpRedirectAction = 4 // XDP_REDIRECT
+	xdpEthLen         = 14
+	xdpIPv4End        = xdpEthLen + 20
+	xdpIPv6NextHdrOff = xdpEthLen + 6
+	xdpIPv6End        = xdpEthLen + 40
+	xdpICMPv6Proto    = 58
+)
+
 // xdpModelConfig is what the program is loaded and filled with.
 type xdpModelConfig struct {
 	mac      net.HardwareAddr

@@ -1,0 +1,48 @@
+/*
+ * The AF_PACKET port's two programs (see filter_linux.go): the socket
+ * filter keeps exactly the packets the port takes, the tcx ingress
+ * program drops exactly those. Both run on a __sk_buff whose data starts
+ * at the Ethernet header, and read it with bpf_skb_load_bytes: socket
+ * filters have no direct packet access, and the helper reads the paged
+ * super-packets GRO makes. Every buffer and key passed to a helper is
+ * written in full first: a loader without CAP_PERFMON gets no
+ * uninitialised stack reads.
+ */
+#include "bpf.h"
+#include "redirect.h"
+
+/* takes reports whether the port takes the packet. */
+static __always_inline int takes(const struct __sk_buff *skb)
+{
+	if (skb->pkt_type != PACKET_HOST || skb->vlan_present)
+		return 0;
+	if (skb->protocol == bpf_htons(ETH_P_IP)) {
+		struct lpm_key4 k = LPM_KEY4;
+		return !bpf_skb_load_bytes(skb, IPV4_DST, &k.addr, sizeof(k.addr)) && redirected4(&k);
+	}
+	if (skb->protocol != bpf_htons(ETH_P_IPV6))
+		return 0;
+	__u8 b = 0;
+	if (bpf_skb_load_bytes(skb, IPV6_NEXTHDR, &b, 1))
+		return 0;
+	if (b == IPPROTO_ICMPV6 && (bpf_skb_load_bytes(skb, IPV6_END, &b, 1) || is_nd(b)))
+		return 0;
+	struct lpm_key6 k = LPM_KEY6;
+	return !bpf_skb_load_bytes(skb, IPV6_DST, k.addr, sizeof(k.addr)) && redirected6(&k);
+}
+
+/* The socket filter: the whole packet (the snap length -1) or nothing. */
+SEC("socket")
+int gsop_pkt_keep(struct __sk_buff *skb)
+{
+	return takes(skb) ? -1 : 0;
+}
+
+/* The tcx ingress program: drop, or leave the packet to what comes next. */
+SEC("tc")
+int gsop_pkt_drop(struct __sk_buff *skb)
+{
+	return takes(skb) ? TCX_DROP : TCX_NEXT;
+}
+
+char LICENSE[] SEC("license") = "GPL";
