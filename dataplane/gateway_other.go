@@ -6,7 +6,14 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+
+	"github.com/gsoplane/gsoplane/dataplane/afpacket"
+	"github.com/gsoplane/gsoplane/dataplane/tun"
+	"github.com/gsoplane/gsoplane/dataplane/xsk"
 )
+
+// errGateway is returned by OpenGateway and the methods of Gateway.
+var errGateway = fmt.Errorf("dataplane: gateway on %s: %w", runtime.GOOS, ErrNotSupported)
 
 // Gateway forwards between a TUN device and a NIC; there is none on this
 // system.
@@ -14,9 +21,7 @@ type Gateway struct{}
 
 // OpenGateway returns an error wrapping ErrNotSupported: the gateway
 // needs Linux.
-func OpenGateway(cfg GatewayConfig) (*Gateway, error) {
-	return nil, fmt.Errorf("dataplane: gateway on %s: %w", runtime.GOOS, ErrNotSupported)
-}
+func OpenGateway(cfg GatewayConfig) (*Gateway, error) { return nil, errGateway }
 
 // OpenTUNHost returns an error wrapping ErrNotSupported: TUN devices with
 // virtio-net headers are Linux's.
@@ -24,11 +29,15 @@ func OpenTUNHost(o TUNOptions) (*Host, error) {
 	return nil, fmt.Errorf("dataplane: TUN device on %s: %w", runtime.GOOS, ErrNotSupported)
 }
 
-// Run returns at once.
-func (g *Gateway) Run(ctx context.Context) error { return nil }
-
-// Close does nothing.
-func (g *Gateway) Close() error { return nil }
-
-// Stats returns zero counters.
-func (g *Gateway) Stats() GatewayStats { return GatewayStats{} }
+// The methods Gateway has on Linux, so that programs using them build on
+// any system. No Gateway opens here: they return zero values and errors
+// wrapping ErrNotSupported.
+func (*Gateway) Run(context.Context) error { return errGateway }
+func (*Gateway) Close() error              { return errGateway }
+func (*Gateway) TUN() *tun.Device          { return nil }
+func (*Gateway) Port() PortKind            { return 0 }
+func (*Gateway) XDP() *xsk.Port            { return nil }
+func (*Gateway) Packet() *afpacket.Port    { return nil }
+func (*Gateway) Ifindex() int              { return 0 }
+func (*Gateway) Queues() int               { return 0 }
+func (*Gateway) Stats() GatewayStats       { return GatewayStats{} }

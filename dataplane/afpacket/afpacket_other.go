@@ -6,9 +6,14 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"time"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/segment"
 )
+
+// errNotSupported is returned by the constructors and the methods below.
+var errNotSupported = fmt.Errorf("afpacket: %w on %s", pipeline.ErrNotSupported, runtime.GOOS)
 
 // Port is a set of AF_PACKET sockets; there is none on this system.
 type Port struct{}
@@ -24,10 +29,43 @@ func Open(cfg Config) (*Port, error) {
 	if _, err := cfg.withDefaults(); err != nil {
 		return nil, err
 	}
-	return nil, fmt.Errorf("afpacket: %w on %s", pipeline.ErrNotSupported, runtime.GOOS)
+	return nil, errNotSupported
 }
 
 // NewSink returns an error: AF_PACKET is Linux's.
 func NewSink(s *Socket, ifindex int, gateway netip.Addr, mode GSOMode) (*Sink, error) {
-	return nil, fmt.Errorf("afpacket: sink %w on %s", pipeline.ErrNotSupported, runtime.GOOS)
+	return nil, errNotSupported
 }
+
+// The methods Port, Socket and Sink have on Linux, so that programs using
+// them build on any system. None of them opens here: they return zero
+// values and errors wrapping pipeline.ErrNotSupported.
+func (*Port) Sockets() []*Socket                      { return nil }
+func (*Port) Ifindex() int                            { return 0 }
+func (*Port) FanoutID() uint16                        { return 0 }
+func (*Port) SetRedirect([]netip.Prefix) error        { return errNotSupported }
+func (*Port) StopReceive()                            {}
+func (*Port) Attached() (bool, error)                 { return false, errNotSupported }
+func (*Port) Reattach() error                         { return errNotSupported }
+func (*Port) Close() error                            { return errNotSupported }
+func (*Socket) Index() int                            { return 0 }
+func (*Socket) FrameSize() int                        { return 0 }
+func (*Socket) Frames() int                           { return 0 }
+func (*Socket) LargeFrames() int                      { return 0 }
+func (*Socket) Receiver() pipeline.HeaderReceiver     { return nil }
+func (*Socket) Stats() Stats                          { return Stats{} }
+func (*Sink) SetReplier(pipeline.Replier)             {}
+func (*Sink) SetLinkUp(bool)                          {}
+func (*Sink) Headroom() int                           { return 0 }
+func (*Sink) FrameSize() int                          { return 0 }
+func (*Sink) Mode() GSOMode                           { return 0 }
+func (*Sink) GSOOff() bool                            { return false }
+func (*Sink) Offload(segment.Layout) pipeline.Offload { return 0 }
+func (*Sink) Alloc([]pipeline.Frame) int              { return 0 }
+func (*Sink) AllocLarge(int) (pipeline.Frame, bool)   { return pipeline.Frame{}, false }
+func (*Sink) Free([]pipeline.Frame)                   {}
+func (*Sink) Transmit([]pipeline.Frame) (int, error)  { return 0, errNotSupported }
+func (*Sink) Drops() pipeline.Drops                   { return pipeline.Drops{} }
+func (*Sink) Complete() (int, error)                  { return 0, errNotSupported }
+func (*Sink) Wait(time.Duration) error                { return errNotSupported }
+func (*Sink) Close()                                  {}

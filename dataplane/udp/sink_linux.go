@@ -204,10 +204,6 @@ func (s *Sink) Alloc(frames []pipeline.Frame) int {
 // that are not out of this sink's pool are ignored.
 func (s *Sink) Free(frames []pipeline.Frame) { s.pool.Free(frames) }
 
-// ErrForeignFrame is wrapped by Transmit's error for a frame that did not
-// come from the sink's Alloc or whose Len does not fit its buffer.
-var ErrForeignFrame = errors.New("frame not allocated from this sink")
-
 // Transmit sends frames in order and returns how many it took: all of
 // them, unless ENOBUFS stopped it (the rest is offered again) or the
 // socket failed (the error says why). Frames dropped for a counted error

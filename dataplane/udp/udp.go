@@ -1,5 +1,7 @@
 package udp
 
+import "errors"
+
 // Defaults and limits of a Sink.
 const (
 	DefaultSinkFrames    = 1024 // SinkConfig.Frames when 0
@@ -17,6 +19,10 @@ const (
 	udpSinkChunk     = 256
 	maxUDPSinkFrames = 1 << 20
 )
+
+// ErrForeignFrame is wrapped by Transmit's error for a frame that did not
+// come from the sink's Alloc or whose Len does not fit its buffer.
+var ErrForeignFrame = errors.New("frame not allocated from this sink")
 
 // SinkConfig configures a Sink.
 type SinkConfig struct {

@@ -6,9 +6,13 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"time"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 )
+
+// errNotSupported is returned by the methods below.
+var errNotSupported = fmt.Errorf("udp: %w on %s", pipeline.ErrNotSupported, runtime.GOOS)
 
 // Sink sends segments as UDP datagrams; there is none on this system.
 type Sink struct{}
@@ -25,3 +29,19 @@ type Receiver struct{}
 func NewReceiver(conn *net.UDPConn, cfg ReceiverConfig) (*Receiver, error) {
 	return nil, fmt.Errorf("udp: receiver %w on %s", pipeline.ErrNotSupported, runtime.GOOS)
 }
+
+// The methods Sink and Receiver have on Linux, so that programs using
+// them build on any system. None of them is made here: they return zero
+// values and errors wrapping pipeline.ErrNotSupported.
+func (*Sink) Headroom() int                          { return 0 }
+func (*Sink) FrameSize() int                         { return 0 }
+func (*Sink) Frames() int                            { return 0 }
+func (*Sink) Alloc([]pipeline.Frame) int             { return 0 }
+func (*Sink) Free([]pipeline.Frame)                  {}
+func (*Sink) Transmit([]pipeline.Frame) (int, error) { return 0, errNotSupported }
+func (*Sink) Complete() (int, error)                 { return 0, errNotSupported }
+func (*Sink) Wait(time.Duration) error               { return errNotSupported }
+func (*Sink) Stats() SinkStats                       { return SinkStats{} }
+func (*Receiver) Headroom() int                      { return 0 }
+func (*Receiver) Receive([][]byte) (int, error)      { return 0, errNotSupported }
+func (*Receiver) Stats() ReceiverStats               { return ReceiverStats{} }

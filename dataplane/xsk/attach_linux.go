@@ -1,17 +1,11 @@
 package xsk
 
 import (
-	"errors"
 	"net/netip"
 
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 )
-
-// ErrDetached: the XDP program is no longer attached to the interface:
-// someone detached its BPF link from outside (bpftool link detach), or
-// the interface went away.
-var ErrDetached = errors.New("XDP program detached from the interface")
 
 // Attached reports whether the port's XDP program is still attached to
 // its interface. Detaching a BPF link from outside sends no netlink

@@ -134,6 +134,10 @@ var (
 	// CONFIG_XDP_SOCKETS or another operating system. It wraps
 	// pipeline.ErrNotSupported.
 	ErrUnsupported = fmt.Errorf("AF_XDP sockets %w", pipeline.ErrNotSupported)
+	// ErrDetached: the XDP program is no longer attached to the interface:
+	// someone detached its BPF link from outside (bpftool link detach), or
+	// the interface went away.
+	ErrDetached = errors.New("XDP program detached from the interface")
 	// ErrClosed is returned by Socket methods after Port.Close.
 	ErrClosed = fmt.Errorf("xsk: %w", net.ErrClosed)
 	// ErrBadFrame: the sink was given a frame that is not one of its
