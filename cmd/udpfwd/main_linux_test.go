@@ -103,8 +103,14 @@ type proc struct {
 // at the end of the test if it still runs.
 func startUdpfwd(t *testing.T, ns *netlab.NS, env []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{done: make(chan struct{})}
-	p.cmd = exec.Command(udpfwdBinary(t), args...)
+	return startCmd(t, ns, exec.Command(udpfwdBinary(t), args...), env)
+}
+
+// startCmd starts cmd, a udpfwd binary with its arguments, as
+// startUdpfwd does.
+func startCmd(t *testing.T, ns *netlab.NS, cmd *exec.Cmd, env []string) *proc {
+	t.Helper()
+	p := &proc{cmd: cmd, done: make(chan struct{})}
 	p.cmd.Env = cleanEnv(env...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
 	if err := ns.Start(p.cmd); err != nil {
