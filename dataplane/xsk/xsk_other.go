@@ -28,16 +28,6 @@ type Sink struct{}
 // this system.
 type Generator struct{}
 
-// GeneratorConfig configures OpenGenerator, as on Linux.
-type GeneratorConfig struct {
-	Ifname                         string
-	Queue                          int
-	Frames                         [][]byte
-	FrameSize, NumFrames, RingSize int
-	ZeroCopy                       bool
-	Batch                          int
-}
-
 // Open returns an error: AF_XDP is Linux's.
 func Open(cfg Config) (*Port, error) {
 	if _, err := cfg.withDefaults(); err != nil {
