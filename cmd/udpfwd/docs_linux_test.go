@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// recipe returns the first sh block after the heading title in the
+// markdown file path, as a reader copies it.
+func recipe(t *testing.T, path, title string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(b), "\n"+title+"\n")
+	if !ok {
+		t.Fatalf("%s has no heading %q", path, title)
+	}
+	m := regexp.MustCompile("(?s)```sh\n(.*?)```").FindStringSubmatch(after)
+	if m == nil {
+		t.Fatalf("%s: no sh block under %q", path, title)
+	}
+	return m[1]
+}
+
+// TestDocsQuickStart runs docs/udpfwd.md's quick start as written, with
+// bash, from the repository's root: it builds udpfwd, makes the two
+// namespaces, starts udpfwd, pings, runs iperf3 both ways and UDP,
+// scrapes the metrics, stops udpfwd and cleans up.
+func TestDocsQuickStart(t *testing.T) {
+	requireRoot(t)
+	for _, tool := range []string{"ip", "ethtool", "iperf3", "ping", "curl", "bash"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("the quick start needs %s (scripts/test-deps installs it as root)", tool)
+		}
+	}
+	script := recipe(t, "../../docs/udpfwd.md", "### Quick start in two network namespaces")
+	t.Cleanup(func() {
+		exec.Command("ip", "netns", "del", "gsoA").Run()
+		exec.Command("ip", "netns", "del", "gsoB").Run()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
+	cmd.Dir = "../.."
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the quick start failed: %v\n%s", err, out)
+	}
+	for _, want := range []string{"3 packets transmitted, 3 received", "receiver", "udpfwd_packets_total", "udpfwd stopped"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the quick start's output lacks %q:\n%s", want, out)
+		}
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, "receiver") || strings.Contains(line, "msg=\"NIC port") {
+			t.Log(strings.TrimSpace(line))
+		}
+	}
+}
