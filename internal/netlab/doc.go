@@ -2,7 +2,7 @@
 // privileged tests and the bench run in: namespaces with lo up, veth
 // pairs, addresses, routes, sysctls and device features (set from Go,
 // with no ip or ethtool binary), code and child processes run inside a
-// namespace, and the reference topology of DESIGN.md. Every namespace is
+// namespace, and the reference topology of docs/design.md. Every namespace is
 // named Prefix, a tag, the process ID and a sequence number, so parallel
 // and repeated runs never collide, and namespaces left by a process that
 // died are swept before new ones are made.

@@ -9,7 +9,7 @@ import (
 	"github.com/vishvananda/netlink"
 )
 
-// The reference topology (DESIGN.md):
+// The reference topology (docs/design.md):
 //
 //	netns A ("app" side)                           netns B ("server" side)
 //	 application, gateway; App4/App6 on the TUN      server; Srv4/Srv6 on gw-b
