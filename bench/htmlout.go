@@ -8,12 +8,13 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"strings"
 )
 
 // htmlPage is what the template renders.
 type htmlPage struct {
-	Title     string
-	Header    []string
+	Title     string   // the header's first line
+	Header    []string // its other lines
 	Scenarios []htmlScenario
 	Targets   []htmlTarget
 	Heads     []string // of the targets table
@@ -101,9 +102,10 @@ func chartOf(s scenarioResult) barChart {
 }
 
 func (r *report) html() htmlPage {
-	p := htmlPage{Title: "gsoplane bench " + r.started.Format("2006-01-02 15:04 MST"), Header: r.header(), Heads: targetHeads}
+	header := r.header()
+	p := htmlPage{Title: header[0], Header: header[1:], Heads: targetHeads}
 	for _, s := range r.scenarios {
-		h := htmlScenario{Name: s.name, Title: s.title, Chart: chartOf(s), Ratios: s.explanatory(), Notes: s.notes}
+		h := htmlScenario{Name: s.name, Title: s.title, Chart: chartOf(s), Ratios: s.explanatory(), Notes: joinNotes(s.notes)}
 		h.Heads, h.Cells = s.table()
 		for _, row := range s.rows {
 			for _, e := range row.errs {
@@ -116,6 +118,20 @@ func (r *report) html() htmlPage {
 		p.Targets = append(p.Targets, htmlTarget{Class: statusClass[t.status], Cells: t.cells()})
 	}
 	return p
+}
+
+// joinNotes joins each note's continuation lines (indented, in the text
+// output) to it.
+func joinNotes(notes []string) []string {
+	var out []string
+	for _, n := range notes {
+		if rest, ok := strings.CutPrefix(n, "  "); ok && len(out) > 0 {
+			out[len(out)-1] += " " + strings.TrimSpace(rest)
+			continue
+		}
+		out = append(out, n)
+	}
+	return out
 }
 
 // statusClass is the CSS class of each status.
@@ -132,7 +148,7 @@ var htmlTemplate = template.Must(template.New("report").Parse(`<!DOCTYPE html>
 <meta charset="utf-8">
 <title>{{.Title}}</title>
 <style>
-body { font: 14px/1.45 system-ui, sans-serif; color: #1d2330; margin: 2em auto; max-width: 1180px; padding: 0 1em; }
+body { font: 14px/1.45 system-ui, sans-serif; color: #1d2330; margin: 2em auto; max-width: 1400px; padding: 0 1em; }
 h1 { font-size: 1.6em; margin-bottom: .2em; }
 h2 { font-size: 1.2em; margin: 2em 0 .2em; border-bottom: 1px solid #ccd; }
 .header { list-style: none; padding: 0; color: #445; }
@@ -141,7 +157,8 @@ table { border-collapse: collapse; margin: .6em 0; }
 th, td { padding: .2em .7em; text-align: left; border-bottom: 1px solid #e3e5ec; white-space: nowrap; }
 th { background: #f0f2f7; }
 td:not(:first-child) { font-variant-numeric: tabular-nums; }
-.ratios, .notes { color: #334; padding-left: 1.2em; }
+.scroll { overflow-x: auto; }
+.ratios, .notes, .errors { color: #334; padding-left: 1.2em; }
 .notes { color: #667; font-size: .92em; }
 .errors { color: #b3261e; }
 svg text { font: 12px system-ui, sans-serif; fill: #1d2330; }
@@ -153,20 +170,20 @@ tr.met td:nth-child(6) { color: #fff; background: #2e7d32; }
 tr.median td:nth-child(6) { color: #1d2330; background: #f2c94c; }
 tr.missed td:nth-child(6) { color: #fff; background: #c62828; }
 tr.none td:nth-child(6) { color: #1d2330; background: #dde; }
-tr td:nth-child(7) { white-space: normal; color: #445; }
+#targets td:nth-child(7) { white-space: normal; min-width: 16em; color: #445; }
 </style>
 </head>
 <body>
-<h1>gsoplane bench</h1>
+<h1>{{.Title}}</h1>
 <ul class="header">{{range .Header}}<li>{{.}}</li>{{end}}</ul>
 {{range .Scenarios}}
 <section id="{{.Name}}">
 <h2>{{.Name}}</h2>
 <p class="title">{{.Title}}</p>
-<table>
+<div class="scroll"><table>
 <tr>{{range .Heads}}<th>{{.}}</th>{{end}}</tr>
 {{range .Cells}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>
-{{end}}</table>
+{{end}}</table></div>
 {{$c := .Chart}}{{with $c}}<svg width="{{.Width}}" height="{{.Height}}" viewBox="0 0 {{.Width}} {{.Height}}" role="img" aria-label="{{.Label}}">
 {{range .Bars}}<g transform="translate(0 {{.Y}})">
 <text x="{{$c.LabelW}}" dx="-8" y="16" text-anchor="end">{{.Name}}</text>
@@ -187,10 +204,10 @@ tr td:nth-child(7) { white-space: normal; color: #445; }
 {{if .Targets}}<section id="targets">
 <h2>targets</h2>
 <p class="title">Each a ratio of a row to its peer in this run, against the project's target.</p>
-<table>
+<div class="scroll"><table>
 <tr>{{range .Heads}}<th>{{.}}</th>{{end}}</tr>
 {{range .Targets}}<tr class="{{.Class}}">{{range .Cells}}<td>{{.}}</td>{{end}}</tr>
-{{end}}</table>
+{{end}}</table></div>
 </section>{{end}}
 </body>
 </html>

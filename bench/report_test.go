@@ -218,10 +218,17 @@ func TestHTML(t *testing.T) {
 	if strings.Join(classes, " ") != "met missed none" {
 		t.Errorf("target rows' classes %q", classes)
 	}
-	for _, want := range []string{"gsoplane bench", "machine: ", "flags: -runs=2", "on/off</b> = 1.00×", "off: run failed: boom", "980 [980–990]"} {
+	for _, want := range []string{"<h1>gsoplane bench, ", "machine: ", "flags: -runs=2", "on/off</b> = 1.00×", "off: run failed: boom", "980 [980–990]"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the report lacks %q", want)
 		}
+	}
+}
+
+func TestJoinNotes(t *testing.T) {
+	got := joinNotes([]string{"one", "  more of one", "two", "  and", "  more"})
+	if strings.Join(got, "|") != "one more of one|two and more" {
+		t.Errorf("%q", got)
 	}
 }
 
