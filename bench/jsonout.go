@@ -64,27 +64,30 @@ type jsonRow struct {
 	Errors        []string           `json:"errors"`
 }
 
-type jsonRatio struct {
-	Key   string   `json:"key"`
-	Text  string   `json:"text"`
+// jsonValue is a ratio's value and the range of its per-run values.
+type jsonValue struct {
 	Value *float64 `json:"value"`
 	Min   *float64 `json:"min,omitempty"`
 	Max   *float64 `json:"max,omitempty"`
-	Shown string   `json:"shown"`
+}
+
+type jsonRatio struct {
+	Key  string `json:"key"`
+	Text string `json:"text"`
+	jsonValue
+	Shown string `json:"shown"`
 }
 
 type jsonTarget struct {
-	Scenario  string       `json:"scenario"`
-	Ratio     string       `json:"ratio"`
-	Aim       string       `json:"aim"`
-	Op        string       `json:"op"`
-	Threshold float64      `json:"threshold"`
-	Value     *float64     `json:"value"`
-	Min       *float64     `json:"min,omitempty"`
-	Max       *float64     `json:"max,omitempty"`
-	Row       *jsonOperand `json:"row"`
-	Peer      *jsonOperand `json:"peer"`
-	Status    status       `json:"status"`
+	Scenario  string  `json:"scenario"`
+	Ratio     string  `json:"ratio"`
+	Aim       string  `json:"aim"`
+	Op        string  `json:"op"`
+	Threshold float64 `json:"threshold"`
+	jsonValue
+	Row    *jsonOperand `json:"row"`
+	Peer   *jsonOperand `json:"peer"`
+	Status status       `json:"status"`
 }
 
 type jsonOperand struct {
@@ -109,7 +112,7 @@ func (r *report) json() jsonReport {
 			js.Rows = append(js.Rows, rowJSON(s.name, row))
 		}
 		for _, q := range s.ratios {
-			js.Ratios = append(js.Ratios, jsonRatio{Key: q.Key, Text: q.Text, Value: finite(q.Value), Min: rangeEnd(q, q.Lo), Max: rangeEnd(q, q.Hi), Shown: q.String()})
+			js.Ratios = append(js.Ratios, jsonRatio{Key: q.Key, Text: q.Text, jsonValue: valueJSON(q), Shown: q.String()})
 		}
 		out.Scenarios = append(out.Scenarios, js)
 	}
@@ -174,7 +177,7 @@ func targetJSON(t targetResult) jsonTarget {
 		j.Op = "<="
 	}
 	if q := t.ratio; q != nil {
-		j.Value, j.Min, j.Max = finite(q.Value), rangeEnd(*q, q.Lo), rangeEnd(*q, q.Hi)
+		j.jsonValue = valueJSON(*q)
 		j.Row = &jsonOperand{q.A.Name, q.A.Value, q.A.Unit}
 		j.Peer = &jsonOperand{q.B.Name, q.B.Value, q.B.Unit}
 	}
@@ -189,12 +192,13 @@ func finite(v float64) *float64 {
 	return &v
 }
 
-// rangeEnd is one end of q's per-run range, or nil when q has none.
-func rangeEnd(q ratio, v float64) *float64 {
-	if q.Hi <= 0 {
-		return nil
+// valueJSON is q's value, with its per-run range when it has one.
+func valueJSON(q ratio) jsonValue {
+	v := jsonValue{Value: finite(q.Value)}
+	if q.Hi > 0 {
+		v.Min, v.Max = finite(q.Lo), finite(q.Hi)
 	}
-	return finite(v)
+	return v
 }
 
 func (r *report) writeJSON(w io.Writer) error {
