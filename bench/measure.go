@@ -2,11 +2,11 @@ package main
 
 // The measuring loop shared by every scenario: start a trial (topology,
 // dataplane, traffic), let it warm up, take a snapshot of its counters and
-// of /proc/stat, wait -duration while printing one progress line per
-// second (progress.go), take a second snapshot, stop, and turn the differences into a
-// runResult. Rows are interleaved across runs (run 1 of every row, then
-// run 2, ... in rotating order) so that drift on a shared machine hits
-// every row alike.
+// of /proc/stat, wait -duration while writing a progress line per second
+// (progress.go), take a second snapshot, stop, and turn the differences
+// into a runResult. Rows are interleaved across runs (run 1 of every row,
+// then run 2, ... in rotating order) so that drift on a shared machine
+// hits every row alike.
 
 import (
 	"context"
