@@ -84,10 +84,13 @@ func backpressureRatios(rows []*rowResult, lineRate int64) []ratio {
 			continue
 		}
 		if m, _, _, ok := r.median(); ok && m.Lost != nil && m.Extra["datagrams_sent"] > 0 {
+			sent := m.Extra["datagrams_sent"]
 			out = append(out, ratio{
 				Key:   r.spec.name + " delivered",
 				Text:  "datagrams received / datagrams sent over the whole run, backpressure " + r.spec.name,
-				Value: 1 - float64(*m.Lost)/m.Extra["datagrams_sent"], Pct: true,
+				Value: 1 - float64(*m.Lost)/sent, Form: percent,
+				A: operand{r.spec.name + " received", sent - float64(*m.Lost), "datagrams"},
+				B: operand{r.spec.name + " sent", sent, "datagrams"},
 			})
 		}
 	}
@@ -97,7 +100,7 @@ func backpressureRatios(rows []*rowResult, lineRate int64) []ratio {
 				Key:   "on/line-rate",
 				Text:  "receiver throughput with backpressure on / line rate (IP bytes, as the pacer counts)",
 				Value: m.ThroughputBps * (bpSize + udpIPOverhead) / bpSize / float64(lineRate),
-				Pct:   true,
+				Form:  percent,
 			})
 		}
 	}

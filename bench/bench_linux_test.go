@@ -57,18 +57,22 @@ func TestSmoke(t *testing.T) {
 	if err := json.Unmarshal(saved, &rep2); err != nil {
 		t.Fatalf("-out file is not JSON: %v", err)
 	}
-	if len(rep2.Rows) != len(rep.Rows) {
-		t.Errorf("-out has %d rows, stdout %d", len(rep2.Rows), len(rep.Rows))
+	if len(rep2.Scenarios) != len(rep.Scenarios) || rep.SchemaVersion != schemaVersion {
+		t.Errorf("-out has %d scenarios, stdout %d; schema version %d", len(rep2.Scenarios), len(rep.Scenarios), rep.SchemaVersion)
 	}
 
 	rows := map[string]jsonRow{}
-	for _, r := range rep.Rows {
-		rows[r.Scenario+"/"+r.Row] = r
-		if r.Runs != 1 || len(r.Errors) > 0 {
-			t.Errorf("%s/%s: %d runs, errors %v", r.Scenario, r.Row, r.Runs, r.Errors)
-		}
-		if len(r.CPU) == 0 {
-			t.Errorf("%s/%s: no CPU utilisation", r.Scenario, r.Row)
+	ratios := map[string]int{}
+	for _, s := range rep.Scenarios {
+		ratios[s.Name] = len(s.Ratios)
+		for _, r := range s.Rows {
+			rows[s.Name+"/"+r.Name] = r
+			if len(r.Runs) != 1 || len(r.Errors) > 0 {
+				t.Errorf("%s/%s: %d runs, errors %v", s.Name, r.Name, len(r.Runs), r.Errors)
+			}
+			if len(r.CPU) == 0 {
+				t.Errorf("%s/%s: no CPU utilisation", s.Name, r.Name)
+			}
 		}
 	}
 	for _, want := range []string{
@@ -86,14 +90,17 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 	for _, s := range scenarioNames {
-		if _, ok := rep.Ratios[s]; !ok {
+		if ratios[s] == 0 {
 			t.Errorf("no ratios for %s", s)
 		}
+	}
+	if len(rep.Targets) != len(targets) {
+		t.Errorf("%d targets judged, want every one of the %d", len(rep.Targets), len(targets))
 	}
 	on, off := rows["backpressure/on"], rows["backpressure/off"]
 	for _, r := range []jsonRow{on, off} {
 		t.Logf("backpressure %s: %d sends, %d send errors, %d datagrams received, %.0f Mbit/s, %d drops",
-			r.Row, r.Sent, r.SendErrors, r.Received, r.ThroughputBps/1e6, r.Drops)
+			r.Name, r.Sent, r.SendErrors, r.Received, r.ThroughputBps/1e6, r.Drops)
 	}
 	if on.Drops != 0 {
 		t.Errorf("backpressure on: %d drops, want 0", on.Drops)

@@ -131,19 +131,15 @@ func (l *lab) rxPacketsA() uint64 {
 	return dev.Attrs().Statistics.RxPackets
 }
 
-// targetPacketGRO is the project's target for the AF_PACKET return path
-// against the per-packet one.
-const targetPacketGRO = 2.0 // packet-gro / no-gro
-
 func groRatios(rows []*rowResult) []ratio {
 	return throughputRatios(rows, []ratioSpec{
-		{"gro", "no-gro", "TCP B→A throughput, GRO on / off", 0},
-		{"packet-gro", "no-gro", "TCP B→A throughput, AF_PACKET with the kernel's GRO / AF_XDP per packet", targetPacketGRO},
-		{"packet-gro", "gro", "TCP B→A throughput, AF_PACKET with the kernel's GRO / AF_XDP with ours", 0},
-		{"packet-gro", "kernel", "TCP B→A throughput, AF_PACKET with the kernel's GRO / kernel only (upper bound)", 0},
-		{"gro", "forward", "TCP throughput, return path with GRO / forward path, same build", 0},
-		{"gro", "wireguard-go", "TCP B→A throughput, our GRO / wireguard-go's TUN writer", 0},
-		{"gro", "kernel", "TCP B→A throughput, gsoplane / kernel only (upper bound)", 0},
+		{"gro", "no-gro", "TCP B→A throughput, GRO on / off"},
+		{"packet-gro", "no-gro", "TCP B→A throughput, AF_PACKET with the kernel's GRO / AF_XDP per packet"},
+		{"packet-gro", "gro", "TCP B→A throughput, AF_PACKET with the kernel's GRO / AF_XDP with ours"},
+		{"packet-gro", "kernel", "TCP B→A throughput, AF_PACKET with the kernel's GRO / kernel only (upper bound)"},
+		{"gro", "forward", "TCP throughput, return path with GRO / forward path, same build"},
+		{"gro", "wireguard-go", "TCP B→A throughput, our GRO / wireguard-go's TUN writer"},
+		{"gro", "kernel", "TCP B→A throughput, gsoplane / kernel only (upper bound)"},
 	})
 }
 

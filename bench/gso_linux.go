@@ -107,21 +107,13 @@ func iperf3Skipped() string {
 	return ""
 }
 
-// The project's targets for the AF_PACKET rows: with the NIC segmenting,
-// within reach of the kernel alone; cutting every segment itself, at
-// least as fast as AF_XDP.
-const (
-	targetPacketOffload = 0.8 // packet-offload / kernel
-	targetPacketFull    = 1.0 // packet-full / gsoplane (AF_XDP)
-)
-
 func gsoRatios(rows []*rowResult) []ratio {
 	return throughputRatios(rows, []ratioSpec{
-		{"gsoplane", "no-offload", "TCP throughput, gsoplane GSO / kernel-segmented TUN (no offloads)", 0},
-		{"gsoplane", "kernel", "TCP throughput, gsoplane / kernel only (upper bound)", 0},
-		{"packet-offload", "kernel", "TCP throughput, AF_PACKET with the NIC segmenting / kernel only", targetPacketOffload},
-		{"packet-full", "gsoplane", "TCP throughput, AF_PACKET with complete segments / AF_XDP", targetPacketFull},
-		{"packet-partial", "packet-full", "TCP throughput, AF_PACKET, partial checksums / complete segments", 0},
-		{"packet-offload", "gsoplane", "TCP throughput, AF_PACKET with the NIC segmenting / AF_XDP", 0},
+		{"gsoplane", "no-offload", "TCP throughput, gsoplane GSO / kernel-segmented TUN (no offloads)"},
+		{"gsoplane", "kernel", "TCP throughput, gsoplane / kernel only (upper bound)"},
+		{"packet-offload", "kernel", "TCP throughput, AF_PACKET with the NIC segmenting / kernel only"},
+		{"packet-full", "gsoplane", "TCP throughput, AF_PACKET with complete segments / AF_XDP"},
+		{"packet-partial", "packet-full", "TCP throughput, AF_PACKET, partial checksums / complete segments"},
+		{"packet-offload", "gsoplane", "TCP throughput, AF_PACKET with the NIC segmenting / AF_XDP"},
 	})
 }

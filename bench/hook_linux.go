@@ -120,13 +120,17 @@ func hookRatios(rows []*rowResult) []ratio {
 	for _, name := range []string{"noop", "inspect"} {
 		if r := findRow(rows, name); r != nil && none != nil {
 			q := ratioOf(name+"/none", "forwarding rate (pps), "+name+" hook vs no hook", r, none, true)
-			q.Delta = true
+			q.Form = delta
 			out = append(out, q)
 		}
 	}
 	if none != nil {
 		if m, lo, hi, ok := none.median(); ok && m.PPS > 0 && len(none.runs) > 1 {
-			out = append(out, ratio{Key: "none-spread", Text: "run-to-run spread of the no-hook row ((max-min)/median): the noise floor", Value: (hi - lo) / m.PPS, Pct: true})
+			out = append(out, ratio{
+				Key: "none-spread", Text: "run-to-run spread of the no-hook row ((max-min)/median): the noise floor",
+				Value: (hi - lo) / m.PPS, Form: percent,
+				A: operand{"none max−min", hi - lo, "pps"}, B: operand{"none median", m.PPS, "pps"},
+			})
 		}
 	}
 	// The hooks' own cost, measured in isolation, and the most it can take
@@ -148,7 +152,7 @@ func hookRatios(rows []*rowResult) []ratio {
 		})
 		if pps > 0 {
 			out = append(out, ratio{
-				Key: h.name + " bound", Value: ns * pps / 1e9, Pct: true,
+				Key: h.name + " bound", Value: ns * pps / 1e9, Form: percent,
 				Show: fmt.Sprintf("≤ %.3f%%", ns*pps/1e7),
 				Text: fmt.Sprintf("most the %s hook can take from the rate: its ns/segment × the no-hook %.3f Mpps", h.name, pps/1e6),
 			})

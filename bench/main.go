@@ -6,6 +6,7 @@
 //	sudo go run ./bench                      # every scenario, 3 runs each
 //	sudo go run ./bench -scenario gso -runs 5 -duration 5s
 //	sudo go run ./bench -json -out results.json
+//	sudo go run ./bench -scenario gso -html report.html
 //
 // Scenarios:
 //
@@ -29,9 +30,29 @@
 //
 // Every row is measured -runs times (interleaved with the other rows of its
 // scenario), each run for -duration after -warmup; tables show the median
-// run with the minimum and maximum. Progress goes to stderr, one line per
-// second. It needs root (network namespaces, TUN, AF_XDP, BPF) and Linux,
-// and no other binary; iperf3, when installed, adds a row.
+// run with the minimum and maximum. Progress goes to stderr, a line per
+// second with the count of the rows' runs ("row 7/23") and the estimated
+// time left; on a terminal it is one line rewritten in place. It needs
+// root (network namespaces, TUN, AF_XDP, BPF) and Linux, and no other
+// binary; iperf3, when installed, adds a row.
+//
+// Output: the text starts with the gsoplane version (module version and
+// VCS revision, as the build recorded them), the machine (host, CPU model
+// and count, kernel release, Go version) and the flags given; then a table
+// per scenario with the ratios that explain it; then the targets block:
+// each target the project sets (the table targets in targets.go), a ratio
+// of a row to its peer in the same run, with both figures, the threshold
+// and whether it was met. The bench reports targets and never fails for
+// one.
+//
+// -json prints, and -out saves, the same results as JSON: schema_version
+// 1, the version and machine, the flags, scenarios → rows → runs, and the
+// targets; docs/bench-json.md documents every field and the compatibility
+// rule (fields are only added within a schema version). -html FILE writes
+// a self-contained HTML report: the header, per scenario its table and a
+// bar chart of its main metric (median, whiskers from the least to the
+// greatest run), and the targets coloured by outcome; inline CSS and SVG,
+// no script, nothing fetched.
 package main
 
 import (
@@ -74,7 +95,39 @@ type options struct {
 	lineRate   int64
 	json       bool
 	out        string
+	html       string
 	cpuprofile string
+	flags      []flagValue // every flag, by name
+}
+
+// flagValue is a flag's value as the run used it.
+type flagValue struct {
+	name, value string
+	set         bool // given on the command line, not the default
+}
+
+// flagMap is every flag's value by name.
+func (o options) flagMap() map[string]string {
+	m := make(map[string]string, len(o.flags))
+	for _, f := range o.flags {
+		m[f.name] = f.value
+	}
+	return m
+}
+
+// setFlags is the flags given on the command line, such as
+// "-duration=1s -runs=1", or "(defaults)".
+func (o options) setFlags() string {
+	var set []string
+	for _, f := range o.flags {
+		if f.set {
+			set = append(set, "-"+f.name+"="+f.value)
+		}
+	}
+	if len(set) == 0 {
+		return "(defaults)"
+	}
+	return strings.Join(set, " ")
 }
 
 // run parses args and runs the selected scenarios; it returns the exit
@@ -101,6 +154,7 @@ func parseFlags(args []string, stderr io.Writer) (options, int, error) {
 	fs.Var(&rate, "line-rate", "emulated line rate of the backpressure scenario, bit/s (suffixes k, M, G)")
 	jsonOut := fs.Bool("json", false, "print the results as JSON on stdout instead of tables")
 	out := fs.String("out", "", "also save the results as JSON to this file")
+	html := fs.String("html", "", "also write the results as a self-contained HTML report to this file")
 	verbose := fs.Bool("v", false, "verbose: every run's numbers and sar-like CPU details")
 	cpuprofile := fs.String("cpuprofile", "", "write a Go CPU profile of the whole run to this file")
 	fs.Usage = func() {
@@ -118,8 +172,11 @@ func parseFlags(args []string, stderr io.Writer) (options, int, error) {
 	}
 	o := options{
 		measure:  measureOpts{warmup: *warmup, duration: *duration, runs: *runs, verbose: *verbose},
-		lineRate: int64(rate), json: *jsonOut, out: *out, cpuprofile: *cpuprofile,
+		lineRate: int64(rate), json: *jsonOut, out: *out, html: *html, cpuprofile: *cpuprofile,
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	fs.VisitAll(func(f *flag.Flag) { o.flags = append(o.flags, flagValue{f.Name, f.Value.String(), set[f.Name]}) })
 	switch {
 	case *duration <= 0:
 		return o, exitUsage, fmt.Errorf("-duration must be positive")

@@ -2,17 +2,16 @@ package main
 
 // The measuring loop shared by every scenario: start a trial (topology,
 // dataplane, traffic), let it warm up, take a snapshot of its counters and
-// of /proc/stat, wait -duration while printing one progress line per
-// second, take a second snapshot, stop, and turn the differences into a
-// runResult. Rows are interleaved across runs (run 1 of every row, then
-// run 2, ... in rotating order) so that drift on a shared machine hits
-// every row alike.
+// of /proc/stat, wait -duration while writing a progress line per second
+// (progress.go), take a second snapshot, stop, and turn the differences
+// into a runResult. Rows are interleaved across runs (run 1 of every row,
+// then run 2, ... in rotating order) so that drift on a shared machine
+// hits every row alike.
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"sort"
 	"time"
 )
@@ -119,9 +118,8 @@ type measureOpts struct {
 }
 
 // runRows measures every row opts.runs times, interleaved in rotating
-// order, and writes progress lines to progress. It stops early when ctx
-// ends.
-func runRows(ctx context.Context, scenario string, rows []rowSpec, opts measureOpts, progress io.Writer) []*rowResult {
+// order, and writes its progress to p. It stops early when ctx ends.
+func runRows(ctx context.Context, scenario string, rows []rowSpec, opts measureOpts, p *progress) []*rowResult {
 	results := make([]*rowResult, len(rows))
 	for i, r := range rows {
 		results[i] = &rowResult{scenario: scenario, spec: r}
@@ -135,18 +133,20 @@ func runRows(ctx context.Context, scenario string, rows []rowSpec, opts measureO
 				return results
 			}
 			label := fmt.Sprintf("[%s %s %d/%d]", scenario, res.spec.name, run, opts.runs)
-			rr, err := measureOnce(ctx, res.spec, opts, label, progress)
+			p.begin(time.Now())
+			rr, err := measureOnce(ctx, res.spec, opts, label, p)
+			p.end()
 			if err != nil {
 				if ctx.Err() != nil {
 					return results
 				}
-				fmt.Fprintf(progress, "%s failed: %v\n", label, err)
+				fmt.Fprintf(p, "%s failed: %v\n", label, err)
 				res.errs = append(res.errs, err.Error())
 				continue
 			}
 			res.runs = append(res.runs, rr)
 			if opts.verbose {
-				fmt.Fprintf(progress, "%s done: %s\n", label, describeRun(res.spec, rr))
+				fmt.Fprintf(p, "%s done: %s\n", label, describeRun(res.spec, rr))
 			}
 		}
 	}
@@ -154,7 +154,7 @@ func runRows(ctx context.Context, scenario string, rows []rowSpec, opts measureO
 }
 
 // measureOnce runs one trial of a row.
-func measureOnce(ctx context.Context, spec rowSpec, opts measureOpts, label string, progress io.Writer) (rr runResult, err error) {
+func measureOnce(ctx context.Context, spec rowSpec, opts measureOpts, label string, p *progress) (rr runResult, err error) {
 	t, err := spec.start(ctx)
 	if err != nil {
 		return rr, err
@@ -198,7 +198,7 @@ func measureOnce(ctx context.Context, spec rowSpec, opts measureOpts, label stri
 			continue
 		case now := <-tick.C:
 			c := t.snapshot()
-			fmt.Fprintln(progress, progressLine(label, spec, now.Sub(begin), warm, first, last, c, now.Sub(lastAt), c0, now.Sub(t0)))
+			p.status(now, progressLine(label, spec, now.Sub(begin), warm, first, last, c, now.Sub(lastAt), c0, now.Sub(t0)))
 			last, lastAt = c, now
 			continue
 		case <-endTimer:

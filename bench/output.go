@@ -1,15 +1,12 @@
 package main
 
-// Results: plain-text tables with the ratios spelt out, and JSON (one
-// object per row, one ratios object per scenario).
+// Results as text: a header saying what was measured, one table per
+// scenario with the ratios that explain it, and the targets block.
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"runtime"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -19,78 +16,45 @@ import (
 type ratio struct {
 	Key    string
 	Text   string
-	Value  float64 // a/b, or a fraction when Pct
+	Value  float64 // A/B, in the terms of Form
 	Lo, Hi float64 // range of the per-run (paired) ratios, if known
-	Pct    bool    // Value is a fraction, shown as a percentage
-	Delta  bool    // Value is a ratio, shown as its difference from 1 in percent
+	Form   form
 	Show   string  // shown instead of Value, when set
-	// Target, if set, is the least Value the row is meant to reach; the
-	// table says whether its median did (never asserted: the bench
-	// reports, it does not judge a shared machine's numbers).
-	Target float64
-	// Ceiling, if set, is the most Value is meant to be (a spread, a
-	// cost), reported as Target is.
-	Ceiling float64
+	A, B   operand // the figures divided, when Value is a ratio of two
 }
 
-// missed reports whether the median missed the target or the ceiling.
-func (r ratio) missed() bool {
-	return r.Target > 0 && r.Value < r.Target || r.Ceiling > 0 && r.Value > r.Ceiling
-}
+// form is how a ratio is shown.
+type form int
 
-// verdict says whether the ratio reached its target (or stayed under its
-// ceiling), or "" without one.
-func (r ratio) verdict() string {
-	if r.Target <= 0 && r.Ceiling <= 0 {
-		return ""
-	}
-	s := "met"
+const (
+	times   form = iota // a ratio: 1.23×
+	percent             // a fraction: 12.3%
+	delta               // a ratio, as its difference from 1: +1.23%
+)
+
+// format shows v in the form.
+func (f form) format(v float64) string {
 	switch {
-	case r.missed():
-		s = "MISSED"
-	case r.Hi > 0 && (r.Target > 0 && r.Lo < r.Target || r.Ceiling > 0 && r.Hi > r.Ceiling):
-		s = "met by the median, not by every run"
+	case math.IsInf(v, 0) || math.IsNaN(v):
+		return "∞"
+	case f == delta:
+		return fmt.Sprintf("%+.2f%%", (v-1)*100)
+	case f == percent:
+		return fmt.Sprintf("%.1f%%", v*100)
 	}
-	return fmt.Sprintf("target %s: %s", r.bound(), s)
-}
-
-// bound is the target or ceiling as the value is shown.
-func (r ratio) bound() string {
-	op, v := "≥", r.Target
-	if r.Ceiling > 0 {
-		op, v = "≤", r.Ceiling
-	}
-	switch {
-	case r.Show != "":
-		return fmt.Sprintf("%s %g", op, v)
-	case r.Delta:
-		return fmt.Sprintf("%s %+.2f%%", op, (v-1)*100)
-	case r.Pct:
-		return fmt.Sprintf("%s %.1f%%", op, v*100)
-	}
-	return fmt.Sprintf("%s %.2f×", op, v)
+	return fmt.Sprintf("%.2f×", v)
 }
 
 func (r ratio) String() string {
 	switch {
 	case r.Show != "":
 		return r.Show
-	case math.IsInf(r.Value, 0) || math.IsNaN(r.Value):
-		return "∞"
-	case r.Delta:
-		s := fmt.Sprintf("%+.2f%%", (r.Value-1)*100)
-		if r.Hi > 0 {
-			s += fmt.Sprintf(" (per run %+.2f%% to %+.2f%%)", (r.Lo-1)*100, (r.Hi-1)*100)
-		}
-		return s
-	case r.Pct:
-		return fmt.Sprintf("%.1f%%", r.Value*100)
+	case r.Hi <= 0 || math.IsInf(r.Value, 0) || math.IsNaN(r.Value):
+		return r.Form.format(r.Value)
+	case r.Form == times:
+		return fmt.Sprintf("%s (per run %.2f–%.2f×)", r.Form.format(r.Value), r.Lo, r.Hi)
 	}
-	s := fmt.Sprintf("%.2f×", r.Value)
-	if r.Hi > 0 {
-		s += fmt.Sprintf(" (per run %.2f–%.2f×)", r.Lo, r.Hi)
-	}
-	return s
+	return fmt.Sprintf("%s (per run %s to %s)", r.Form.format(r.Value), r.Form.format(r.Lo), r.Form.format(r.Hi))
 }
 
 // findRow returns the row called name, or nil when it has no run.
@@ -103,12 +67,8 @@ func findRow(rows []*rowResult, name string) *rowResult {
 	return nil
 }
 
-// ratioSpec names a throughput ratio a/b between two rows, with its
-// target (0: none).
-type ratioSpec struct {
-	a, b, text string
-	target     float64
-}
+// ratioSpec names a throughput ratio a/b between two rows.
+type ratioSpec struct{ a, b, text string }
 
 // throughputRatios computes the ratios of specs whose rows both ran, of
 // their throughput, or of their pps where both rows rank by it.
@@ -116,9 +76,7 @@ func throughputRatios(rows []*rowResult, specs []ratioSpec) []ratio {
 	var out []ratio
 	for _, c := range specs {
 		if a, b := findRow(rows, c.a), findRow(rows, c.b); a != nil && b != nil {
-			q := ratioOf(c.a+"/"+c.b, c.text, a, b, a.spec.ppsMain && b.spec.ppsMain)
-			q.Target = c.target
-			out = append(out, q)
+			out = append(out, ratioOf(c.a+"/"+c.b, c.text, a, b, a.spec.ppsMain && b.spec.ppsMain))
 		}
 	}
 	return out
@@ -129,7 +87,11 @@ func throughputRatios(rows []*rowResult, specs []ratioSpec) []ratio {
 func ratioOf(key, text string, a, b *rowResult, pps bool) ratio {
 	ma, _, _, _ := a.median()
 	mb, _, _, _ := b.median()
-	q := ratio{Key: key, Text: text}
+	unit := "bit/s"
+	if pps {
+		unit = "pps"
+	}
+	q := ratio{Key: key, Text: text, A: operand{a.spec.name, ma.main(pps), unit}, B: operand{b.spec.name, mb.main(pps), unit}}
 	if d := mb.main(pps); d > 0 {
 		q.Value = ma.main(pps) / d
 	}
@@ -154,6 +116,8 @@ func ratioOf(key, text string, a, b *rowResult, pps bool) ratio {
 type report struct {
 	opts      options
 	started   time.Time
+	build     buildVersion
+	machine   machine
 	scenarios []scenarioResult
 }
 
@@ -164,16 +128,12 @@ type scenarioResult struct {
 	notes       []string
 }
 
-func newReport(o options) *report { return &report{opts: o, started: time.Now()} }
+func newReport(o options) *report {
+	return &report{opts: o, started: time.Now(), build: readBuildVersion(), machine: readMachine()}
+}
 
-// add records a scenario with its notes and, for a ratio that missed its
-// target, one saying so.
+// add records a scenario with its ratios and notes.
 func (r *report) add(name, title string, rows []*rowResult, ratios []ratio, notes []string) {
-	for _, q := range ratios {
-		if q.missed() {
-			notes = append(notes[:len(notes):len(notes)], fmt.Sprintf("target missed: %s = %s, the target is %s (%s)", q.Key, q, q.bound(), q.Text))
-		}
-	}
 	r.scenarios = append(r.scenarios, scenarioResult{name, title, rows, ratios, notes})
 }
 
@@ -189,45 +149,33 @@ func (r *report) failed() bool {
 	return false
 }
 
-// machine describes where the numbers come from.
-func machine() string {
-	host, _ := os.Hostname()
-	return fmt.Sprintf("%s, %d cores, %s, %s", host, runtime.NumCPU(), kernelRelease(), runtime.Version())
+// header is the lines that say what was measured, where and how.
+func (r *report) header() []string {
+	m := r.opts.measure
+	return []string{
+		"gsoplane bench, " + r.started.Format("2006-01-02 15:04 MST"),
+		"gsoplane " + r.build.String(),
+		"machine: " + r.machine.String(),
+		"flags: " + r.opts.setFlags(),
+		fmt.Sprintf("each row: median of %d runs of %v (after %v warm-up), [min–max] over the runs; CPU = busy %% per core (100 − idle − iowait, /proc/stat)",
+			m.runs, m.duration, m.warmup),
+	}
 }
 
-// writeText prints one table per scenario, then its ratios and notes.
+// writeText prints one table per scenario with its ratios and notes, then
+// the targets.
 func (r *report) writeText(w io.Writer, verbose bool) {
-	m := r.opts.measure
-	fmt.Fprintf(w, "gsoplane bench, %s on %s\n", r.started.Format("2006-01-02 15:04 MST"), machine())
-	fmt.Fprintf(w, "each row: median of %d runs of %v (after %v warm-up), [min–max] over the runs; CPU = busy %% per core (100 − idle − iowait, /proc/stat)\n",
-		m.runs, m.duration, m.warmup)
+	fmt.Fprintln(w, strings.Join(r.header(), "\n"))
 	for _, s := range r.scenarios {
 		fmt.Fprintf(w, "\n== %s\n", s.title)
+		heads, cells := s.table()
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		cols := columnsFor(s.name)
-		heads := make([]string, len(cols))
-		for i, c := range cols {
-			heads[i] = c.head
-		}
 		fmt.Fprintln(tw, strings.Join(heads, "\t")+"\t")
-		for _, row := range s.rows {
-			med, lo, hi, ok := row.median()
-			cells := make([]string, len(cols))
-			for i, c := range cols {
-				if !ok && i > 0 {
-					cells[i] = "—"
-					continue
-				}
-				cells[i] = c.cell(row, med, lo, hi)
-			}
-			fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
+		for _, row := range cells {
+			fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 		}
 		tw.Flush()
-		for _, q := range s.ratios {
-			if v := q.verdict(); v != "" {
-				fmt.Fprintf(w, "  %s = %s   (%s; %s)\n", q.Key, q, q.Text, v)
-				continue
-			}
+		for _, q := range s.explanatory() {
 			fmt.Fprintf(w, "  %s = %s   (%s)\n", q.Key, q, q.Text)
 		}
 		for _, row := range s.rows {
@@ -242,6 +190,62 @@ func (r *report) writeText(w io.Writer, verbose bool) {
 			writeSar(w, s)
 		}
 	}
+	writeTargets(w, judgeAll(r.scenarios))
+}
+
+// table is the scenario's table: the column heads and a row of cells per
+// row ("—" where a row has no run).
+func (s scenarioResult) table() (heads []string, cells [][]string) {
+	cols := columnsFor(s.name)
+	for _, c := range cols {
+		heads = append(heads, c.head)
+	}
+	for _, row := range s.rows {
+		med, lo, hi, ok := row.median()
+		line := make([]string, len(cols))
+		for i, c := range cols {
+			line[i] = "—"
+			if ok || i == 0 {
+				line[i] = c.cell(row, med, lo, hi)
+			}
+		}
+		cells = append(cells, line)
+	}
+	return heads, cells
+}
+
+// explanatory is the scenario's ratios that are not targets (those are
+// shown in the targets block).
+func (s scenarioResult) explanatory() []ratio {
+	var out []ratio
+	for _, q := range s.ratios {
+		if !isTarget(s.name, q.Key) {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// targetHeads are the columns of the targets block.
+var targetHeads = []string{"scenario", "ratio", "value", "row / peer", "target", "result", "aim"}
+
+// cells is a target's line in the targets block.
+func (r targetResult) cells() []string {
+	return []string{r.scenario, r.key, r.value(), r.operands(), r.bound(), r.status.String(), r.aim}
+}
+
+// writeTargets prints the targets block.
+func writeTargets(w io.Writer, results []targetResult) {
+	if len(results) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\n== targets: each a ratio of a row to its peer in this run, against the project's target")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(targetHeads, "\t")+"\t")
+	for _, t := range results {
+		fmt.Fprintln(tw, strings.Join(t.cells(), "\t")+"\t")
+	}
+	tw.Flush()
 }
 
 // writeSar prints sar's per-core "Average:" block for each row.
@@ -338,136 +342,4 @@ func count(n uint64, unit string) string {
 		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
 	}
 	return fmt.Sprint(n)
-}
-
-// JSON output.
-
-type jsonReport struct {
-	Date     string                        `json:"date"`
-	Machine  string                        `json:"machine"`
-	Cores    int                           `json:"cores"`
-	Duration string                        `json:"duration"`
-	Warmup   string                        `json:"warmup"`
-	Runs     int                           `json:"runs"`
-	LineRate int64                         `json:"line_rate_bps"`
-	Rows     []jsonRow                     `json:"rows"`
-	Ratios   map[string]map[string]float64 `json:"ratios"`
-	Notes    map[string][]string           `json:"notes,omitempty"`
-}
-
-type jsonRow struct {
-	Scenario      string             `json:"scenario"`
-	Row           string             `json:"row"`
-	Runs          int                `json:"runs"`
-	ThroughputBps float64            `json:"throughput_bps"`
-	ThroughputMin float64            `json:"throughput_min_bps"`
-	ThroughputMax float64            `json:"throughput_max_bps"`
-	PPS           float64            `json:"pps"`
-	PPSMin        float64            `json:"pps_min"`
-	PPSMax        float64            `json:"pps_max"`
-	Sent          uint64             `json:"sent"`
-	SentUnit      string             `json:"sent_unit"`
-	Received      uint64             `json:"received"`
-	ReceivedUnit  string             `json:"received_unit"`
-	RxMessages    *uint64            `json:"received_messages,omitempty"`
-	GoodputBps    *float64           `json:"goodput_bps,omitempty"`
-	Drops         uint64             `json:"drops"`
-	SendErrors    uint64             `json:"send_errors"`
-	Retransmits   *uint64            `json:"retransmits,omitempty"`
-	Lost          *int64             `json:"lost,omitempty"`
-	SegsPerRead   float64            `json:"segments_per_read,omitempty"`
-	WritesPerPkt  float64            `json:"writes_per_packet,omitempty"`
-	CPU           []CoreUsage        `json:"cpu"`
-	Extra         map[string]float64 `json:"extra,omitempty"`
-	PerRun        []runResult        `json:"per_run"`
-	Errors        []string           `json:"errors,omitempty"`
-}
-
-func (r *report) json() jsonReport {
-	m := r.opts.measure
-	out := jsonReport{
-		Date: r.started.Format(time.RFC3339), Machine: machine(), Cores: runtime.NumCPU(),
-		Duration: m.duration.String(), Warmup: m.warmup.String(), Runs: m.runs, LineRate: r.opts.lineRate,
-		Rows: []jsonRow{}, Ratios: map[string]map[string]float64{}, Notes: map[string][]string{},
-	}
-	for _, s := range r.scenarios {
-		for _, row := range s.rows {
-			med, lo, hi, _ := row.median()
-			j := jsonRow{
-				Scenario: s.name, Row: row.spec.name, Runs: len(row.runs),
-				ThroughputBps: med.ThroughputBps, PPS: med.PPS,
-				Sent: med.Sent, SentUnit: row.spec.units.sent, Received: med.Received, ReceivedUnit: row.spec.units.received,
-				Drops: med.Drops, SendErrors: med.SendErrors, Lost: med.Lost, SegsPerRead: med.SegsPerRead, WritesPerPkt: med.WritesPerPkt,
-				CPU: rowCPU(row), Extra: med.Extra, PerRun: row.runs, Errors: row.errs,
-			}
-			if j.PerRun == nil {
-				j.PerRun = []runResult{}
-			}
-			if j.CPU == nil {
-				j.CPU = []CoreUsage{}
-			}
-			j.ThroughputMin, j.ThroughputMax, j.PPSMin, j.PPSMax = med.ThroughputBps, med.ThroughputBps, med.PPS, med.PPS
-			if row.spec.ppsMain {
-				j.PPSMin, j.PPSMax = lo, hi
-			} else {
-				j.ThroughputMin, j.ThroughputMax = lo, hi
-			}
-			for _, run := range row.runs {
-				if row.spec.ppsMain {
-					j.ThroughputMin, j.ThroughputMax = min(j.ThroughputMin, run.ThroughputBps), max(j.ThroughputMax, run.ThroughputBps)
-				} else {
-					j.PPSMin, j.PPSMax = min(j.PPSMin, run.PPS), max(j.PPSMax, run.PPS)
-				}
-			}
-			if s.name == "backpressure" {
-				msgs, good := med.RxMessages, med.GoodputBps
-				j.RxMessages, j.GoodputBps = &msgs, &good
-			}
-			if row.spec.retrans {
-				v := med.Retransmits
-				j.Retransmits = &v
-			}
-			out.Rows = append(out.Rows, j)
-		}
-		q := map[string]float64{}
-		for _, x := range s.ratios {
-			if math.IsInf(x.Value, 0) || math.IsNaN(x.Value) {
-				continue // JSON has no infinity; the text table says it
-			}
-			q[x.Key] = x.Value
-			if x.Hi > 0 {
-				q[x.Key+" min"], q[x.Key+" max"] = x.Lo, x.Hi
-			}
-			if x.Target > 0 {
-				q[x.Key+" target"] = x.Target
-			}
-			if x.Ceiling > 0 {
-				q[x.Key+" ceiling"] = x.Ceiling
-			}
-		}
-		out.Ratios[s.name] = q
-		out.Notes[s.name] = s.notes
-	}
-	return out
-}
-
-func (r *report) writeJSON(w io.Writer) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r.json())
-}
-
-func (r *report) saveJSON(path string) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("save results: %w", err)
-	}
-	err = r.writeJSON(f)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("save results to %s: %w", path, err)
-	}
-	return nil
 }

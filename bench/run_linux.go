@@ -189,40 +189,14 @@ func execute(ctx context.Context, o options, stdout, stderr io.Writer) (code int
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
-	rep := newReport(o)
-	for _, name := range o.scenarios {
-		def := scenarios[name]
-		fmt.Fprintf(stderr, "== %s\n", def.title(o))
-		notes := def.notes
-		if def.skipped != nil {
-			if why := def.skipped(); why != "" {
-				fmt.Fprintf(stderr, "bench: %s\n", why)
-				notes = append(notes[:len(notes):len(notes)], why)
-			}
-		}
-		rows := runRows(ctx, name, def.rows(o), o.measure, stderr)
-		rep.add(def.name, def.title(o), rows, def.ratios(rows, o), notes)
-		if ctx.Err() != nil {
-			break
-		}
-	}
+	rep := measureAll(ctx, o, stderr)
 	if ctx.Err() != nil {
 		fmt.Fprintln(stderr, "bench: interrupted; the namespaces are being removed, results so far follow")
 		code = exitInterrupted
 	}
-	if o.json {
-		if err := rep.writeJSON(stdout); err != nil {
-			fmt.Fprintf(stderr, "bench: %v\n", err)
-			return max(code, exitFailed)
-		}
-	} else {
-		rep.writeText(stdout, o.measure.verbose)
-	}
-	if o.out != "" {
-		if err := rep.saveJSON(o.out); err != nil {
-			fmt.Fprintf(stderr, "bench: %v\n", err)
-			return max(code, exitFailed)
-		}
+	if err := writeResults(rep, o, stdout); err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return max(code, exitFailed)
 	}
 	if code == exitOK && rep.failed() {
 		fmt.Fprintln(stderr, "bench: some runs failed (see above)")
@@ -231,11 +205,78 @@ func execute(ctx context.Context, o options, stdout, stderr io.Writer) (code int
 	return code
 }
 
-// kernelRelease names the running kernel, such as "Linux 6.18.44".
+// measureAll runs the scenarios of o, with their progress on stderr, and
+// returns their results; it stops early when ctx ends.
+func measureAll(ctx context.Context, o options, stderr io.Writer) *report {
+	planned := make([][]rowSpec, len(o.scenarios))
+	total := 0
+	for i, name := range o.scenarios {
+		planned[i] = scenarios[name].rows(o)
+		total += len(planned[i]) * o.measure.runs
+	}
+	p := newProgress(stderr, total, o.measure.warmup+o.measure.duration)
+	defer p.close()
+	rep := newReport(o)
+	for i, name := range o.scenarios {
+		def := scenarios[name]
+		fmt.Fprintf(p, "== %s\n", def.title(o))
+		notes := def.notes
+		if def.skipped != nil {
+			if why := def.skipped(); why != "" {
+				fmt.Fprintf(p, "bench: %s\n", why)
+				notes = append(notes[:len(notes):len(notes)], why)
+			}
+		}
+		rows := runRows(ctx, name, planned[i], o.measure, p)
+		rep.add(def.name, def.title(o), rows, def.ratios(rows, o), notes)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return rep
+}
+
+// writeResults writes the report to stdout, as text or JSON, and to the
+// -out and -html files.
+func writeResults(rep *report, o options, stdout io.Writer) error {
+	if o.json {
+		if err := rep.writeJSON(stdout); err != nil {
+			return err
+		}
+	} else {
+		rep.writeText(stdout, o.measure.verbose)
+	}
+	if o.out != "" {
+		if err := rep.saveJSON(o.out); err != nil {
+			return err
+		}
+	}
+	if o.html != "" {
+		return rep.saveHTML(o.html)
+	}
+	return nil
+}
+
+// kernelRelease is the running kernel's release, such as "6.18.44", or ""
+// if uname fails.
 func kernelRelease() string {
 	var u unix.Utsname
 	if unix.Uname(&u) != nil {
-		return "Linux ?"
+		return ""
 	}
-	return "Linux " + unix.ByteSliceToString(u.Release[:])
+	return unix.ByteSliceToString(u.Release[:])
+}
+
+// terminalWidth is the width of the terminal w writes to, or 0 when w is
+// not a terminal.
+func terminalWidth(w io.Writer) int {
+	f, ok := w.(*os.File)
+	if !ok {
+		return 0
+	}
+	ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ)
+	if err != nil {
+		return 0
+	}
+	return int(ws.Col)
 }

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"runtime"
 )
 
 // execute refuses: the bench needs Linux network namespaces, TUN and AF_XDP.
@@ -15,5 +14,8 @@ func execute(ctx context.Context, o options, stdout, stderr io.Writer) int {
 	return exitUsage
 }
 
-// kernelRelease names the system.
-func kernelRelease() string { return runtime.GOOS }
+// kernelRelease is "": only Linux is measured.
+func kernelRelease() string { return "" }
+
+// terminalWidth is 0: progress is only written on Linux.
+func terminalWidth(w io.Writer) int { return 0 }

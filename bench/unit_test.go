@@ -69,7 +69,7 @@ func TestMedianAndRatio(t *testing.T) {
 	if s := q.String(); s != "2.00× (per run 2.00–3.00×)" {
 		t.Errorf("ratio text %q", s)
 	}
-	if s := (ratio{Value: 0.995, Delta: true}).String(); s != "-0.50%" {
+	if s := (ratio{Value: 0.995, Form: delta}).String(); s != "-0.50%" {
 		t.Errorf("delta text %q", s)
 	}
 	if s := (ratio{Value: math.Inf(1)}).String(); s != "∞" {
@@ -99,18 +99,24 @@ func TestSNMPField(t *testing.T) {
 
 // TestOutput renders a synthetic report as text and JSON.
 func TestOutput(t *testing.T) {
-	lost := int64(0)
-	rep := newReport(options{measure: measureOpts{runs: 2, duration: time.Second}, lineRate: 1e9})
-	on := &rowResult{scenario: "backpressure", spec: rowSpec{name: "on", units: units{"sends", "datagrams"}},
-		runs: []runResult{{ThroughputBps: 980e6, Sent: 100, Received: 4600, Lost: &lost, CPU: []CoreUsage{{CPU: "cpu0", Idle: 80}}}}}
-	off := &rowResult{scenario: "backpressure", spec: rowSpec{name: "off", units: units{"sends", "datagrams"}}, errs: []string{"boom"}}
-	rep.add("backpressure", "title", []*rowResult{on, off}, []ratio{{Key: "k", Value: 2}}, []string{"a note"})
+	rep := syntheticReport()
 	var text bytes.Buffer
 	rep.writeText(&text, true)
-	for _, want := range []string{"== title", "980 [980–980]", "20%", "k = 2.00×", "off: run failed: boom", "note: a note", "Average:"} {
-		if !strings.Contains(text.String(), want) {
-			t.Errorf("text output lacks %q:\n%s", want, text.String())
+	out := text.String()
+	for _, want := range []string{
+		"gsoplane bench, ", "gsoplane ", "machine: ", "flags: -runs=2 -scenario=backpressure,gso",
+		"== backpressure title", "980 [980–990]", "20%", "on/off = 1.00×", "off: run failed: boom", "note: a note", "Average:",
+		"== targets", "on delivered", "100.0%", "≥ 100.0%", "262676 / 262676 datagrams",
+		"packet-offload/kernel", "0.71× (per run 0.64–0.80×)", "7661 / 10795 Mbit/s", "≥ 0.80×", "MISSED",
+		"packet-full/gsoplane", "not measured",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("text output lacks %q:\n%s", want, out)
 		}
+	}
+	// A target is shown in the targets block, not under its table.
+	if strings.Contains(out, "on delivered = ") || strings.Contains(out, "target missed") {
+		t.Errorf("a target is mixed into a table:\n%s", out)
 	}
 	var js bytes.Buffer
 	if err := rep.writeJSON(&js); err != nil {
@@ -120,8 +126,17 @@ func TestOutput(t *testing.T) {
 	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
 		t.Fatal(err)
 	}
-	if len(back.Rows) != 2 || back.Rows[0].ThroughputBps != 980e6 || back.Rows[0].Lost == nil || back.Ratios["backpressure"]["k"] != 2 {
+	bp := back.Scenarios[0]
+	if back.SchemaVersion != 1 || len(bp.Rows) != 2 || bp.Rows[0].ThroughputBps != 980e6 || bp.Rows[0].Lost == nil ||
+		*bp.Ratios[0].Value != 1 || bp.Ratios[1].Value != nil || back.Flags["runs"] != "2" {
 		t.Errorf("JSON round trip: %+v", back)
+	}
+	var st []string
+	for _, x := range back.Targets {
+		st = append(st, x.Ratio+" "+string(x.Status))
+	}
+	if got := strings.Join(st, ", "); got != "on delivered met, packet-offload/kernel missed, packet-full/gsoplane not_measured" {
+		t.Errorf("targets: %s", got)
 	}
 	if !rep.failed() {
 		t.Error("a row with a failed run does not fail the report")
