@@ -6,6 +6,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/gsoplane/gsoplane/internal/buildinfo"
 	"io"
 	"math"
 	"os"
@@ -17,7 +18,7 @@ const schemaVersion = 1
 
 type jsonReport struct {
 	SchemaVersion int               `json:"schema_version"`
-	Gsoplane      buildVersion      `json:"gsoplane"`
+	Gsoplane      buildinfo.Info    `json:"gsoplane"`
 	GoVersion     string            `json:"go_version"`
 	Kernel        string            `json:"kernel"`
 	CPUModel      string            `json:"cpu_model"`

@@ -5,6 +5,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/gsoplane/gsoplane/internal/buildinfo"
 	"io"
 	"math"
 	"strings"
@@ -116,7 +117,7 @@ func ratioOf(key, text string, a, b *rowResult, pps bool) ratio {
 type report struct {
 	opts      options
 	started   time.Time
-	build     buildVersion
+	build     buildinfo.Info
 	machine   machine
 	scenarios []scenarioResult
 }
@@ -129,7 +130,7 @@ type scenarioResult struct {
 }
 
 func newReport(o options) *report {
-	return &report{opts: o, started: time.Now(), build: readBuildVersion(), machine: readMachine()}
+	return &report{opts: o, started: time.Now(), build: buildinfo.Read(), machine: readMachine()}
 }
 
 // add records a scenario with its ratios and notes.

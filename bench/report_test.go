@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/gsoplane/gsoplane/internal/buildinfo"
 	"io"
 	"math"
 	"os"
@@ -317,7 +318,7 @@ func TestAbout(t *testing.T) {
 	if m := cpuModel([]byte("processor\t: 0\nCPU part\t: 0xd0c\n")); m != "" {
 		t.Errorf("cpu model without one: %q", m)
 	}
-	for v, want := range map[buildVersion]string{
+	for v, want := range map[buildinfo.Info]string{
 		{Version: "(devel)"}: "(devel), no VCS revision",
 		{Version: "v1.2.0", Revision: "648a899abcdef0123", Modified: true}: "v1.2.0, revision 648a899abcde (modified)",
 		{}: "unknown version, no VCS revision",

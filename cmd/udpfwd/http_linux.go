@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/time/rate"
+
+	"github.com/gsoplane/gsoplane/internal/buildinfo"
 )
 
 // The metrics server's limits. Any local user can reach it, so neither
@@ -169,7 +171,7 @@ func serveLanding(w http.ResponseWriter, _ *http.Request) {
 // newRegistry registers the gateway's collector with the build
 // information and the Go runtime and process collectors.
 func newRegistry(c *statsCollector) *prometheus.Registry {
-	b := buildInfo()
+	b := buildinfo.Read()
 	info := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "udpfwd_build_info", Help: "Always 1; the labels say which build of udpfwd runs.",
 		ConstLabels: prometheus.Labels{"version": b.Version, "revision": b.Revision, "goversion": b.Go},
