@@ -2,8 +2,10 @@ package kernels
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -24,9 +26,13 @@ type Modules struct {
 }
 
 // ReadModules reads the index under dir. modules.alias and modules.builtin
-// are optional.
+// are optional. Without modules.dep it indexes the modules themselves
+// (ScanModules).
 func ReadModules(dir string) (*Modules, error) {
 	m := &Modules{Dir: dir, deps: map[string][]string{}, files: map[string]string{}, builtin: map[string]bool{}}
+	if _, err := os.Stat(filepath.Join(dir, "modules.dep")); isNotExist(err) {
+		return ScanModules(dir)
+	}
 	err := eachLine(filepath.Join(dir, "modules.dep"), func(line string) {
 		file, deps, ok := strings.Cut(line, ":")
 		if !ok {
@@ -44,13 +50,13 @@ func ReadModules(dir string) (*Modules, error) {
 			m.aliases = append(m.aliases, [2]string{f[1], ModuleName(f[2])})
 		}
 	})
-	if err != nil && !os.IsNotExist(err) {
+	if err != nil && !isNotExist(err) {
 		return nil, err
 	}
 	err = eachLine(filepath.Join(dir, "modules.builtin"), func(line string) {
 		m.builtin[ModuleName(line)] = true
 	})
-	if err != nil && !os.IsNotExist(err) {
+	if err != nil && !isNotExist(err) {
 		return nil, err
 	}
 	return m, nil
@@ -165,3 +171,5 @@ func (m *Modules) Closure(dirs []string) []string {
 	}
 	return out
 }
+
+func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }

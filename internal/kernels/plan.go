@@ -44,13 +44,9 @@ type Step struct {
 	Timeout time.Duration
 }
 
-// WritePlan writes p as JSON to name.
-func WritePlan(name string, p *Plan) error {
-	b, err := json.MarshalIndent(p, "", "\t")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(name, b, 0o644)
+// Marshal returns p as the JSON ReadPlan reads.
+func (p *Plan) Marshal() ([]byte, error) {
+	return json.MarshalIndent(p, "", "\t")
 }
 
 // ReadPlan reads the Plan in name.
