@@ -13,6 +13,7 @@ const (
 	modeDir     = 0o040000
 	modeRegular = 0o100000
 	modeSymlink = 0o120000
+	modeSticky  = 0o001000
 )
 
 // Archive writes a cpio archive in the "newc" format the kernel unpacks as
@@ -33,7 +34,8 @@ func NewArchive(w io.Writer) *Archive {
 	return &Archive{w: w, ino: 1, dirs: map[string]bool{".": true, "": true}}
 }
 
-// Dir adds the directory name (and its parents) with permissions perm.
+// Dir adds the directory name (and its parents) with permissions perm
+// (and the sticky bit of os.ModeSticky).
 func (a *Archive) Dir(name string, perm os.FileMode) error {
 	name = clean(name)
 	if a.dirs[name] {
@@ -41,7 +43,11 @@ func (a *Archive) Dir(name string, perm os.FileMode) error {
 	}
 	a.parents(name)
 	a.dirs[name] = true
-	a.entry(name, modeDir|uint32(perm.Perm()), 2, nil, 0)
+	mode := modeDir | uint32(perm.Perm())
+	if perm&os.ModeSticky != 0 {
+		mode |= modeSticky
+	}
+	a.entry(name, mode, 2, nil, 0)
 	return a.err
 }
 

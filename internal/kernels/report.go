@@ -101,6 +101,9 @@ func writeDetails(w io.Writer, r *Result) {
 			fmt.Fprintf(w, "       %s\n", l)
 		}
 	}
+	for _, l := range r.Panic {
+		fmt.Fprintf(w, "  %s\n", l)
+	}
 	for _, c := range r.Skipped {
 		fmt.Fprintf(w, "  SKIP %s [%s] %s\n", c.Name, SkipClass(c.Reason), c.Reason)
 	}

@@ -48,9 +48,11 @@ type Result struct {
 	Passed   int           `json:"passed"`
 	Failed   []Case        `json:"failed,omitempty"`
 	Skipped  []Case        `json:"skipped,omitempty"`
+	// Panic is the first lines of a panic: for the test binary's own
+	// deadline, "panic: test timed out after D" and the tests running.
+	Panic []string `json:"panic,omitempty"`
 	// Tail is the last lines of the output when they say more than the
-	// cases: a panic, a timeout, a failure outside any test, the bench's
-	// summary.
+	// cases: a failure outside any test, the bench's summary.
 	Tail []string `json:"tail,omitempty"`
 	// Error says why the step could not be started.
 	Error string `json:"error,omitempty"`
@@ -77,10 +79,17 @@ func ParseResultLine(line string) (Result, bool) {
 	return r, true
 }
 
+// TimedOut reports whether the test binary panicked at its deadline
+// (-test.timeout).
+func (r *Result) TimedOut() bool {
+	return len(r.Panic) > 0 && strings.HasPrefix(r.Panic[0], "panic: test timed out")
+}
+
 // Lines kept of a failed test's output and of a step's tail.
 const (
-	caseLines = 8
-	tailLines = 20
+	caseLines  = 8
+	tailLines  = 20
+	panicLines = 12
 )
 
 var (
@@ -93,15 +102,17 @@ var (
 )
 
 // ParseTestOutput reads the output of a test binary run with -test.v and
-// fills r's Passed, Failed, Skipped and Tail. A line belongs to the test
-// the last "=== RUN/CONT/NAME" line named, and the indented lines right
-// after a "--- " verdict to that verdict's test.
+// fills r's Passed, Failed, Skipped, Panic and Tail. A line belongs to the
+// test the last "=== RUN/CONT/NAME" line named, and the indented lines
+// right after a "--- " verdict to that verdict's test. A panic's lines run
+// from "panic: " to the first empty line.
 func ParseTestOutput(out io.Reader, r *Result) error {
 	lines := map[string][]string{} // test → its last output lines
 	var current string             // the test the output belongs to
 	var tail []string
 	after := -1 // the case whose verdict the indented lines follow
 	var afterSkip bool
+	inPanic := false
 
 	keep := func(s []string, line string, n int) []string {
 		s = append(s, line)
@@ -115,6 +126,17 @@ func ParseTestOutput(out io.Reader, r *Result) error {
 	for sc.Scan() {
 		line := sc.Text()
 		tail = keep(tail, line, tailLines)
+		if strings.HasPrefix(line, "panic: ") && r.Panic == nil {
+			inPanic = true
+		}
+		if inPanic {
+			if strings.TrimSpace(line) == "" || len(r.Panic) == panicLines {
+				inPanic = false
+			} else {
+				r.Panic = append(r.Panic, strings.TrimSpace(line))
+			}
+			continue
+		}
 		if m := eventRE.FindStringSubmatch(line); m != nil {
 			current, after = m[2], -1
 			continue

@@ -179,24 +179,16 @@ func runStep(plan *kernels.Plan, s kernels.Step) kernels.Result {
 	}
 	if s.GoTest {
 		kernels.ParseTestOutput(bytes.NewReader(out.Bytes()), &r)
-		if r.Status == kernels.StatusOK || len(r.Failed) > 0 && !panicked(r.Tail) {
+		if r.TimedOut() {
+			r.Status = kernels.StatusTimeout
+		}
+		if r.Status == kernels.StatusOK || len(r.Failed) > 0 || len(r.Panic) > 0 {
 			r.Tail = nil
 		}
 	} else {
 		r.Tail = lastLines(out.Bytes(), 20)
 	}
 	return r
-}
-
-// panicked reports whether a test binary's last lines hold a panic or its
-// deadline: then the tail says more than the failed tests.
-func panicked(tail []string) bool {
-	for _, l := range tail {
-		if strings.HasPrefix(l, "panic:") || strings.Contains(l, "test timed out") {
-			return true
-		}
-	}
-	return false
 }
 
 func lastLines(b []byte, n int) []string {

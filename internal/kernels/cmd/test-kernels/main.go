@@ -46,13 +46,13 @@ import (
 
 // packages are the test binaries of the matrix: the privileged tests.
 var packages = []string{
-	"segment",
-	"dataplane/tun",
-	"dataplane/udp",
 	"dataplane/xsk",
 	"dataplane/afpacket",
+	"dataplane/tun",
+	"dataplane/udp",
 	"dataplane",
 	"cmd/udpfwd",
+	"segment",
 }
 
 type options struct {

@@ -35,10 +35,10 @@ func pack(name string, img *image, b *binaries, plan *kernels.Plan) error {
 	}
 	a := kernels.NewArchive(zw)
 
-	for _, d := range []string{"dev", "proc", "sys", "tmp", "run", "root", "etc/kernels", "usr/bin", "usr/sbin"} {
+	a.Dir("tmp", 0o777|os.ModeSticky)
+	for _, d := range []string{"dev", "proc", "sys", "run", "root", "etc/kernels", "usr/bin", "usr/sbin"} {
 		a.Dir(d, 0o755)
 	}
-	a.Dir("tmp", 0o1777)
 	a.Symlink("var/run", "../run")
 	a.CopyFile("init", b.kinit)
 	a.Symlink("sbin/modprobe", "/init")

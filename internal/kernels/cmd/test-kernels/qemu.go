@@ -16,7 +16,7 @@ import (
 // qemuArgs is the command line that boots img with initrd: the serial
 // console on stdio, no reboot (a panic or the init's power-off ends QEMU),
 // and two virtio-net NICs on one QEMU hub, so that what one sends the
-// other receives.
+// other receives (without option ROMs: the kernel boots directly).
 func qemuArgs(o *options, accel string, img *image, initrd string) []string {
 	args := []string{
 		"-accel", accel,
@@ -24,8 +24,8 @@ func qemuArgs(o *options, accel string, img *image, initrd string) []string {
 		"-nographic", "-no-reboot", "-nodefaults", "-serial", "stdio",
 		"-kernel", img.vmlinuz, "-initrd", initrd,
 		"-append", "console=ttyS0 panic=-1 loglevel=4 rdinit=/init",
-		"-netdev", "hubport,id=nic0,hubid=0", "-device", "virtio-net-pci,netdev=nic0,mac=52:54:00:12:34:01",
-		"-netdev", "hubport,id=nic1,hubid=0", "-device", "virtio-net-pci,netdev=nic1,mac=52:54:00:12:34:02",
+		"-netdev", "hubport,id=nic0,hubid=0", "-device", "virtio-net-pci,netdev=nic0,mac=52:54:00:12:34:01,romfile=",
+		"-netdev", "hubport,id=nic1,hubid=0", "-device", "virtio-net-pci,netdev=nic1,mac=52:54:00:12:34:02,romfile=",
 	}
 	if accel == "kvm" {
 		args = append(args, "-cpu", "host")
