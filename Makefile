@@ -4,7 +4,7 @@
 # those skip and say why.
 GO ?= go
 
-.PHONY: test deps check bench udpfwd soak fuzz test-kernels
+.PHONY: test deps check bench udpfwd soak fuzz test-kernels test-kernels-short qemu
 test: deps check
 	$(GO) test -race -count=1 ./...
 
@@ -53,8 +53,14 @@ fuzz:
 # found. As root on Debian it installs QEMU first; without QEMU or a kernel
 # it says so and skips. KERNELS_FLAGS selects, e.g.
 # KERNELS_FLAGS='-packages dataplane/xsk,dataplane/afpacket -run XDP'.
+# The short form leaves out the gateway's and udpfwd's end-to-end tests
+# (throughput under emulation) and runs segment with -test.short.
 KERNELS_FLAGS ?=
-test-kernels:
+KERNELS_SHORT = -short -packages dataplane/xsk,dataplane/afpacket,dataplane/tun,dataplane/udp,segment
+test-kernels: qemu
+	$(GO) run ./internal/kernels/cmd/test-kernels $(KERNELS_FLAGS)
+test-kernels-short: qemu
+	$(GO) run ./internal/kernels/cmd/test-kernels $(KERNELS_SHORT) $(KERNELS_FLAGS)
+qemu:
 	@command -v qemu-system-x86_64 >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1 || \
 		{ echo "test-kernels: installing qemu-system-x86"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends qemu-system-x86 >/dev/null; }
-	$(GO) run ./internal/kernels/cmd/test-kernels $(KERNELS_FLAGS)

@@ -125,6 +125,9 @@ func (b *binaries) plan(o *options, img *image) *kernels.Plan {
 			if o.run != "" {
 				s.Args = append(s.Args, "-test.run="+o.run)
 			}
+			if o.skip != "" {
+				s.Args = append(s.Args, "-test.skip="+o.skip)
+			}
 			if o.short {
 				s.Args = append(s.Args, "-test.short")
 			}

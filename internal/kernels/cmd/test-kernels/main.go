@@ -4,6 +4,7 @@
 //
 //	go run ./internal/kernels/cmd/test-kernels                 # every kernel, every package
 //	go run ./internal/kernels/cmd/test-kernels -packages segment,dataplane/xsk -run 'XDP'
+//	go run ./internal/kernels/cmd/test-kernels -short -packages dataplane/xsk,dataplane/afpacket,dataplane/tun,dataplane/udp,segment
 //
 // The kernels: debian12, Debian 12's cloud kernel (linux-image-cloud-amd64,
 // Linux 6.1), fetched with `apt-get download` and unpacked with
@@ -59,6 +60,7 @@ type options struct {
 	kernels  []string
 	packages []string
 	run      string
+	skip     string
 	short    bool
 	bench    bool
 	smoke    bool
@@ -77,6 +79,7 @@ func main() {
 	flag.StringVar(&kernelList, "kernels", "debian12,host", "the kernels to run, comma-separated: debian12, host")
 	flag.StringVar(&pkgList, "packages", strings.Join(packages, ","), "the packages whose tests run, comma-separated; empty for none")
 	flag.StringVar(&o.run, "run", "", "run only the tests matching this regular expression (-test.run)")
+	flag.StringVar(&o.skip, "skip", "", "skip the tests matching this regular expression (-test.skip)")
 	flag.BoolVar(&o.short, "short", false, "run the tests with -test.short")
 	flag.BoolVar(&o.bench, "bench", true, "run `bench -scenario gso -duration 1s -runs 1` after the tests")
 	flag.BoolVar(&o.smoke, "smoke", true, "check the guest's virtio-net NICs before the tests")
@@ -90,9 +93,9 @@ func main() {
 	flag.Parse()
 	o.kernels = split(kernelList)
 	o.packages = split(pkgList)
-	if o.run != "" {
-		if _, err := regexp.Compile(o.run); err != nil {
-			fatal(fmt.Errorf("-run: %w", err))
+	for flagName, re := range map[string]string{"-run": o.run, "-skip": o.skip} {
+		if _, err := regexp.Compile(re); err != nil {
+			fatal(fmt.Errorf("%s: %w", flagName, err))
 		}
 	}
 	for _, p := range o.packages {
