@@ -105,7 +105,11 @@ func writeDetails(w io.Writer, r *Result) {
 		fmt.Fprintf(w, "  %s\n", l)
 	}
 	for _, c := range r.Skipped {
-		fmt.Fprintf(w, "  SKIP %s [%s] %s\n", c.Name, SkipClass(c.Reason), c.Reason)
+		why := c.Reason
+		if why == "" {
+			why = "(no reason given)"
+		}
+		fmt.Fprintf(w, "  SKIP %s [%s] %s\n", c.Name, SkipClass(c.Reason), why)
 	}
 	if len(r.Tail) > 0 {
 		fmt.Fprintf(w, "  last lines:\n")
