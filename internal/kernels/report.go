@@ -42,8 +42,12 @@ func (rep *Report) Write(w io.Writer) error {
 			continue
 		}
 		for _, r := range k.Results {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", k.Name, k.Release, r.Name, r.Status,
-				r.Passed, len(r.Failed), len(r.Skipped), r.Duration.Round(time.Second))
+			counts := "—\t—\t—"
+			if r.Tests {
+				counts = fmt.Sprintf("%d\t%d\t%d", r.Passed, len(r.Failed), len(r.Skipped))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", k.Name, k.Release, r.Name, r.Status,
+				counts, r.Duration.Round(time.Second))
 		}
 	}
 	if err := tw.Flush(); err != nil {

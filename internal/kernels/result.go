@@ -45,9 +45,11 @@ type Result struct {
 	Status   string        `json:"status"`
 	Exit     int           `json:"exit"`
 	Duration time.Duration `json:"duration"`
-	Passed   int           `json:"passed"`
-	Failed   []Case        `json:"failed,omitempty"`
-	Skipped  []Case        `json:"skipped,omitempty"`
+	// Tests says the step is a test binary: the counts are its tests'.
+	Tests   bool   `json:"tests,omitempty"`
+	Passed  int    `json:"passed"`
+	Failed  []Case `json:"failed,omitempty"`
+	Skipped []Case `json:"skipped,omitempty"`
 	// Panic is the first lines of a panic: for the test binary's own
 	// deadline, "panic: test timed out after D" and the tests running.
 	Panic []string `json:"panic,omitempty"`

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -126,7 +127,7 @@ func numCPU() int {
 // runStep runs one binary of the plan, its output on the console as it
 // comes, and returns what it did.
 func runStep(plan *kernels.Plan, s kernels.Step) kernels.Result {
-	r := kernels.Result{Kernel: plan.Kernel, Name: s.Name}
+	r := kernels.Result{Kernel: plan.Kernel, Name: s.Name, Tests: s.GoTest}
 	fmt.Printf("kinit: === %s: %s %s\n", s.Name, s.Binary, strings.Join(s.Args, " "))
 	cmd := exec.Command(s.Binary, s.Args...)
 	cmd.Dir = s.Dir
@@ -146,9 +147,9 @@ func runStep(plan *kernels.Plan, s kernels.Step) kernels.Result {
 		return r
 	}
 	pw.Close()
-	timedOut := false
+	var timedOut atomic.Bool
 	timer := time.AfterFunc(s.Timeout, func() {
-		timedOut = true
+		timedOut.Store(true)
 		unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
 	})
 	var out bytes.Buffer
@@ -167,10 +168,11 @@ func runStep(plan *kernels.Plan, s kernels.Step) kernels.Result {
 	case <-time.After(5 * time.Second):
 	}
 	pr.Close()
+	reapOrphans()
 	r.Duration = time.Since(start).Round(time.Millisecond)
 	r.Exit = cmd.ProcessState.ExitCode()
 	switch {
-	case timedOut:
+	case timedOut.Load():
 		r.Status = kernels.StatusTimeout
 	case werr != nil:
 		r.Status = kernels.StatusFail
@@ -189,6 +191,18 @@ func runStep(plan *kernels.Plan, s kernels.Step) kernels.Result {
 		r.Tail = lastLines(out.Bytes(), 20)
 	}
 	return r
+}
+
+// reapOrphans collects the exit status of the processes the binary left
+// behind, which became the init's children.
+func reapOrphans() {
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		if pid <= 0 || err != nil {
+			return
+		}
+	}
 }
 
 func lastLines(b []byte, n int) []string {

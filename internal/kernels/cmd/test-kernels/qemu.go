@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gsoplane/gsoplane/internal/kernels"
@@ -59,9 +60,9 @@ func boot(o *options, qemu, accel string, img *image, initrd string, plan *kerne
 		k.Guest = "qemu: " + err.Error()
 		return k
 	}
-	timedOut := false
+	var timedOut atomic.Bool
 	timer := time.AfterFunc(o.total, func() {
-		timedOut = true
+		timedOut.Store(true)
 		cmd.Process.Kill()
 	})
 	waited := make(chan error, 1)
@@ -113,7 +114,7 @@ func boot(o *options, qemu, accel string, img *image, initrd string, plan *kerne
 		k.Results = append(k.Results, r)
 	}
 	switch {
-	case timedOut:
+	case timedOut.Load():
 		k.Guest = fmt.Sprintf("killed at its deadline (-total %s)", o.total)
 	case !done && werr != nil:
 		k.Guest = "QEMU ended before the guest finished: " + werr.Error()
