@@ -79,16 +79,17 @@ func run() error {
 	unix.Uname(&uts)
 	fmt.Printf("kinit: %s: Linux %s, %d CPUs\n", plan.Kernel, unix.ByteSliceToString(uts.Release[:]), numCPU())
 
-	mods, err := kernels.ReadModules(filepath.Join("/lib/modules", plan.Release))
-	if err != nil {
-		return err
-	}
-	for _, name := range plan.Modules {
-		if err := load(mods, name); err != nil {
-			fmt.Println("kinit:", err)
+	// A kernel without modules (everything built in) has no index.
+	if mods, err := kernels.ReadModules(filepath.Join("/lib/modules", plan.Release)); err != nil {
+		fmt.Println("kinit: no modules:", err)
+	} else {
+		for _, name := range plan.Modules {
+			if err := load(mods, name); err != nil {
+				fmt.Println("kinit:", err)
+			}
 		}
+		coldplug(mods)
 	}
-	coldplug(mods)
 	if err := linkUp("lo"); err != nil {
 		return fmt.Errorf("lo: %w", err)
 	}
