@@ -83,7 +83,7 @@ func main() {
 	flag.BoolVar(&o.short, "short", false, "run the tests with -test.short")
 	flag.BoolVar(&o.bench, "bench", true, "run `bench -scenario gso -duration 1s -runs 1` after the tests")
 	flag.BoolVar(&o.smoke, "smoke", true, "check the guest's virtio-net NICs before the tests")
-	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "the deadline of each test binary in the guest")
+	flag.DurationVar(&o.timeout, "timeout", 15*time.Minute, "the deadline of each test binary in the guest")
 	flag.DurationVar(&o.total, "total", 3*time.Hour, "the deadline of each guest")
 	flag.StringVar(&o.cache, "cache", defaultCache(), "the directory of the kernels, the builds, the logs and the report")
 	flag.StringVar(&o.memory, "m", "2G", "the guest's memory (QEMU -m)")
