@@ -47,10 +47,10 @@ fuzz:
 		$(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) -parallel 1 "$${t%%:*}"; \
 	done
 
-# The kernel matrix, not in CI (without KVM the guests run under emulation,
-# for most of an hour): the privileged tests and the bench in QEMU guests
-# booting Debian 12's kernel (6.1) and the host's, if an image of it is
-# found. As root on Debian it installs QEMU first; without QEMU or a kernel
+# The kernel matrix, not in CI (without KVM the guests run under
+# emulation: 13 minutes for Debian 12's kernel): the privileged tests and
+# the bench in QEMU guests booting Debian 12's kernel (6.1) and the host's,
+# if an image of it is found. As root on Debian it installs QEMU first; without QEMU or a kernel
 # it says so and skips. KERNELS_FLAGS selects, e.g.
 # KERNELS_FLAGS='-packages dataplane/xsk,dataplane/afpacket -run XDP'.
 # The short form leaves out the gateway's and udpfwd's end-to-end tests

@@ -86,8 +86,11 @@ func boot(o *options, qemu, accel string, img *image, initrd string, plan *kerne
 		case strings.Contains(line, kernels.ResultPrefix):
 			if r, ok := kernels.ParseResultLine(line); ok {
 				results[r.Name] = r
-				fmt.Fprintf(os.Stderr, "test-kernels: %s: %s: %s, %d passed, %d failed, %d skipped (%s, at %s)\n",
-					img.name, r.Name, r.Status, r.Passed, len(r.Failed), len(r.Skipped),
+				counts := ""
+				if r.Tests {
+					counts = fmt.Sprintf(", %d passed, %d failed, %d skipped", r.Passed, len(r.Failed), len(r.Skipped))
+				}
+				fmt.Fprintf(os.Stderr, "test-kernels: %s: %s: %s%s (%s, at %s)\n", img.name, r.Name, r.Status, counts,
 					r.Duration.Round(time.Second), time.Since(start).Round(time.Second))
 			}
 		case strings.Contains(line, kernels.SmokePrefix):
