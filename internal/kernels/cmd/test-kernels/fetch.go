@@ -121,7 +121,8 @@ func hostKernel() (*image, string, error) {
 	return nil, fmt.Sprintf("no image of the running kernel %s (looked for %s)", release, strings.Join(places, ", ")), nil
 }
 
-// newest is the last of the files matching pattern in version order, or "".
+// newest is the last of the files matching pattern in lexical order (the
+// newest of one package's versions as apt names them), or "".
 func newest(pattern string) string {
 	m, _ := filepath.Glob(pattern)
 	if len(m) == 0 {
