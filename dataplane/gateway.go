@@ -3,6 +3,7 @@ package dataplane
 import (
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"time"
 
@@ -304,14 +305,16 @@ type SocketStats struct {
 
 // NICStats is the NIC as the gateway last saw it.
 type NICStats struct {
-	Up         bool   // up, with a carrier
-	MTU        int    // its MTU, which the forwarders hold segments to
-	MTUChanges uint64 // times its MTU changed
-	TUNMTU     int    // the TUN device's MTU, kept within the NIC's (0 with a Host)
-	Downs      uint64 // times it went down
-	Attached   bool   // the port's program (XDP, or tcx for AF_PACKET) is attached
-	Detaches   uint64 // times it was found detached from outside
-	Reattaches uint64 // times it was attached again
+	Up         bool             // up, with a carrier
+	MTU        int              // its MTU, which the forwarders hold segments to
+	MTUChanges uint64           // times its MTU changed
+	TUNMTU     int              // the TUN device's MTU, kept within the NIC's (0 with a Host)
+	MAC        net.HardwareAddr // its MAC address, the frames' source
+	MACChanges uint64           // times its MAC address changed
+	Downs      uint64           // times it went down
+	Attached   bool             // the port's program (XDP, or tcx for AF_PACKET) is attached
+	Detaches   uint64           // times it was found detached from outside
+	Reattaches uint64           // times it was attached again
 }
 
 // UMEMFrameSize is the size of an AF_XDP socket's UMEM frame: each is

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 
 	"github.com/gsoplane/gsoplane/dataplane/afpacket"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
@@ -28,6 +29,7 @@ type nicSink interface {
 	pipeline.Sink
 	SetReplier(r pipeline.Replier)
 	SetLinkUp(up bool)
+	SetMAC(mac net.HardwareAddr)
 	Drops() pipeline.Drops
 	Close()
 }

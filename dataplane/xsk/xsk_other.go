@@ -4,6 +4,7 @@ package xsk
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"runtime"
 	"time"
@@ -65,6 +66,7 @@ func (*Socket) Receiver() pipeline.Receiver          { return nil }
 func (*Socket) Stats() Stats                         { return Stats{} }
 func (*Sink) SetReplier(pipeline.Replier)            {}
 func (*Sink) SetLinkUp(bool)                         {}
+func (*Sink) SetMAC(net.HardwareAddr)                {}
 func (*Sink) Headroom() int                          { return 0 }
 func (*Sink) Alloc([]pipeline.Frame) int             { return 0 }
 func (*Sink) Free([]pipeline.Frame)                  {}
