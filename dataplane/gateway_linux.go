@@ -446,6 +446,7 @@ func (g *Gateway) Stats() GatewayStats {
 	if g.mon != nil {
 		s.NIC = g.mon.stats()
 		s.NIC.TUNMTU = int(g.mtu.tun.Load())
+		s.NIC.SendMTU = int(g.mtu.send.Load())
 	}
 	return s
 }
