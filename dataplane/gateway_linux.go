@@ -228,19 +228,19 @@ func (g *Gateway) linkUp(up bool) {
 }
 
 // followMAC makes the NIC's sinks send from mac, the NIC's new MAC
-// address, and loads the XDP program of an AF_XDP port again for it: it
-// takes only frames sent to the address it was loaded with. (The
-// AF_PACKET port's tcx program takes the frames the kernel marks
+// address, and has an AF_XDP port's XDP program, which takes only frames
+// sent to the address it was loaded with, loaded for it and swapped in.
+// (The AF_PACKET port's tcx program takes the frames the kernel marks
 // PACKET_HOST, which it tells from the device's address of the moment:
 // it follows by itself.)
 func (g *Gateway) followMAC(mac net.HardwareAddr) error {
 	for _, s := range g.out.sinks {
 		s.SetMAC(mac)
 	}
-	if g.nic.kind != PortXDP {
-		return nil
+	if x := g.XDP(); x != nil {
+		return x.FollowMAC(mac)
 	}
-	return g.nic.port.Reattach()
+	return nil
 }
 
 // routerAddr returns the first of cfg.RouterAddrs of the IP version.

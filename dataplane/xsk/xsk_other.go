@@ -54,6 +54,7 @@ func (*Port) SetRedirect([]netip.Prefix) error       { return errNotSupported }
 func (*Port) StopReceive()                           {}
 func (*Port) Attached() (bool, error)                { return false, errNotSupported }
 func (*Port) Reattach() error                        { return errNotSupported }
+func (*Port) FollowMAC(net.HardwareAddr) error       { return errNotSupported }
 func (*Port) ProgramStats(int) (Stats, error)        { return Stats{}, errNotSupported }
 func (*Port) Stats() []Stats                         { return nil }
 func (*Port) Close() error                           { return errNotSupported }
