@@ -142,10 +142,11 @@ func (m *monitor) update(u netlink.LinkUpdate) error {
 	return nil
 }
 
-// followMAC passes a change of the NIC's MAC address on: the sinks send
-// from the new address, and an XDP program, which takes only frames sent
-// to the address it was loaded with, is loaded again for the new one. If
-// that fails the gateway cannot go on: its program is off the NIC.
+// followMAC passes a change of the NIC's MAC address on (Gateway's
+// followMAC): the sinks send from the new address, and an XDP program,
+// which takes only frames sent to the address it was loaded with, is
+// loaded for the new one and swapped in. If that fails the gateway
+// cannot go on: its program no longer takes the NIC's frames.
 func (m *monitor) followMAC(name string, from, to net.HardwareAddr) error {
 	m.log.Info("the NIC's MAC address changed", "nic", name, "from", from.String(), "to", to.String())
 	if err := m.onMAC(to); err != nil {
