@@ -3,6 +3,7 @@ package dataplane
 import (
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"time"
 
@@ -100,7 +101,8 @@ type TUNOptions struct {
 	// Queues is the number of queues, 1..MaxTUNQueues, one forwarder
 	// each; 0 means 1.
 	Queues int
-	// MTU is set on the device unless it is 0.
+	// MTU is set on the device unless it is 0. The gateway lowers it
+	// to the MTU it sends (NICStats.SendMTU) while that is lower.
 	MTU int
 	// DisableOffload turns off the offloads through which the kernel
 	// hands over super-packets (TSO, USO with checksum offload; the
@@ -304,14 +306,17 @@ type SocketStats struct {
 
 // NICStats is the NIC as the gateway last saw it.
 type NICStats struct {
-	Up         bool   // up, with a carrier
-	MTU        int    // its MTU, which the forwarders hold segments to
-	MTUChanges uint64 // times its MTU changed
-	TUNMTU     int    // the TUN device's MTU, kept within the NIC's (0 with a Host)
-	Downs      uint64 // times it went down
-	Attached   bool   // the port's program (XDP, or tcx for AF_PACKET) is attached
-	Detaches   uint64 // times it was found detached from outside
-	Reattaches uint64 // times it was attached again
+	Up         bool             // up, with a carrier
+	MTU        int              // its MTU
+	MTUChanges uint64           // times its MTU changed
+	SendMTU    int              // the MTU the forwarders hold segments to: the NIC's, or the port's limit if lower (see the package doc)
+	TUNMTU     int              // the TUN device's MTU, kept within SendMTU (0 with a Host)
+	MAC        net.HardwareAddr // its MAC address, the frames' source
+	MACChanges uint64           // times its MAC address changed
+	Downs      uint64           // times it went down
+	Attached   bool             // the port's program (XDP, or tcx for AF_PACKET) is attached
+	Detaches   uint64           // times it was found detached from outside
+	Reattaches uint64           // times it was attached again
 }
 
 // UMEMFrameSize is the size of an AF_XDP socket's UMEM frame: each is

@@ -83,9 +83,16 @@ type gwLab struct {
 // newGwLab builds the topology and starts a gateway configured by cfg
 // (its names and routes are filled in). cfg.Port picks the NIC port;
 // PortAuto is AF_XDP on the veth, whose driver runs XDP natively.
-func newGwLab(t testing.TB, cfg GatewayConfig) *gwLab {
+func newGwLab(t testing.TB, cfg GatewayConfig) *gwLab { return newGwLabWith(t, cfg, nil) }
+
+// newGwLabWith is newGwLab with prepare, if not nil, run on the topology
+// before the gateway opens.
+func newGwLabWith(t testing.TB, cfg GatewayConfig, prepare func(*netlab.Topology)) *gwLab {
 	t.Helper()
 	lab := &gwLab{Topology: netlab.NewTopologyT(t, "gw")}
+	if prepare != nil {
+		prepare(lab.Topology)
+	}
 	cfg.TUN.Name, cfg.NIC, cfg.Routes = labTUN, netlab.NICA, netlab.AppRoutes
 	lab.A.Do(t, func() {
 		g, err := OpenGateway(cfg)

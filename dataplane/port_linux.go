@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 
 	"github.com/gsoplane/gsoplane/dataplane/afpacket"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/dataplane/xsk"
+	"github.com/gsoplane/gsoplane/internal/ethernet"
 	"github.com/gsoplane/gsoplane/segment"
 	"github.com/gsoplane/gsoplane/txqueue"
 )
@@ -28,6 +30,7 @@ type nicSink interface {
 	pipeline.Sink
 	SetReplier(r pipeline.Replier)
 	SetLinkUp(up bool)
+	SetMAC(mac net.HardwareAddr)
 	Drops() pipeline.Drops
 	Close()
 }
@@ -39,6 +42,10 @@ type nic struct {
 	program  string   // the kernel program that steers packets, for logs
 	detached error    // the port's ErrDetached
 	lanes    []lane
+	// maxPacket is the longest IP packet the port sends in one frame: a
+	// UMEM frame less the Ethernet header (AF_XDP), a small frame less
+	// the headroom (AF_PACKET, sized from the MTU at open).
+	maxPacket int
 }
 
 // lane is one queue of the NIC port.
@@ -93,6 +100,7 @@ func openXDP(cfg GatewayConfig, mode xsk.Mode) (*nic, error) {
 	}
 	n := &nic{port: x, kind: PortXDP, program: "XDP program", detached: xsk.ErrDetached}
 	for _, s := range x.Sockets() {
+		n.maxPacket = s.FrameSize() - ethernet.HeaderLen
 		n.lanes = append(n.lanes, lane{
 			recv: s.Receiver(), frameSize: s.FrameSize(), frames: s.NumFrames() / 2, // every TX frame is free yet
 			newSink: func() (nicSink, error) { return xsk.NewSink(s, x.Ifindex(), cfg.NextHop) },
@@ -109,6 +117,7 @@ func openPacket(cfg GatewayConfig) (*nic, error) {
 	}
 	n := &nic{port: p, kind: PortPacket, program: "tcx ingress program", detached: afpacket.ErrDetached}
 	for _, s := range p.Sockets() {
+		n.maxPacket = s.FrameSize() - afpacket.Headroom
 		n.lanes = append(n.lanes, lane{
 			recv: s.Receiver(), frameSize: s.FrameSize(), frames: s.Frames() + s.LargeFrames(),
 			newSink: func() (nicSink, error) { return afpacket.NewSink(s, p.Ifindex(), cfg.NextHop, cfg.Packet.GSO) },

@@ -30,7 +30,9 @@ var (
 	descNICMTU       = desc("nic_mtu_bytes", "The NIC's MTU.")
 	descNICDowns     = desc("nic_down_total", "Times the NIC went down.")
 	descNICMTUChange = desc("nic_mtu_changes_total", "Times the NIC's MTU changed (the TUN's MTU follows it).")
-	descTUNMTU       = desc("tun_mtu_bytes", "The TUN device's MTU, kept within the NIC's.")
+	descTUNMTU       = desc("tun_mtu_bytes", "The TUN device's MTU, kept within the MTU the gateway sends.")
+	descSendMTU      = desc("send_mtu_bytes", "The MTU the gateway sends on the NIC: the NIC's, or the port's limit if lower (AF_XDP: one 4096-byte UMEM frame less the Ethernet header).")
+	descNICMACChange = desc("nic_mac_changes_total", "Times the NIC's MAC address changed (the frames' source and the XDP program follow it).")
 	descAttached     = desc("program_attached", "1 while the port's program (XDP, or tcx ingress for AF_PACKET) is attached to the NIC.")
 	descDetached     = desc("program_detached_total", "Times the port's program was found detached from outside.")
 	descReattached   = desc("program_reattached_total", "Times it was attached again (-xdp-detached reattach).")
@@ -70,7 +72,7 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 		descDrops, descXSKEvents, descBudgetUsed, descBudgetLimit, descBudgetPeak, descQueueDepth,
 		descQueueBytes, descQueuePeak, descQueuePeakB, descStalls, descStallTime, descSegsPerSP, descTxLatency,
 		descGROPass, descGRORefused, descNICUp, descNICMTU, descNICDowns, descAttached, descDetached, descReattached,
-		descNICMTUChange, descTUNMTU, descICMP, descPacketEvents, descWire,
+		descNICMTUChange, descTUNMTU, descSendMTU, descNICMACChange, descICMP, descPacketEvents, descWire,
 	} {
 		ch <- d
 	}
@@ -244,6 +246,8 @@ func (e emitter) nic(n dataplane.NICStats) {
 	e.counter(descNICDowns, n.Downs)
 	e.counter(descNICMTUChange, n.MTUChanges)
 	e.gauge(descTUNMTU, int64(n.TUNMTU))
+	e.gauge(descSendMTU, int64(n.SendMTU))
+	e.counter(descNICMACChange, n.MACChanges)
 	e.gauge(descAttached, b2i(n.Attached))
 	e.counter(descDetached, n.Detaches)
 	e.counter(descReattached, n.Reattaches)

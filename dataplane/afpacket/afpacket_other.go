@@ -4,6 +4,7 @@ package afpacket
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"runtime"
 	"time"
@@ -56,6 +57,7 @@ func (*Socket) Receiver() pipeline.HeaderReceiver     { return nil }
 func (*Socket) Stats() Stats                          { return Stats{} }
 func (*Sink) SetReplier(pipeline.Replier)             {}
 func (*Sink) SetLinkUp(bool)                          {}
+func (*Sink) SetMAC(net.HardwareAddr)                 {}
 func (*Sink) Headroom() int                           { return 0 }
 func (*Sink) FrameSize() int                          { return 0 }
 func (*Sink) Mode() GSOMode                           { return 0 }

@@ -2,6 +2,7 @@ package afpacket
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"sync"
@@ -162,6 +163,10 @@ func (s *Sink) SetReplier(r pipeline.Replier) { s.layer.SetReplier(r) }
 // the budget holds the senders back, rather than their next hops, which
 // the kernel forgets on a link that goes down, failing to resolve.
 func (s *Sink) SetLinkUp(up bool) { s.layer.SetLinkUp(up) }
+
+// SetMAC tells the sink the NIC's MAC address after it changed: the
+// frames it transmits from then on carry it as their source.
+func (s *Sink) SetMAC(mac net.HardwareAddr) { s.layer.SetMAC(mac) }
 
 // Close stops the sink's next-hop resolver; the Socket belongs to its
 // port.

@@ -1,6 +1,8 @@
 package xsk
 
 import (
+	"errors"
+	"net"
 	"net/netip"
 
 	"github.com/cilium/ebpf/link"
@@ -18,6 +20,28 @@ func (p *Port) Attached() (bool, error) { return p.base.Attached() }
 // called from any goroutine: it attaches from a thread in the port's
 // namespace.
 func (p *Port) Reattach() error { return p.base.Reattach() }
+
+// FollowMAC makes the XDP program take the frames sent to mac, the
+// interface's MAC address after it changed: it loads the program for
+// mac and puts it in place of the attached one in one step
+// (BPF_LINK_UPDATE), so that every frame meets one program or the other,
+// never none. A program that is no longer attached (detached from
+// outside) is attached again, as Reattach does. It may be called from
+// any goroutine.
+func (p *Port) FollowMAC(mac net.HardwareAddr) error {
+	if !p.base.Lock() {
+		return ErrClosed
+	}
+	err := p.prog.retarget(mac)
+	p.base.Unlock()
+	if err == nil {
+		return nil
+	}
+	if errReattach := p.base.Reattach(); errReattach != nil {
+		return errors.Join(err, errReattach)
+	}
+	return nil
+}
 
 // xdpAttachment is the port's XDP program as internal/port drives it.
 type xdpAttachment struct{ p *Port }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -66,8 +67,9 @@ type Layer struct {
 	ether  *nexthop.Ether
 	reply  pipeline.Replier
 	counts *Counts
-	held   bool        // the last Transmit stopped at a frame whose next hop is being resolved
-	down   atomic.Bool // see SetLinkUp
+	held   bool                    // the last Transmit stopped at a frame whose next hop is being resolved
+	down   atomic.Bool             // see SetLinkUp
+	mac    atomic.Pointer[[6]byte] // a new source address from SetMAC, for the next Transmit
 }
 
 // New returns the link layer of a sink on the interface cfg describes.
@@ -102,6 +104,15 @@ func (l *Layer) SetReplier(r pipeline.Replier) { l.reply = r }
 // takes nothing.
 func (l *Layer) SetLinkUp(up bool) { l.down.Store(!up) }
 
+// SetMAC sets the frames' source address, the interface's MAC address
+// after it changed: frames transmitted from then on carry it. An address
+// that is not 6 bytes long is ignored.
+func (l *Layer) SetMAC(mac net.HardwareAddr) {
+	if len(mac) == 6 {
+		l.mac.Store((*[6]byte)(slices.Clone(mac)))
+	}
+}
+
 // Drops returns the drops by reason: DropUnresolved and DropNotRouted.
 func (l *Layer) Drops() pipeline.Drops {
 	var d pipeline.Drops
@@ -117,6 +128,9 @@ func (l *Layer) Drops() pipeline.Drops {
 // refuses (with its error), and takes nothing while the link is down.
 func (l *Layer) Transmit(frames []pipeline.Frame, w Wire) (int, error) {
 	l.held = false
+	if mac := l.mac.Swap(nil); mac != nil {
+		l.ether.SetSource(*mac)
+	}
 	l.ether.Forget() // ask the resolver at least once per batch: it marks the entry in use
 	if l.down.Load() {
 		return 0, nil

@@ -73,6 +73,10 @@ type Ether struct {
 // MAC address, to the next hops r resolves.
 func NewEther(r *Resolver, src [6]byte) *Ether { return &Ether{r: r, src: src, now: time.Now} }
 
+// SetSource sets the source address of the headers written from then
+// on: the interface's MAC address after it changed.
+func (e *Ether) SetSource(src [6]byte) { e.src = src }
+
 // Header writes into eth[:EtherLen] the Ethernet header of the IP packet
 // pkt if its next hop is resolved, and says what to do with the frame. A
 // packet that is not IPv4 or IPv6 is Unreachable.
