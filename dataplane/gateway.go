@@ -151,7 +151,30 @@ const (
 // PacketOptions describe how an AF_PACKET port runs.
 type PacketOptions struct {
 	GSO PacketGSO // what the port leaves to the NIC
+	// HostFilter is how the port attaches the ingress program that keeps
+	// the routed prefixes' packets from the host's stack: tcx where the
+	// kernel has it (the default), or cls_bpf on a clsact qdisc.
+	HostFilter PacketHostFilter
 }
+
+// PacketHostFilter says how an AF_PACKET port attaches its ingress
+// program.
+type PacketHostFilter = afpacket.HostFilter
+
+// The ways an AF_PACKET port attaches its ingress program.
+const (
+	// PacketHostFilterAuto, the default, attaches through tcx and, on a
+	// kernel without tcx (before Linux 6.6), as a cls_bpf filter on a
+	// clsact qdisc; the gateway logs which and why.
+	PacketHostFilterAuto = afpacket.HostFilterAuto
+	// PacketHostFilterTCX attaches through a tcx link (Linux 6.6), which
+	// the kernel removes when the process dies.
+	PacketHostFilterTCX = afpacket.HostFilterTCX
+	// PacketHostFilterClsact attaches as a direct-action cls_bpf filter
+	// on a clsact qdisc (added if the NIC has none), which the gateway
+	// removes on Close, but a killed process leaves behind.
+	PacketHostFilterClsact = afpacket.HostFilterClsact
+)
 
 // PacketGSO says what an AF_PACKET port leaves to the NIC: whole
 // super-packets, checksums, or nothing.
