@@ -219,9 +219,10 @@ func (k PortKind) String() string {
 }
 
 // DetachPolicy says what the gateway does when its port's program (XDP,
-// or tcx ingress for AF_PACKET) is detached from outside (bpftool link
-// detach): without it, traffic from the NIC no longer reaches the
-// gateway, or (AF_PACKET) reaches the host's stack too.
+// or the ingress program for AF_PACKET, through tcx or cls_bpf) is
+// detached from outside (bpftool link detach, tc filter del): without
+// it, traffic from the NIC no longer reaches the gateway, or (AF_PACKET)
+// reaches the host's stack too.
 type DetachPolicy int
 
 // The detach policies.
@@ -332,7 +333,7 @@ type NICStats struct {
 	MTUChanges uint64 // times its MTU changed
 	TUNMTU     int    // the TUN device's MTU, kept within the NIC's (0 with a Host)
 	Downs      uint64 // times it went down
-	Attached   bool   // the port's program (XDP, or tcx for AF_PACKET) is attached
+	Attached   bool   // the port's program (XDP, or tcx or cls_bpf for AF_PACKET) is attached
 	Detaches   uint64 // times it was found detached from outside
 	Reattaches uint64 // times it was attached again
 }

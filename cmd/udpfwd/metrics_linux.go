@@ -31,7 +31,7 @@ var (
 	descNICDowns     = desc("nic_down_total", "Times the NIC went down.")
 	descNICMTUChange = desc("nic_mtu_changes_total", "Times the NIC's MTU changed (the TUN's MTU follows it).")
 	descTUNMTU       = desc("tun_mtu_bytes", "The TUN device's MTU, kept within the NIC's.")
-	descAttached     = desc("program_attached", "1 while the port's program (XDP, or tcx ingress for AF_PACKET) is attached to the NIC.")
+	descAttached     = desc("program_attached", "1 while the port's program (XDP, or the ingress program, tcx or cls_bpf, for AF_PACKET) is attached to the NIC.")
 	descDetached     = desc("program_detached_total", "Times the port's program was found detached from outside.")
 	descReattached   = desc("program_reattached_total", "Times it was attached again (-xdp-detached reattach).")
 	descICMP         = desc("icmp_errors_total", "ICMP errors for packets the gateway could not forward (host unreachable, fragmentation needed, packet too big), by outcome: sent into the TUN, rate_limited, silent (a router does not answer that packet, or no router address of its IP version) or failed.", "outcome")

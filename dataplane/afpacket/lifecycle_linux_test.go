@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -157,48 +159,134 @@ func TestHostFilterAuto(t *testing.T) {
 
 // TestDetachOnKill: a process killed with SIGKILL leaves no tcx program
 // behind: it hangs on a BPF link, which dies with the process's file
-// descriptors.
+// descriptors. A cls_bpf filter is no file descriptor: it stays, with
+// the clsact qdisc, as HostFilterClsact says, until deleted by hand.
 func TestDetachOnKill(t *testing.T) {
-	if os.Getenv(holdEnv) == "1" {
-		hold() // the child: never returns
+	if mode := os.Getenv(holdEnv); mode != "" {
+		hold(mode) // the child: never returns
+	}
+	for _, mode := range hostFilters {
+		t.Run(mode.String(), func(t *testing.T) {
+			l := newLab(t, false)
+			cmd, _, line := l.startHolder(t, "TestDetachOnKill", mode.String())
+			if want := "attached " + mode.String() + ": configured\n"; line != want {
+				t.Fatalf("child: %q, want %q", line, want)
+			}
+			if ids := l.ingressPrograms(t); len(ids) != 1 {
+				t.Fatalf("the child's program is not attached: %v", ids)
+			}
+			cmd.Process.Kill()
+			cmd.Wait()
+			if mode == HostFilterClsact {
+				time.Sleep(100 * time.Millisecond)
+				fs := l.filters(t, netlink.HANDLE_MIN_INGRESS)
+				if len(fs) != 1 || fs[0].(*netlink.BpfFilter).Name != clsactName || l.ingressQdisc(t) == nil {
+					t.Fatalf("after the kill: filters %v, qdisc %v; want the child's filter left on its clsact qdisc", fs, l.ingressQdisc(t))
+				}
+				netlab.Must(t, l.A.Netlink().FilterDel(fs[0]))
+				netlab.Must(t, l.A.Netlink().QdiscDel(l.ingressQdisc(t)))
+				return
+			}
+			for deadline := time.Now().Add(labWait); ; time.Sleep(10 * time.Millisecond) {
+				if ids := l.tcxPrograms(t); len(ids) == 0 {
+					return
+				} else if time.Now().After(deadline) {
+					t.Fatalf("programs %v still attached after the process was killed", ids)
+				}
+			}
+		})
+	}
+}
+
+// TestHostFilterFallback: on a kernel that refuses tcx (a child whose
+// BPF_LINK_CREATE fails with EINVAL, as before Linux 6.6, through a
+// seccomp filter), HostFilterAuto attaches the program as a cls_bpf
+// filter on a clsact qdisc, says why, and Close leaves nothing behind.
+func TestHostFilterFallback(t *testing.T) {
+	if mode := os.Getenv(holdEnv); mode != "" {
+		hold(mode)
+	}
+	if auditArch[runtime.GOARCH] == 0 {
+		t.Skipf("no seccomp filter for %s here", runtime.GOARCH)
 	}
 	l := newLab(t, false)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestDetachOnKill$")
-	cmd.Env = append(os.Environ(), holdEnv+"=1")
-	out, err := cmd.StdoutPipe()
-	netlab.Must(t, err)
-	netlab.Must(t, l.A.Start(cmd)) // the child lives in A
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || line != "attached\n" {
+	cmd, stdin, line := l.startHolder(t, "TestHostFilterFallback", "no-tcx")
+	if want := "attached clsact: the kernel has no tcx (Linux 6.6)\n"; line != want {
 		cmd.Process.Kill()
 		cmd.Wait()
-		t.Fatalf("child: %q, %v", line, err)
+		t.Fatalf("child: %q, want %q", line, want)
 	}
-	if ids := l.tcxPrograms(t); len(ids) != 1 {
-		t.Fatalf("the child's program is not attached: %v", ids)
+	if ids, q := l.ingressPrograms(t), l.ingressQdisc(t); len(ids) != 1 || len(l.tcxPrograms(t)) != 0 || q == nil || q.Type() != "clsact" {
+		t.Errorf("the child's program: %v (tcx %v), qdisc %v; want one cls_bpf filter on a clsact qdisc", ids, l.tcxPrograms(t), q)
 	}
-	cmd.Process.Kill()
-	cmd.Wait()
-	for deadline := time.Now().Add(labWait); ; time.Sleep(10 * time.Millisecond) {
-		if ids := l.tcxPrograms(t); len(ids) == 0 {
-			return
-		} else if time.Now().After(deadline) {
-			t.Fatalf("programs %v still attached after the process was killed", ids)
-		}
+	fmt.Fprintln(stdin) // close the port
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("child: %v", err)
+	}
+	if ids, q := l.ingressPrograms(t), l.ingressQdisc(t); len(ids) != 0 || q != nil {
+		t.Errorf("after Close: programs %v, qdisc %v", ids, q)
 	}
 }
 
 const holdEnv = "GSOPLANE_TEST_AFPACKET_HOLD"
 
-// hold opens a port on gw-a in its namespace, says so and waits to be
-// killed.
-func hold() {
-	if _, err := Open(Config{Ifname: netlab.NICA, Redirect: netlab.AppRoutes}); err != nil {
+// startHolder starts this test binary in A running test, which holds a
+// port on gw-a attached as mode says (see hold), and returns it, its
+// standard input and the line it wrote once the port was open. The
+// process is killed at the end of the test if still running.
+func (l *lab) startHolder(t *testing.T, test, mode string) (*exec.Cmd, io.Writer, string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$")
+	cmd.Env = append(os.Environ(), holdEnv+"="+mode)
+	out, err := cmd.StdoutPipe()
+	netlab.Must(t, err)
+	stdin, err := cmd.StdinPipe()
+	netlab.Must(t, err)
+	netlab.Must(t, l.A.Start(cmd)) // the child lives in A
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("child: %q, %v", line, err)
+	}
+	return cmd, stdin, line
+}
+
+// hold is the child of startHolder: it opens a port on gw-a in its
+// namespace, attached as mode says ("tcx", "clsact", or "no-tcx": auto
+// on a kernel that refuses tcx), writes "attached MODE: WHY", and closes
+// the port and exits when a line comes on its standard input; killed
+// before, it leaves what a killed process leaves.
+func hold(mode string) {
+	cfg := Config{Ifname: netlab.NICA, Redirect: netlab.AppRoutes}
+	switch mode {
+	case "tcx":
+		cfg.HostFilter = HostFilterTCX
+	case "clsact":
+		cfg.HostFilter = HostFilterClsact
+	case "no-tcx":
+		if err := refuseTCX(); err != nil {
+			fmt.Println("seccomp:", err)
+			os.Exit(1)
+		}
+	}
+	p, err := Open(cfg)
+	if err != nil {
 		fmt.Println("Open:", err)
 		os.Exit(1)
 	}
-	fmt.Println("attached")
-	select {}
+	got, why := p.HostFilter()
+	fmt.Printf("attached %v: %s\n", got, why)
+	bufio.NewReader(os.Stdin).ReadString('\n')
+	if err := p.Close(); err != nil {
+		fmt.Println("Close:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
 }
 
 // TestOpenErrors: a missing or non-Ethernet interface is refused, and
