@@ -145,7 +145,7 @@ func (p *Port) Attached() (bool, error) { return p.base.Attached() }
 func (p *Port) Reattach() error { return p.base.Reattach() }
 
 // HostFilter returns how the ingress program is attached,
-// HostFilterTCX or HostFilterClsact, and why: "configured", or what
+// HostFilterTCX or HostFilterClsact, and why: "asked for", or what
 // HostFilterAuto found.
 func (p *Port) HostFilter() (HostFilter, string) { return p.filter.mode, p.filter.why }
 

@@ -51,7 +51,7 @@ type filter struct {
 // newFilter creates the maps and loads both programs, to be attached as
 // mode says.
 func newFilter(mode HostFilter) (*filter, error) {
-	f := &filter{mode: mode, why: "configured"}
+	f := &filter{mode: mode, why: "asked for"}
 	if err := f.load(); err != nil {
 		return nil, errors.Join(err, f.close())
 	}

@@ -111,7 +111,7 @@ func TestCloseReopen(t *testing.T) {
 				if err != nil {
 					t.Fatalf("round %d: Open: %v", round, err)
 				}
-				if got, why := p.HostFilter(); got != mode || why != "configured" {
+				if got, why := p.HostFilter(); got != mode || why != "asked for" {
 					t.Errorf("round %d: HostFilter = %v, %q", round, got, why)
 				}
 				if ids, id := l.ingressPrograms(t), progID(t, p); len(ids) != 1 || ids[0] != id {
@@ -169,7 +169,7 @@ func TestDetachOnKill(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			l := newLab(t, false)
 			cmd, _, line := l.startHolder(t, "TestDetachOnKill", mode.String())
-			if want := "attached " + mode.String() + ": configured\n"; line != want {
+			if want := "attached " + mode.String() + ": asked for\n"; line != want {
 				t.Fatalf("child: %q, want %q", line, want)
 			}
 			if ids := l.ingressPrograms(t); len(ids) != 1 {
@@ -378,8 +378,9 @@ func TestStopAndClose(t *testing.T) {
 
 // TestReattach: in either mode, an ingress program detached from outside
 // (a tcx link detached as bpftool link detach does, a cls_bpf filter
-// deleted as tc filter del does) shows in Attached, and Reattach, from
-// any thread, puts the program back.
+// deleted as tc filter del does, or its clsact qdisc deleted) shows in
+// Attached, and Reattach, from any thread, puts the program back (and
+// the qdisc); Close leaves nothing.
 func TestReattach(t *testing.T) {
 	for _, mode := range hostFilters {
 		t.Run(mode.String(), func(t *testing.T) {
@@ -401,6 +402,16 @@ func TestReattach(t *testing.T) {
 			}
 			if ids := l.ingressPrograms(t); len(ids) != 1 || ids[0] != progID(t, p) {
 				t.Fatalf("programs after Reattach: %v", ids)
+			}
+			if mode == HostFilterClsact { // the qdisc deleted, its filters with it
+				netlab.Must(t, l.A.Netlink().QdiscDel(l.ingressQdisc(t)))
+				if ok, err := p.Attached(); ok || err != nil {
+					t.Fatalf("Attached after the qdisc was deleted: %v, %v", ok, err)
+				}
+				netlab.Must(t, p.Reattach())
+				if ok, err := p.Attached(); !ok || err != nil || l.ingressQdisc(t) == nil {
+					t.Fatalf("Attached after Reattach: %v, %v; qdisc %v", ok, err, l.ingressQdisc(t))
+				}
 			}
 			netlab.Must(t, p.Close())
 			if ids, q := l.ingressPrograms(t), l.ingressQdisc(t); len(ids) != 0 || q != nil {
@@ -521,4 +532,26 @@ func (l *lab) hooks(t *testing.T, hooks []uint32) string {
 		}
 	}
 	return s
+}
+
+// TestInterfaceGone: in either mode, once the interface is deleted the
+// program is no longer attached, Reattach says ErrDetached, and Close
+// still succeeds.
+func TestInterfaceGone(t *testing.T) {
+	for _, mode := range hostFilters {
+		t.Run(mode.String(), func(t *testing.T) {
+			l := newLab(t, false)
+			p := l.open(t, Config{Queues: 1, HostFilter: mode})
+			netlab.Must(t, l.A.Netlink().LinkDel(l.A.LinkT(t, netlab.NICA)))
+			if ok, err := p.Attached(); ok || err != nil {
+				t.Errorf("Attached without the interface: %v, %v", ok, err)
+			}
+			if err := p.Reattach(); !errors.Is(err, ErrDetached) {
+				t.Errorf("Reattach without the interface: %v, want ErrDetached", err)
+			}
+			if err := p.Close(); err != nil {
+				t.Errorf("Close without the interface: %v", err)
+			}
+		})
+	}
 }
