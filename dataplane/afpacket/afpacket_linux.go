@@ -38,9 +38,10 @@ type Port struct {
 // Open opens cfg.Queues AF_PACKET sockets on cfg.Ifname, joins them into
 // one fanout group, attaches the socket filter to each and the ingress
 // drop program to the interface (as cfg.HostFilter says), in the calling
-// thread's network namespace (call it from a goroutine locked to a thread in that
-// namespace, as internal/nsrun's Run does). It needs CAP_NET_RAW for the
-// sockets and CAP_NET_ADMIN and CAP_BPF for the programs (root has them).
+// thread's network namespace (call it from a goroutine locked to a
+// thread in that namespace, as internal/nsrun's Run does). It needs
+// CAP_NET_RAW for the sockets and CAP_NET_ADMIN and CAP_BPF for the
+// programs (root has them).
 func Open(cfg Config) (*Port, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -125,8 +126,8 @@ func (p *Port) StopReceive() { p.base.StopReceive() }
 // redirected prefixes again; with HostFilterClsact it deletes its filter
 // and the clsact qdisc it added, unless another filter is on it), closes
 // the sockets (waking their waiters: they return ErrClosed) and releases
-// the programs and maps. It may be called from
-// any goroutine, in any namespace, and more than once.
+// the programs and maps. It may be called from any goroutine, in any
+// namespace, and more than once.
 func (p *Port) Close() error { return p.base.Close() }
 
 // Attached reports whether the port's ingress program is still attached
@@ -140,8 +141,9 @@ func (p *Port) Attached() (bool, error) { return p.base.Attached() }
 
 // Reattach attaches the ingress program again, the way it was attached,
 // after it was detached from outside (adding a clsact qdisc if the
-// interface has none by then); the sockets stay as they are. It may be called from any
-// goroutine: it attaches from a thread in the port's namespace.
+// interface has none by then); the sockets stay as they are. It may be
+// called from any goroutine: it attaches from a thread in the port's
+// namespace.
 func (p *Port) Reattach() error { return p.base.Reattach() }
 
 // HostFilter returns how the ingress program is attached,

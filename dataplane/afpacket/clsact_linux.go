@@ -23,7 +23,7 @@ const clsactName = "gsoplane-afpacket"
 // before sch_handle_ingress classifies, as for tcx, and the program's
 // return codes mean the same to cls_bpf: TC_ACT_SHOT (TCX_DROP) drops,
 // TC_ACT_UNSPEC (TCX_NEXT) hands the packet to the next filter. A filter
-// is no file descriptor: the kernel keeps it until it is deleted, so
+// holds no file descriptor: the kernel keeps it until it is deleted, so
 // Close deletes it, and the qdisc if the port added it and nobody else
 // has a filter on it.
 type clsact struct {
@@ -144,19 +144,22 @@ func (c *clsact) attached() (bool, error) {
 	return f != nil, err
 }
 
-// detach deletes our filter, if it is still there, and nothing else.
+// detach deletes our filter, if it is still there, and nothing else;
+// after an error it still knows the filter, for another try.
 func (c *clsact) detach() error {
 	if c.filter == nil {
 		return nil
 	}
 	f, err := c.find(c.filter)
-	c.filter = nil
-	if err != nil || f == nil {
+	if err != nil {
 		return err
 	}
-	if err := c.nl.FilterDel(f); err != nil && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("delete the cls_bpf filter: %w", err)
+	if f != nil {
+		if err := c.nl.FilterDel(f); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("delete the cls_bpf filter: %w", err)
+		}
 	}
+	c.filter = nil
 	return nil
 }
 
@@ -184,6 +187,7 @@ func (c *clsact) release() error {
 	if i < 0 {
 		return nil // gone already
 	}
+	// ENOENT, or EINVAL for a handle no longer there: deleted meanwhile.
 	if err := c.nl.QdiscDel(qdiscs[i]); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
 		return fmt.Errorf("delete the clsact qdisc: %w", err)
 	}

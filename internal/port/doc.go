@@ -3,6 +3,6 @@
 // namespace a port was opened in, its sockets and its BPF program under
 // one lock, replacing the redirect prefixes, stopping the receivers,
 // closing, and checking and renewing the program's attachment (a BPF
-// link, or the AF_PACKET port's cls_bpf filter), from any goroutine. Each port keeps what is its own: its sockets
-// and its program.
+// link, or the AF_PACKET port's cls_bpf filter), from any goroutine.
+// Each port keeps what is its own: its sockets and its program.
 package port
