@@ -76,7 +76,11 @@ func openNIC(cfg GatewayConfig, log *slog.Logger) (*nic, error) {
 		if cfg.XDP.BusyPoll != 0 {
 			log.Warn("busy polling is off: it is for AF_XDP sockets", "nic", cfg.NIC, "busy_poll", cfg.XDP.BusyPoll)
 		}
-		return openPacket(cfg, log, fmt.Sprintf("AF_XDP is not available (xdp_mode %v): %v", mode, err))
+		n, perr := openPacket(cfg, log, fmt.Sprintf("AF_XDP is not available (xdp_mode %v): %v", mode, err))
+		if perr != nil {
+			return nil, fmt.Errorf("%w (AF_XDP failed before it: %v)", perr, err)
+		}
+		return n, nil
 	}
 	return nil, fmt.Errorf("dataplane: %w: port %v", ErrInvalidConfig, cfg.Port)
 }
