@@ -29,7 +29,8 @@
 //	dataplane/xsk       the AF_XDP port: sockets, rings, the XDP program,
 //	                    its Sink and Receiver
 //	dataplane/afpacket  the AF_PACKET port: PACKET_VNET_HDR sockets, a
-//	                    fanout group, a tcx ingress filter, its Sink
+//	                    fanout group, an ingress filter (tcx, or cls_bpf
+//	                    on a clsact qdisc), its Sink
 //	                    (TSO/USO and checksum offload) and Receiver
 //	dataplane/udp       the VPN halves: a Sink that sends with UDP_SEGMENT
 //

@@ -68,6 +68,19 @@ func TestGatewayDetached(t *testing.T) {
 			t.Errorf("NIC stats %+v: want one detach, one reattach", st)
 		}
 	})
+	t.Run("reattach/packet-clsact", func(t *testing.T) {
+		lab := newGwLab(t, portClsact.config(GatewayConfig{}))
+		deleteFilterOutside(t, lab)
+		deadline := time.Now().Add(3 * attachCheckEvery)
+		for lab.g.Stats().NIC.Reattaches == 0 && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		tcpTransfer(t, lab, labSrv4, 8<<20, true) // B to A: through the sockets, past the filter
+		if st := lab.g.Stats().NIC; st.Detaches != 1 || st.Reattaches != 1 || !st.Attached {
+			t.Errorf("NIC stats %+v: want one detach, one reattach", st)
+		}
+		checkHostFilter(t, lab, afpacket.HostFilterClsact)
+	})
 	t.Run("stop", func(t *testing.T) {
 		lab := newGwLab(t, GatewayConfig{DisableGRO: true, OnDetach: DetachStop})
 		detachOutside(t, lab)
@@ -98,6 +111,22 @@ func detachOutside(t *testing.T, lab *gwLab) {
 		}
 	}
 	t.Fatalf("no BPF link holds XDP program %d (%v)", id, it.Err())
+}
+
+// deleteFilterOutside deletes the AF_PACKET port's cls_bpf filter from
+// gw-a's ingress, as tc filter del would.
+func deleteFilterOutside(t *testing.T, lab *gwLab) {
+	t.Helper()
+	nl := lab.A.Netlink()
+	fs, err := nl.FilterList(lab.A.LinkT(t, netlab.NICA), netlink.HANDLE_MIN_INGRESS)
+	netlab.Must(t, err)
+	for _, f := range fs {
+		if b, ok := f.(*netlink.BpfFilter); ok && b.Name == "gsoplane-afpacket" {
+			netlab.Must(t, nl.FilterDel(f))
+			return
+		}
+	}
+	t.Fatalf("no gsoplane-afpacket filter on %s's ingress: %v", netlab.NICA, fs)
 }
 
 // labRouters are the gateway's addresses on the TUN's link in the lab:

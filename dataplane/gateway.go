@@ -153,7 +153,30 @@ const (
 // PacketOptions describe how an AF_PACKET port runs.
 type PacketOptions struct {
 	GSO PacketGSO // what the port leaves to the NIC
+	// HostFilter is how the port attaches the ingress program that keeps
+	// the routed prefixes' packets from the host's stack: tcx where the
+	// kernel has it (the default), or cls_bpf on a clsact qdisc.
+	HostFilter PacketHostFilter
 }
+
+// PacketHostFilter says how an AF_PACKET port attaches its ingress
+// program.
+type PacketHostFilter = afpacket.HostFilter
+
+// The ways an AF_PACKET port attaches its ingress program.
+const (
+	// PacketHostFilterAuto, the default, attaches through tcx and, on a
+	// kernel without tcx (before Linux 6.6), as a cls_bpf filter on a
+	// clsact qdisc; the gateway logs which and why.
+	PacketHostFilterAuto = afpacket.HostFilterAuto
+	// PacketHostFilterTCX attaches through a tcx link (Linux 6.6), which
+	// the kernel removes when the process dies.
+	PacketHostFilterTCX = afpacket.HostFilterTCX
+	// PacketHostFilterClsact attaches as a direct-action cls_bpf filter
+	// on a clsact qdisc (added if the NIC has none), which the gateway
+	// removes on Close, but a killed process leaves behind.
+	PacketHostFilterClsact = afpacket.HostFilterClsact
+)
 
 // PacketGSO says what an AF_PACKET port leaves to the NIC: whole
 // super-packets, checksums, or nothing.
@@ -198,9 +221,10 @@ func (k PortKind) String() string {
 }
 
 // DetachPolicy says what the gateway does when its port's program (XDP,
-// or tcx ingress for AF_PACKET) is detached from outside (bpftool link
-// detach): without it, traffic from the NIC no longer reaches the
-// gateway, or (AF_PACKET) reaches the host's stack too.
+// or the ingress program for AF_PACKET, through tcx or cls_bpf) is
+// detached from outside (bpftool link detach, tc filter del): without
+// it, traffic from the NIC no longer reaches the gateway, or (AF_PACKET)
+// reaches the host's stack too.
 type DetachPolicy int
 
 // The detach policies.
@@ -314,7 +338,7 @@ type NICStats struct {
 	MAC        net.HardwareAddr // its MAC address, the frames' source
 	MACChanges uint64           // times its MAC address changed
 	Downs      uint64           // times it went down
-	Attached   bool             // the port's program (XDP, or tcx for AF_PACKET) is attached
+	Attached   bool             // the port's program (XDP, or tcx or cls_bpf for AF_PACKET) is attached
 	Detaches   uint64           // times it was found detached from outside
 	Reattaches uint64           // times it was attached again
 }

@@ -66,7 +66,7 @@ func openNIC(cfg GatewayConfig, log *slog.Logger) (*nic, error) {
 		if cfg.XDP.BusyPoll != 0 {
 			return nil, fmt.Errorf("dataplane: %w: busy polling (%v) is for AF_XDP sockets, not AF_PACKET", ErrInvalidConfig, cfg.XDP.BusyPoll)
 		}
-		return openPacket(cfg)
+		return openPacket(cfg, log, "asked for")
 	case PortAuto:
 		mode := cfg.XDP.Mode
 		if mode == xsk.ModeAuto {
@@ -80,11 +80,14 @@ func openNIC(cfg GatewayConfig, log *slog.Logger) (*nic, error) {
 		if errors.Is(err, ErrInvalidConfig) || errors.Is(err, ErrNoDevice) || errors.Is(err, xsk.ErrAttached) || errors.Is(err, xsk.ErrNoBusyPoll) {
 			return nil, err
 		}
-		log.Info("NIC port: AF_PACKET, since AF_XDP is not available", "nic", cfg.NIC, "xdp_mode", mode.String(), "why", err.Error())
 		if cfg.XDP.BusyPoll != 0 {
 			log.Warn("busy polling is off: it is for AF_XDP sockets", "nic", cfg.NIC, "busy_poll", cfg.XDP.BusyPoll)
 		}
-		return openPacket(cfg)
+		n, perr := openPacket(cfg, log, fmt.Sprintf("AF_XDP is not available (xdp_mode %v): %v", mode, err))
+		if perr != nil {
+			return nil, fmt.Errorf("%w (AF_XDP failed before it: %v)", perr, err)
+		}
+		return n, nil
 	}
 	return nil, fmt.Errorf("dataplane: %w: port %v", ErrInvalidConfig, cfg.Port)
 }
@@ -109,13 +112,22 @@ func openXDP(cfg GatewayConfig, mode xsk.Mode) (*nic, error) {
 	return n, nil
 }
 
-// openPacket opens an AF_PACKET port.
-func openPacket(cfg GatewayConfig) (*nic, error) {
-	p, err := afpacket.Open(afpacket.Config{Ifname: cfg.NIC, Redirect: cfg.Routes, Frames: packetFrames(cfg.Budget)})
+// openPacket opens an AF_PACKET port and logs it, why it is the port
+// (why) and how its ingress program is attached, and why that way.
+func openPacket(cfg GatewayConfig, log *slog.Logger, why string) (*nic, error) {
+	p, err := afpacket.Open(afpacket.Config{
+		Ifname: cfg.NIC, Redirect: cfg.Routes, Frames: packetFrames(cfg.Budget), HostFilter: cfg.Packet.HostFilter,
+	})
 	if err != nil {
 		return nil, err
 	}
-	n := &nic{port: p, kind: PortPacket, program: "tcx ingress program", detached: afpacket.ErrDetached}
+	filter, filterWhy := p.HostFilter()
+	log.Info("NIC port: AF_PACKET", "nic", cfg.NIC, "why", why, "host_filter", filter.String(), "host_filter_why", filterWhy)
+	program := "tcx ingress program"
+	if filter == afpacket.HostFilterClsact {
+		program = "cls_bpf ingress filter"
+	}
+	n := &nic{port: p, kind: PortPacket, program: program, detached: afpacket.ErrDetached}
 	for _, s := range p.Sockets() {
 		n.maxPacket = s.FrameSize() - afpacket.Headroom
 		n.lanes = append(n.lanes, lane{

@@ -33,7 +33,7 @@ var (
 	descTUNMTU       = desc("tun_mtu_bytes", "The TUN device's MTU, kept within the MTU the gateway sends.")
 	descSendMTU      = desc("send_mtu_bytes", "The MTU the gateway sends on the NIC: the NIC's, or the port's limit if lower (AF_XDP: one 4096-byte UMEM frame less the Ethernet header).")
 	descNICMACChange = desc("nic_mac_changes_total", "Times the NIC's MAC address changed (the frames' source and the XDP program follow it).")
-	descAttached     = desc("program_attached", "1 while the port's program (XDP, or tcx ingress for AF_PACKET) is attached to the NIC.")
+	descAttached     = desc("program_attached", "1 while the port's program (XDP, or the ingress program, tcx or cls_bpf, for AF_PACKET) is attached to the NIC.")
 	descDetached     = desc("program_detached_total", "Times the port's program was found detached from outside.")
 	descReattached   = desc("program_reattached_total", "Times it was attached again (-xdp-detached reattach).")
 	descICMP         = desc("icmp_errors_total", "ICMP errors for packets the gateway could not forward (host unreachable, fragmentation needed, packet too big), by outcome: sent into the TUN, rate_limited, silent (a router does not answer that packet, or no router address of its IP version) or failed.", "outcome")

@@ -48,6 +48,7 @@ func (*Port) SetRedirect([]netip.Prefix) error        { return errNotSupported }
 func (*Port) StopReceive()                            {}
 func (*Port) Attached() (bool, error)                 { return false, errNotSupported }
 func (*Port) Reattach() error                         { return errNotSupported }
+func (*Port) HostFilter() (HostFilter, string)        { return 0, "" }
 func (*Port) Close() error                            { return errNotSupported }
 func (*Socket) Index() int                            { return 0 }
 func (*Socket) FrameSize() int                        { return 0 }

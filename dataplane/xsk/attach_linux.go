@@ -5,8 +5,9 @@ import (
 	"net"
 	"net/netip"
 
-	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
+
+	"github.com/gsoplane/gsoplane/internal/port"
 )
 
 // Attached reports whether the port's XDP program is still attached to
@@ -56,6 +57,8 @@ func (a xdpAttachment) Attach(lnk netlink.Link) error {
 	return err
 }
 
-func (a xdpAttachment) Link() link.Link { return a.p.prog.lnk }
-func (a xdpAttachment) Detach() error   { return a.p.prog.detach() }
-func (a xdpAttachment) Close() error    { return a.p.prog.close() }
+func (a xdpAttachment) Attached(ifindex int) (bool, error) {
+	return port.LinkAttached(a.p.prog.lnk, ifindex)
+}
+func (a xdpAttachment) Detach() error { return a.p.prog.detach() }
+func (a xdpAttachment) Close() error  { return a.p.prog.close() }
