@@ -22,11 +22,19 @@ func dfSuperPacket(payload int) []byte {
 	return b
 }
 
-// tooBigs records TooBig calls.
-type tooBigs struct{ mtus []int }
+// tooBigs records TooBig calls, and the TTL (hop limit) of the packets
+// answered with time exceeded.
+type tooBigs struct{ mtus, ttls []int }
 
 func (r *tooBigs) Unreachable([]byte)         {}
 func (r *tooBigs) TooBig(pkt []byte, mtu int) { r.mtus = append(r.mtus, mtu) }
+func (r *tooBigs) TimeExceeded(pkt []byte) {
+	ttl := int(pkt[8]) // IPv4 TTL
+	if pkt[0]>>4 == 6 {
+		ttl = int(pkt[7]) // IPv6 hop limit
+	}
+	r.ttls = append(r.ttls, ttl)
+}
 
 // TestForwarderMTU: a super-packet whose segments exceed the MTU is
 // dropped and answered; one whose segments fit goes through; SetMTU(0)
