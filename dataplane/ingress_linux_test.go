@@ -262,3 +262,75 @@ func quotesEcho(q []byte, dst netip.Addr, id int) bool {
 	}
 	return len(q) >= off+8 && int(q[off+4])<<8|int(q[off+5]) == id
 }
+
+// TestIngressTTL: between two wires the gateway is a router. An echo
+// request from the container with TTL (hop limit) 1 is answered with
+// time exceeded from the gateway's address on the container's link, and
+// counted; a UDP datagram with TTL 2 reaches the server with TTL 1, and
+// one from the server the container.
+func TestIngressTTL(t *testing.T) {
+	forPorts(t, func(t *testing.T, port labPort) {
+		lab := newIngressLab(t, port, 2, 2)
+		for _, c := range []struct{ srv, router netip.Addr }{{netlab.Srv4, netlab.Router4}, {netlab.Srv6, netlab.Router6}} {
+			want := int(ipv4.ICMPTypeTimeExceeded)
+			if c.srv.Is6() {
+				want = int(ipv6.ICMPTypeTimeExceeded)
+			}
+			if typ, from := icmpEcho(t, lab.C, c.srv, 1, 0x4801); typ != want || from != c.router {
+				t.Errorf("echo request to %v with TTL 1: type %d from %v, want time exceeded (%d) from %v", c.srv, typ, from, want, c.router)
+			}
+			if ttl := arrivingTTL(t, lab.C, lab.B, c.srv, 2); ttl != 1 {
+				t.Errorf("a datagram to %v sent with TTL 2 arrived with %d, want 1", c.srv, ttl)
+			}
+		}
+		for _, app := range []netip.Addr{netlab.App4, netlab.App6} {
+			if ttl := arrivingTTL(t, lab.B, lab.C, app, 2); ttl != 1 {
+				t.Errorf("a datagram to %v sent with TTL 2 arrived with %d, want 1", app, ttl)
+			}
+		}
+		st := lab.g.Stats()
+		if st.Wire.TTLExceeded != 2 || st.Replies.Sent < 2 {
+			t.Errorf("%d packets with their TTL run out, %d ICMP errors sent; want 2 and 2", st.Wire.TTLExceeded, st.Replies.Sent)
+		}
+	})
+}
+
+// arrivingTTL sends a UDP datagram with the given TTL (hop limit) from
+// ns to dst in peer and returns the TTL it arrives with.
+func arrivingTTL(t *testing.T, ns, peer *netlab.NS, dst netip.Addr, ttl int) int {
+	t.Helper()
+	addr := netip.AddrPortFrom(dst, 7301).String()
+	var ln, c net.PacketConn
+	var err error
+	peer.Do(t, func() { ln, err = net.ListenPacket("udp", addr) })
+	netlab.Must(t, err)
+	defer ln.Close()
+	ns.Do(t, func() { c, err = net.ListenPacket("udp", ":0") })
+	netlab.Must(t, err)
+	defer c.Close()
+	to := net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, 7301))
+	buf := make([]byte, 64)
+	ln.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if dst.Is4() {
+		p, q := ipv4.NewPacketConn(ln), ipv4.NewPacketConn(c)
+		netlab.Must(t, p.SetControlMessage(ipv4.FlagTTL, true))
+		netlab.Must(t, q.SetTTL(ttl))
+		_, err = q.WriteTo([]byte("ttl"), nil, to)
+		netlab.Must(t, err)
+		_, cm, _, err := p.ReadFrom(buf)
+		if err != nil || cm == nil {
+			t.Fatalf("datagram to %v: %v", dst, err)
+		}
+		return cm.TTL
+	}
+	p, q := ipv6.NewPacketConn(ln), ipv6.NewPacketConn(c)
+	netlab.Must(t, p.SetControlMessage(ipv6.FlagHopLimit, true))
+	netlab.Must(t, q.SetHopLimit(ttl))
+	_, err = q.WriteTo([]byte("ttl"), nil, to)
+	netlab.Must(t, err)
+	_, cm, _, err := p.ReadFrom(buf)
+	if err != nil || cm == nil {
+		t.Fatalf("datagram to %v: %v", dst, err)
+	}
+	return cm.HopLimit
+}
