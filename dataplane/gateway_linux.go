@@ -28,8 +28,9 @@ type Gateway struct {
 	ingress *nic // GatewayConfig.Ingress's port
 	raw     *rawWriter
 	nic     *nic
-	out     path // toward the NIC
-	back    path // toward the ingress device
+	out     path              // toward the NIC
+	back    path              // toward the ingress device
+	fanIns  []*pipeline.FanIn // the ingress mode's receive queues read by one forwarder
 	rets    []*pipeline.ReturnPath
 	budgets []*txqueue.Budget
 	queues  []*txqueue.Queue[pipeline.Frame]
@@ -384,6 +385,9 @@ func (g *Gateway) Close() error {
 		if n != nil {
 			errs = append(errs, n.port.Close())
 		}
+	}
+	for _, f := range g.fanIns {
+		f.Close()
 	}
 	if g.raw != nil {
 		g.raw.close()

@@ -125,8 +125,9 @@ func (l *lab) transmit(t *testing.T, w *wire, fs []pipeline.Frame) error {
 // unreachables counts Unreachable calls.
 type unreachables struct{ n atomic.Int64 }
 
-func (u *unreachables) Unreachable([]byte) { u.n.Add(1) }
-func (u *unreachables) TooBig([]byte, int) { panic("TooBig from a link layer") }
+func (u *unreachables) Unreachable([]byte)  { u.n.Add(1) }
+func (u *unreachables) TooBig([]byte, int)  { panic("TooBig from a link layer") }
+func (u *unreachables) TimeExceeded([]byte) { panic("TimeExceeded from a link layer") }
 
 // TestTransmit sends through the kernel's next hops: frames to a
 // neighbour that answers get its address, frames without a next hop are
