@@ -68,6 +68,7 @@ type Layer struct {
 	counts *Counts
 	held   bool        // the last Transmit stopped at a frame whose next hop is being resolved
 	down   atomic.Bool // see SetLinkUp
+	relink atomic.Bool // the link came up again: the next Transmit forgets the holds
 }
 
 // New returns the link layer of a sink on the interface cfg describes.
@@ -99,8 +100,19 @@ func (l *Layer) Close() { l.neigh.Close() }
 func (l *Layer) SetReplier(r pipeline.Replier) { l.reply = r }
 
 // SetLinkUp says whether the link is up; while it is down Transmit
-// takes nothing.
-func (l *Layer) SetLinkUp(up bool) { l.down.Store(!up) }
+// takes nothing. When it comes up again, the next hops are resolved
+// afresh: the kernel flushed the link's neighbours when it went down, and
+// a frame held then, or whose resolution was lost on the down link, is
+// held again as for the first time (nexthop.Ether.Reset,
+// nexthop.Resolver.LinkUp) rather than dropped as unresolved. Calls
+// come from one goroutine at a time (the link's monitor).
+func (l *Layer) SetLinkUp(up bool) {
+	if up && l.down.Load() {
+		l.relink.Store(true) // before the link is up for Transmit
+		l.neigh.LinkUp()
+	}
+	l.down.Store(!up)
+}
 
 // Drops returns the drops by reason: DropUnresolved and DropNotRouted.
 func (l *Layer) Drops() pipeline.Drops {
@@ -120,6 +132,9 @@ func (l *Layer) Transmit(frames []pipeline.Frame, w Wire) (int, error) {
 	l.ether.Forget() // ask the resolver at least once per batch: it marks the entry in use
 	if l.down.Load() {
 		return 0, nil
+	}
+	if l.relink.Swap(false) {
+		l.ether.Reset()
 	}
 	taken := 0
 	for taken < len(frames) {

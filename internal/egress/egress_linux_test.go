@@ -6,9 +6,12 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/vishvananda/netlink"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/internal/netlab"
@@ -22,11 +25,13 @@ var (
 )
 
 // lab is a Layer on eg-a (198.18.120.1/24) in one namespace, whose veth
-// peer eg-b (.2) is in another; ARP gives up on nobody after 100 ms.
+// peer eg-b (.2) is in another; ARP gives up on nobody after one
+// solicitation, 2 × nexthop.HoldTime later: the hold ends first.
 type lab struct {
 	layer   *Layer
-	mac     []byte // eg-a's
-	peerMAC []byte // eg-b's
+	gw      *netlab.NS // eg-a's
+	mac     []byte     // eg-a's
+	peerMAC []byte     // eg-b's
 }
 
 func newLab(t *testing.T) *lab {
@@ -37,12 +42,14 @@ func newLab(t *testing.T) *lab {
 		func() error { return gw.AddAddr("eg-a", "198.18.120.1/24") },
 		func() error { return other.AddAddr("eg-b", "198.18.120.2/24") },
 		func() error { return gw.Sysctl("net/ipv4/neigh/eg-a/mcast_solicit", "1") },
-		func() error { return gw.Sysctl("net/ipv4/neigh/eg-a/retrans_time_ms", "100") },
+		func() error {
+			return gw.Sysctl("net/ipv4/neigh/eg-a/retrans_time_ms", strconv.FormatInt((2*nexthop.HoldTime).Milliseconds(), 10))
+		},
 	} {
 		netlab.Must(t, step())
 	}
 	a := gw.LinkT(t, "eg-a").Attrs()
-	l := &lab{mac: a.HardwareAddr, peerMAC: other.LinkT(t, "eg-b").Attrs().HardwareAddr}
+	l := &lab{gw: gw, mac: a.HardwareAddr, peerMAC: other.LinkT(t, "eg-b").Attrs().HardwareAddr}
 	netlab.Must(t, gw.Run(func() (err error) {
 		l.layer, err = New(Config{Ifname: a.Name, Ifindex: a.Index, MAC: a.HardwareAddr})
 		return err
@@ -215,6 +222,59 @@ func TestLinkDown(t *testing.T) {
 	if l.layer.Wait(time.Second) || time.Since(start) > 100*time.Millisecond {
 		t.Errorf("link up, nothing held: Wait waited %v", time.Since(start))
 	}
+}
+
+// TestLinkFlap: a frame whose next hop began resolving while the link
+// was going down (the kernel deletes the link's neighbours before the
+// link's monitor hears it is down), and stays held past the hold, is sent
+// once the link is up again, not dropped: the hold starts afresh, and so
+// does the kernel's resolution, whose solicitation was lost on the down
+// link and which would otherwise only fail, one retrans_time later.
+func TestLinkFlap(t *testing.T) {
+	l := newLab(t)
+	nic := l.gw.LinkT(t, "eg-a")
+	netlab.Must(t, l.gw.Netlink().LinkSetDown(nic))
+	w := &wire{}
+	if n, err := l.layer.Transmit(frames(peer), w); n != 0 || err != nil {
+		t.Fatalf("Transmit to a new next hop: took %d, %v; want the frame held", n, err)
+	}
+	held := time.Now()
+	// The resolver asks the kernel, which solicits on the down link.
+	for deadline := time.Now().Add(5 * time.Second); !l.kernelHas(t, peer); {
+		if time.Now().After(deadline) {
+			t.Fatal("the kernel was not asked to resolve the next hop")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	l.layer.SetLinkUp(false)
+	time.Sleep(nexthop.HoldTime - time.Since(held) + 100*time.Millisecond) // down past the hold
+	netlab.Must(t, l.gw.Netlink().LinkSetUp(nic))
+	for deadline := time.Now().Add(5 * time.Second); l.gw.LinkT(t, "eg-a").Attrs().OperState != netlink.OperUp; {
+		if time.Now().After(deadline) {
+			t.Fatal("eg-a has no carrier")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	l.layer.SetLinkUp(true)
+	up := time.Now()
+	netlab.Must(t, l.transmit(t, w, frames(peer)))
+	t.Logf("sent %v after the link came up", time.Since(up))
+	if d := l.layer.Drops(); d[pipeline.DropUnresolved] != 0 || !slices.Equal(w.sent, []uint64{1}) {
+		t.Errorf("drops %v, sent %v, discarded %v; want the frame sent", d, w.sent, w.discarded)
+	}
+}
+
+// kernelHas reports whether eg-a's neighbour table has an entry for a.
+func (l *lab) kernelHas(t *testing.T, a netip.Addr) bool {
+	t.Helper()
+	ns, err := l.gw.Netlink().NeighList(l.gw.LinkT(t, "eg-a").Attrs().Index, netlink.FAMILY_V4)
+	netlab.Must(t, err)
+	for _, n := range ns {
+		if n.IP.Equal(a.AsSlice()) {
+			return true
+		}
+	}
+	return false
 }
 
 // TestMain fails the tests if they leave a namespace or a descriptor behind.
