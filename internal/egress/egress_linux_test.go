@@ -20,6 +20,7 @@ import (
 
 var (
 	peer   = netip.MustParseAddr("198.18.120.2")  // on eg-a's link, answers
+	peer2  = netip.MustParseAddr("198.18.120.3")  // the peer's other address
 	nobody = netip.MustParseAddr("198.18.120.77") // on eg-a's link, no host
 	group  = netip.MustParseAddr("224.0.0.5")     // multicast: not routed
 )
@@ -30,6 +31,7 @@ var (
 type lab struct {
 	layer   *Layer
 	gw      *netlab.NS // eg-a's
+	other   *netlab.NS // eg-b's
 	mac     []byte     // eg-a's
 	peerMAC []byte     // eg-b's
 }
@@ -41,6 +43,7 @@ func newLab(t *testing.T) *lab {
 		func() error { return netlab.AddVeth(gw, "eg-a", other, "eg-b", 0) },
 		func() error { return gw.AddAddr("eg-a", "198.18.120.1/24") },
 		func() error { return other.AddAddr("eg-b", "198.18.120.2/24") },
+		func() error { return other.AddAddr("eg-b", "198.18.120.3/24") },
 		func() error { return gw.Sysctl("net/ipv4/neigh/eg-a/mcast_solicit", "1") },
 		func() error {
 			return gw.Sysctl("net/ipv4/neigh/eg-a/retrans_time_ms", strconv.FormatInt((2*nexthop.HoldTime).Milliseconds(), 10))
@@ -49,7 +52,7 @@ func newLab(t *testing.T) *lab {
 		netlab.Must(t, step())
 	}
 	a := gw.LinkT(t, "eg-a").Attrs()
-	l := &lab{gw: gw, mac: a.HardwareAddr, peerMAC: other.LinkT(t, "eg-b").Attrs().HardwareAddr}
+	l := &lab{gw: gw, other: other, mac: a.HardwareAddr, peerMAC: other.LinkT(t, "eg-b").Attrs().HardwareAddr}
 	netlab.Must(t, gw.Run(func() (err error) {
 		l.layer, err = New(Config{Ifname: a.Name, Ifindex: a.Index, MAC: a.HardwareAddr})
 		return err
@@ -249,11 +252,16 @@ func TestLinkFlap(t *testing.T) {
 	l.layer.SetLinkUp(false)
 	time.Sleep(nexthop.HoldTime - time.Since(held) + 100*time.Millisecond) // down past the hold
 	netlab.Must(t, l.gw.Netlink().LinkSetUp(nic))
-	for deadline := time.Now().Add(5 * time.Second); l.gw.LinkT(t, "eg-a").Attrs().OperState != netlink.OperUp; {
+	// Up for the link layer once frames cross it both ways, as the
+	// gateway's monitor hears of it once the kernel has activated the
+	// device: a solicitation or a reply sent before would be dropped, and
+	// with one solicitation the resolution would fail. The kernel of the
+	// gateway's side resolves another address of the peer's to tell.
+	for deadline := time.Now().Add(5 * time.Second); !l.resolves(t, peer2); {
 		if time.Now().After(deadline) {
-			t.Fatal("eg-a has no carrier")
+			t.Fatal("the link did not come up")
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
 	}
 	l.layer.SetLinkUp(true)
 	up := time.Now()
@@ -264,17 +272,38 @@ func TestLinkFlap(t *testing.T) {
 	}
 }
 
+// resolves asks eg-a's kernel to resolve a anew and reports whether it
+// has.
+func (l *lab) resolves(t *testing.T, a netip.Addr) bool {
+	t.Helper()
+	if n, ok := l.neighbour(t, a); ok && n.State&netlink.NUD_REACHABLE != 0 {
+		return true
+	}
+	n := &netlink.Neigh{LinkIndex: l.gw.LinkT(t, "eg-a").Attrs().Index, Family: netlink.FAMILY_V4, IP: a.AsSlice()}
+	l.gw.Netlink().NeighDel(n) // a solicitation lost on the link is not sent again
+	n.Flags = netlink.NTF_USE
+	netlab.Must(t, l.gw.Netlink().NeighSet(n))
+	return false
+}
+
 // kernelHas reports whether eg-a's neighbour table has an entry for a.
 func (l *lab) kernelHas(t *testing.T, a netip.Addr) bool {
+	t.Helper()
+	_, ok := l.neighbour(t, a)
+	return ok
+}
+
+// neighbour returns eg-a's neighbour entry for a, if there is one.
+func (l *lab) neighbour(t *testing.T, a netip.Addr) (netlink.Neigh, bool) {
 	t.Helper()
 	ns, err := l.gw.Netlink().NeighList(l.gw.LinkT(t, "eg-a").Attrs().Index, netlink.FAMILY_V4)
 	netlab.Must(t, err)
 	for _, n := range ns {
 		if n.IP.Equal(a.AsSlice()) {
-			return true
+			return n, true
 		}
 	}
-	return false
+	return netlink.Neigh{}, false
 }
 
 // TestMain fails the tests if they leave a namespace or a descriptor behind.
