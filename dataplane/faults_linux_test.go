@@ -21,6 +21,7 @@ import (
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/dataplane/xsk"
 	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/nexthop"
 )
 
 // TestGatewayLinkFlap takes the NIC down and up again under a TCP stream:
@@ -174,8 +175,10 @@ func TestGatewayUnresolved(t *testing.T) {
 	}
 	st := lab.g.Stats()
 	t.Logf("longest wait of the stream %v; host unreachable after %v; drops %v, ICMP %+v", gap, took, st.Forward.Drops, st.Replies)
-	if gap > 2*time.Second {
-		t.Errorf("the stream waited %v: the dead next hop stalled it", gap)
+	// The dead next hop may hold the stream's sink once (if they share a
+	// queue), for nexthop.HoldTime; a second more is the loaded machine's.
+	if gap > nexthop.HoldTime+time.Second {
+		t.Errorf("the stream waited %v: the dead next hop stalled it beyond its hold", gap)
 	}
 	if st.Forward.Drops[pipeline.DropUnresolved] == 0 || st.Replies.Sent == 0 {
 		t.Errorf("drops %v, ICMP %+v: want unresolved drops and host unreachable sent", st.Forward.Drops, st.Replies)

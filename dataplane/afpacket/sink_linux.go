@@ -255,7 +255,7 @@ func (s *Sink) Free(frames []pipeline.Frame) { s.pool.Free(frames) }
 
 // Transmit sends frames in order, at most 64 per call, and returns how
 // many it took: sent, or dropped and counted (a next hop the kernel
-// could not resolve, or is still resolving after a brief hold, see
+// could not resolve, or is still resolving after the hold, see
 // Unresolved; a frame the kernel refused). It stops early when the
 // socket's send buffer or the device's queue is full, the link is down,
 // or a frame is held for its next hop (nexthop.HoldTime at most, once per

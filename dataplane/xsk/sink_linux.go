@@ -24,7 +24,7 @@ const (
 // straight into UMEM frames behind room for an Ethernet header, which
 // Transmit fills in from the kernel's routing and neighbour tables
 // (internal/nexthop). A frame whose next hop is being resolved holds the
-// batch briefly (nexthop.HoldTime, once per destination) and is then
+// batch (nexthop.HoldTime at most, once per destination) and is then
 // dropped and counted (Unresolved), as is one whose next hop failed,
 // whose sender is answered with host unreachable through the Replier, if
 // one is set: a neighbour that never answers cannot stall the others.
