@@ -54,7 +54,7 @@ udpfwd:
 SOAKTIME ?= 10m
 FUZZTIME ?= 10m
 soak:
-	GSOPLANE_SOAK=$(SOAKTIME) $(GO) test -count=1 -run '^TestSoak$$' -timeout 0 -v ./dataplane
+	GSOPLANE_SOAK=$(SOAKTIME) $(GO) test -count=1 -run '^(TestSoak|TestGatewayFloods)$$' -timeout 0 -v ./dataplane
 
 # Each fuzz target as package:name; the XDP program and receive targets
 # run the kernel's verifier and sockets, so they need root. One worker
