@@ -49,8 +49,10 @@ udpfwd:
 	CGO_ENABLED=0 $(GO) build -buildvcs=auto -o udpfwd ./cmd/udpfwd
 
 # Long runs, not in CI. The soak runs the gateway for SOAKTIME under load,
-# link flaps and neighbour churn, and fails if its memory or goroutines
-# grow; fuzz runs every fuzz target for FUZZTIME, one after another.
+# link flaps, neighbour churn, an application that stops reading and
+# clean restarts, and fails if its memory or goroutines grow, then the
+# floods of TestGatewayFloods at full size; fuzz runs every fuzz target
+# for FUZZTIME, one after another.
 SOAKTIME ?= 10m
 FUZZTIME ?= 10m
 soak:
