@@ -237,22 +237,15 @@ func soakUDP(lab *gwLab, stop <-chan struct{}) {
 
 // soakFlaps takes the NIC down for a second every 20 s.
 func soakFlaps(lab *gwLab, stop <-chan struct{}) {
-	tick := time.NewTicker(20 * time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-tick.C:
-		}
+	every(20*time.Second, stop, func() {
 		nic, err := lab.A.Link(netlab.NICA)
 		if err != nil {
-			continue
+			return
 		}
 		lab.A.Netlink().LinkSetDown(nic)
 		time.Sleep(time.Second)
 		lab.A.Netlink().LinkSetUp(nic)
-	}
+	})
 }
 
 // soakChurn sends datagrams from A to ever new addresses of

@@ -52,7 +52,12 @@ func (lab *gwLab) restart(t *testing.T, cfg GatewayConfig, fds map[string]int) {
 // Errors are ignored: a link flap or a restart may break a connection;
 // the soak is about the gateway's footprint.
 func soakStalled(lab *gwLab, n *soakStalls, stop <-chan struct{}) {
-	tick := time.NewTicker(20 * time.Second)
+	every(20*time.Second, stop, func() { stalledStretch(lab, n, 5*time.Second, stop) })
+}
+
+// every runs fn every d until stop closes.
+func every(d time.Duration, stop <-chan struct{}, fn func()) {
+	tick := time.NewTicker(d)
 	defer tick.Stop()
 	for {
 		select {
@@ -60,7 +65,7 @@ func soakStalled(lab *gwLab, n *soakStalls, stop <-chan struct{}) {
 			return
 		case <-tick.C:
 		}
-		stalledStretch(lab, n, 5*time.Second, stop)
+		fn()
 	}
 }
 
