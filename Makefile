@@ -49,12 +49,14 @@ udpfwd:
 	CGO_ENABLED=0 $(GO) build -buildvcs=auto -o udpfwd ./cmd/udpfwd
 
 # Long runs, not in CI. The soak runs the gateway for SOAKTIME under load,
-# link flaps and neighbour churn, and fails if its memory or goroutines
-# grow; fuzz runs every fuzz target for FUZZTIME, one after another.
+# link flaps, neighbour churn, an application that stops reading and
+# clean restarts, and fails if its memory or goroutines grow, then the
+# floods of TestGatewayFloods at full size; fuzz runs every fuzz target
+# for FUZZTIME, one after another.
 SOAKTIME ?= 10m
 FUZZTIME ?= 10m
 soak:
-	GSOPLANE_SOAK=$(SOAKTIME) $(GO) test -count=1 -run '^TestSoak$$' -timeout 0 -v ./dataplane
+	GSOPLANE_SOAK=$(SOAKTIME) $(GO) test -count=1 -run '^(TestSoak|TestGatewayFloods)$$' -timeout 0 -v ./dataplane
 
 # Each fuzz target as package:name; the XDP program and receive targets
 # run the kernel's verifier and sockets, so they need root. One worker

@@ -111,10 +111,21 @@ func newGwLabWith(t testing.TB, cfg GatewayConfig, prepare func(*netlab.Topology
 		t.Fatalf("the gateway opened port %v, want %v", lab.g.Port(), want)
 	}
 	netlab.Must(t, lab.TUNUp(labTUN))
+	lab.run()
+	t.Cleanup(func() {
+		if err := lab.stop(); err != nil {
+			t.Errorf("gateway: %v", err)
+		}
+	})
+	return lab
+}
 
+// run runs the lab's gateway and sets stop.
+func (lab *gwLab) run() {
 	ctx, cancel := context.WithCancel(context.Background())
-	lab.done = make(chan error, 1)
-	go func() { lab.done <- lab.g.Run(ctx) }()
+	g, done := lab.g, make(chan error, 1)
+	lab.done = done
+	go func() { done <- g.Run(ctx) }()
 	stopped := false
 	lab.stop = func() error {
 		if stopped {
@@ -124,18 +135,12 @@ func newGwLabWith(t testing.TB, cfg GatewayConfig, prepare func(*netlab.Topology
 		cancel()
 		var err error
 		select {
-		case err = <-lab.done:
+		case err = <-done:
 		case <-time.After(10 * time.Second):
 			err = errors.New("Run did not return")
 		}
-		return errors.Join(err, lab.g.Close())
+		return errors.Join(err, g.Close())
 	}
-	t.Cleanup(func() {
-		if err := lab.stop(); err != nil {
-			t.Errorf("gateway: %v", err)
-		}
-	})
-	return lab
 }
 
 // listen opens a listener in B on the server address.

@@ -30,22 +30,29 @@ const (
 )
 
 // TestSoak runs the gateway for GSOPLANE_SOAK (e.g. 10m) under TCP
-// streams both ways, a UDP flood, link flaps every 20 s and neighbour
+// streams both ways, a UDP flood, link flaps every 20 s, neighbour
 // churn (datagrams to thousands of addresses on the NIC's link that never
-// answer), sampling RSS, heap and goroutines every 10 s. It fails if they
-// grow beyond the bounds above, or the gateway stops.
+// answer) and an application that stops reading for 5 s every 20 s
+// (soakStalled), sampling RSS, heap and goroutines every 10 s; every
+// 30 s it stops the gateway cleanly and opens a new one (restart), which
+// must leave nothing behind. It fails if the footprint grows beyond the
+// bounds above, a restart leaves something, or the gateway stops.
 func TestSoak(t *testing.T) {
 	d, err := time.ParseDuration(os.Getenv(soakEnv))
 	if err != nil || d <= 0 {
 		t.Skipf("a soak: set %s=10m (make soak)", soakEnv)
 	}
-	lab := newGwLab(t, GatewayConfig{})
+	cfg := GatewayConfig{}
+	fds := ownObjects(t)
+	lab := newGwLab(t, cfg)
 	stop := make(chan struct{})
+	var stalls soakStalls
 	var wg sync.WaitGroup
 	defer func() { close(stop); wg.Wait() }() // no load left when the leak check runs
 	for _, load := range []func(){
 		func() { soakTCP(lab, false, stop) }, func() { soakTCP(lab, true, stop) },
 		func() { soakUDP(lab, stop) }, func() { soakFlaps(lab, stop) }, func() { soakChurn(lab, stop) },
+		func() { soakStalled(lab, &stalls, stop) }, func() { soakMACChange(lab, stop) },
 	} {
 		wg.Add(1)
 		go func() { defer wg.Done(); load() }()
@@ -72,7 +79,11 @@ func TestSoak(t *testing.T) {
 				t.Fatalf("%v (base %s)", err, base)
 			}
 		}
+		if i%3 == 1 { // after the samples at 20 s, 50 s, ...: one before the base, the others after it
+			lab.restart(t, cfg, fds)
+		}
 	}
+	t.Log(&stalls)
 }
 
 // soakSample is the process's footprint at one moment.
@@ -226,22 +237,15 @@ func soakUDP(lab *gwLab, stop <-chan struct{}) {
 
 // soakFlaps takes the NIC down for a second every 20 s.
 func soakFlaps(lab *gwLab, stop <-chan struct{}) {
-	tick := time.NewTicker(20 * time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-tick.C:
-		}
+	every(20*time.Second, stop, func() {
 		nic, err := lab.A.Link(netlab.NICA)
 		if err != nil {
-			continue
+			return
 		}
 		lab.A.Netlink().LinkSetDown(nic)
 		time.Sleep(time.Second)
 		lab.A.Netlink().LinkSetUp(nic)
-	}
+	})
 }
 
 // soakChurn sends datagrams from A to ever new addresses of
@@ -249,7 +253,7 @@ func soakFlaps(lab *gwLab, stop <-chan struct{}) {
 // be on the NIC's link, where no host answers: each needs a neighbour
 // that never resolves.
 func soakChurn(lab *gwLab, stop <-chan struct{}) {
-	if lab.A.AddRoute("198.19.128.0/17", labTUN, "") != nil {
+	if lab.A.AddRoute(soakChurnPrefix, labTUN, "") != nil {
 		return
 	}
 	var c *net.UDPConn

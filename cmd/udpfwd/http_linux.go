@@ -25,7 +25,13 @@ import (
 // maxHTTPConns are closed at once, idle ones after httpIdle, a request
 // must arrive within httpReadHeader and be answered within httpWrite (not
 // with -pprof: a profile takes as long as it asks), and requests past
-// httpRate a second (after a burst of httpBurst) get 429.
+// httpRate a second (after a burst of httpBurst) get 429. Each
+// connection's send buffer is httpSendBuffer, so that the answers to a
+// client that sends requests without reading them fill it soon: the
+// server's next write then waits and httpWrite closes the connection,
+// where the kernel's self-tuned buffer (up to tcp_wmem's 4 MiB) would
+// take megabytes of answers and leave the connection open until
+// httpIdle after its last request.
 const (
 	maxHTTPConns   = 32
 	httpIdle       = 30 * time.Second
@@ -34,6 +40,7 @@ const (
 	httpRate       = 20
 	httpBurst      = 40
 	httpMaxHeader  = 8 << 10
+	httpSendBuffer = 64 << 10
 )
 
 // httpRefused counts what the limits turned away; it is a collector of
@@ -79,6 +86,9 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		if l.open.Add(1) <= l.max {
+			if tc, ok := c.(*net.TCPConn); ok {
+				tc.SetWriteBuffer(httpSendBuffer) // best effort: a connection without it is still bounded by httpIdle
+			}
 			return &limitedConn{Conn: c, open: &l.open}, nil
 		}
 		l.open.Add(-1)

@@ -75,14 +75,14 @@ func TCPTransfer(t TB, client, server *NS, addr netip.AddrPort, size int64, toCl
 		t.Fatalf("receiver from %v: SHA-256 %x, sent %x, err %v", addr, r.sum, h.Sum(nil), r.err)
 	}
 	d := time.Since(start)
-	if info := tcpInfo(sender.(*net.TCPConn)); info != nil && info.Total_retrans > 0 {
+	if info := TCPInfo(sender.(*net.TCPConn)); info != nil && info.Total_retrans > 0 {
 		t.Logf("the sender to %v retransmitted %d segments (RTO %v)", addr, info.Total_retrans, time.Duration(info.Rto)*time.Microsecond)
 	}
 	return d
 }
 
-// tcpInfo returns c's TCP_INFO, or nil.
-func tcpInfo(c *net.TCPConn) *unix.TCPInfo {
+// TCPInfo returns c's TCP_INFO, or nil.
+func TCPInfo(c *net.TCPConn) *unix.TCPInfo {
 	raw, err := c.SyscallConn()
 	if err != nil {
 		return nil
