@@ -69,8 +69,8 @@ func TestSoak(t *testing.T) {
 		}
 		s := sample()
 		st := lab.g.Stats()
-		t.Logf("%v: %s; NIC downs %d; forward %d segments, drops %v; return %d packets, drops %v",
-			time.Since(end.Add(-d)).Round(time.Second), s, st.NIC.Downs, st.Forward.Segments, st.Forward.Drops, st.Return.Packets, st.Return.Drops)
+		t.Logf("%v: %s; NIC downs %d, MAC changes %d; forward %d segments, drops %v; return %d packets, drops %v",
+			time.Since(end.Add(-d)).Round(time.Second), s, st.NIC.Downs, st.NIC.MACChanges, st.Forward.Segments, st.Forward.Drops, st.Return.Packets, st.Return.Drops)
 		switch {
 		case i == 2: // after 30 s of warm-up
 			base = s

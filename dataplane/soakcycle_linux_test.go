@@ -168,7 +168,14 @@ func stalledStretch(lab *gwLab, n *soakStalls, d time.Duration, stop <-chan stru
 	n.tcpBytes.Add(total)
 }
 
-// soakMACChange is the disturbance that changes gw-a's MAC address
-// under load, a place kept for it in the soak's list. Until the gateway
-// follows a NIC's MAC address, it does nothing.
-func soakMACChange(lab *gwLab, stop <-chan struct{}) {}
+// soakMACChange changes gw-a's MAC address under load every 25 s, to a
+// new locally administered address, and teaches B the new address as a
+// real network would learn it (setNICMAC): the gateway follows it while
+// TCP and UDP flow. Errors are ignored: a link flap may be under way.
+func soakMACChange(lab *gwLab, stop <-chan struct{}) {
+	n := byte(0)
+	every(25*time.Second, stop, func() {
+		n++
+		setNICMAC(lab, net.HardwareAddr{0x02, 0x5a, 0x00, 0x00, 0x00, n})
+	})
+}
