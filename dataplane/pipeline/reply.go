@@ -108,11 +108,13 @@ func (r *ICMP) reply(pkt []byte, k icmperr.Kind, mtu int) {
 		return
 	}
 	r.bufs[0] = r.buf[:r.hdrSize+n]
-	if _, err := r.w.Write(r.bufs, 0); err != nil {
-		r.failed.Add(1)
-		return
-	}
+	// Counted before the write: the kernel delivers the error inside it,
+	// and whoever it reaches may look at the counters at once.
 	r.sent.Add(1)
+	if _, err := r.w.Write(r.bufs, 0); err != nil {
+		r.sent.Add(^uint64(0))
+		r.failed.Add(1)
+	}
 }
 
 // Stats returns a snapshot of the counters.
