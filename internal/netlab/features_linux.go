@@ -11,7 +11,6 @@ import (
 	"os"
 	"runtime"
 	"sync"
-	"testing"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -23,7 +22,7 @@ var ErrMissingFeature = errors.New("kernel feature missing")
 
 // SkipWithout skips t if probe reports the feature missing, and fails it
 // if the probe itself failed.
-func SkipWithout(t testing.TB, probe func() error) {
+func SkipWithout(t TB, probe func() error) {
 	t.Helper()
 	switch err := probe(); {
 	case errors.Is(err, ErrMissingFeature):
