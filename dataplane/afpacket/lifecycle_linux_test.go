@@ -19,10 +19,14 @@ import (
 	"github.com/gsoplane/gsoplane/internal/netlab"
 )
 
-// tcxPrograms returns the IDs of the programs on gw-a's tcx ingress.
+// tcxPrograms returns the IDs of the programs on gw-a's tcx ingress:
+// none on a kernel without tcx.
 func (l *lab) tcxPrograms(t *testing.T) []ebpf.ProgramID {
 	t.Helper()
 	var ids []ebpf.ProgramID
+	if netlab.TCX() != nil {
+		return nil
+	}
 	idx := l.A.LinkT(t, netlab.NICA).Attrs().Index
 	l.A.Do(t, func() {
 		r, err := link.QueryPrograms(link.QueryOptions{Target: idx, Attach: ebpf.AttachTCXIngress})
