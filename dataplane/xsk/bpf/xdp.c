@@ -152,8 +152,9 @@ static __always_inline enum outcome parse(const struct frame *f, enum outcome si
 			return missing(f, IPV4_END);
 		if (version != 4)
 			return VERSION;
-		struct lpm_key4 k = LPM_KEY4;
+		struct lpm_key4 k;
 		load_addr(&k.addr, f, IPV4_DST, sizeof(k.addr));
+		k.prefixlen = LPM_LEN4;
 		return redirected4(&k) ? matched : PASS;
 	}
 	if (proto == bpf_htons(ETH_P_IPV6)) {
@@ -167,8 +168,9 @@ static __always_inline enum outcome parse(const struct frame *f, enum outcome si
 			if (is_nd(p[IPV6_END]))
 				return PASS;
 		}
-		struct aligned_key6 k = {.key = LPM_KEY6};
+		struct aligned_key6 k;
 		load_addr(k.key.addr, f, IPV6_DST, sizeof(k.key.addr));
+		k.key.prefixlen = LPM_LEN6;
 		return redirected6(&k.key) ? matched : PASS;
 	}
 	return PASS;

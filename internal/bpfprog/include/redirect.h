@@ -29,8 +29,12 @@ enum {
 /*
  * Keys of the tries (struct bpf_lpm_trie_key): a prefix length in host
  * order, then the address in network order. A lookup asks for the whole
- * address: LPM_KEY4 and LPM_KEY6 are keys with its length and a zero
- * address, which the caller fills in.
+ * address: LPM_LEN4 or LPM_LEN6. A caller fills in the address first and
+ * the length after it: a key initialised whole is one 64-bit register
+ * store on the stack, which the verifier takes for a spilled register,
+ * and an older verifier (Linux 6.1) refuses a loader without CAP_PERFMON
+ * a later write to part of that slot (the address): "attempt to corrupt
+ * spilled pointer on stack".
  */
 struct lpm_key4 {
 	__u32 prefixlen;
@@ -42,8 +46,8 @@ struct lpm_key6 {
 	__u32 addr[4];
 };
 
-#define LPM_KEY4 {.prefixlen = 32}
-#define LPM_KEY6 {.prefixlen = 128}
+#define LPM_LEN4 32
+#define LPM_LEN6 128
 
 /* The ports' limit of prefixes of one family; their loaders set it too. */
 #define REDIRECT_MAX_PREFIXES 4096
