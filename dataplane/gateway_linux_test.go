@@ -494,7 +494,7 @@ func udpFlood(t testing.TB, lab *gwLab, sends, segs int) udpRun {
 	defer conn.Close()
 	setSockopt(t, conn, unix.IPPROTO_IP, unix.IP_RECVERR, 1)
 	var r udpRun
-	if err := netlab.VirtioNetUSO(); err != nil {
+	if err := netlab.Lacks(t, netlab.VirtioNetUSO); err != nil {
 		// Without USO the kernel cuts a UDP_SEGMENT send before the
 		// TUN, and the drops of its segments on a full TUN ring do not
 		// reach the sender: only single datagrams are held back.
@@ -676,7 +676,7 @@ func nicState(t *testing.T, lab *gwLab) nicView {
 	l := lab.A.LinkT(t, netlab.NICA)
 	v.xdp = l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached
 	lab.A.Do(t, func() {
-		if netlab.TCX() == nil { // a kernel without tcx has none
+		if netlab.Lacks(t, netlab.TCX) == nil { // a kernel without tcx has none
 			r, err := link.QueryPrograms(link.QueryOptions{Target: l.Attrs().Index, Attach: ebpf.AttachTCXIngress})
 			if err != nil {
 				t.Fatalf("tcx ingress programs of %s: %v", netlab.NICA, err)

@@ -24,7 +24,7 @@ import (
 func (l *lab) tcxPrograms(t *testing.T) []ebpf.ProgramID {
 	t.Helper()
 	var ids []ebpf.ProgramID
-	if netlab.TCX() != nil {
+	if netlab.Lacks(t, netlab.TCX) != nil {
 		return nil
 	}
 	idx := l.A.LinkT(t, netlab.NICA).Attrs().Index

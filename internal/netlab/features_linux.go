@@ -20,16 +20,25 @@ import (
 // ErrMissingFeature is what the probes' errors wrap.
 var ErrMissingFeature = errors.New("kernel feature missing")
 
-// SkipWithout skips t if probe reports the feature missing, and fails it
-// if the probe itself failed.
+// SkipWithout skips t unless root (the probes need root) or if probe
+// reports the feature missing, and fails it if the probe itself failed.
 func SkipWithout(t TB, probe func() error) {
 	t.Helper()
-	switch err := probe(); {
-	case errors.Is(err, ErrMissingFeature):
+	RequireRoot(t)
+	if err := Lacks(t, probe); err != nil {
 		t.Skip(err)
-	case err != nil:
+	}
+}
+
+// Lacks returns probe's error if it reports the feature missing, nil if
+// the kernel has it; it fails t if the probe itself failed. It needs root.
+func Lacks(t TB, probe func() error) error {
+	t.Helper()
+	err := probe()
+	if err != nil && !errors.Is(err, ErrMissingFeature) {
 		t.Fatal(err)
 	}
+	return err
 }
 
 // AFXDPMultiBuffer reports whether AF_XDP sockets bind with XDP_USE_SG
