@@ -29,12 +29,13 @@ enum {
 /*
  * Keys of the tries (struct bpf_lpm_trie_key): a prefix length in host
  * order, then the address in network order. A lookup asks for the whole
- * address: LPM_LEN4 or LPM_LEN6. A caller fills in the address first and
- * the length after it: a key initialised whole is one 64-bit register
- * store on the stack, which the verifier takes for a spilled register,
- * and an older verifier (Linux 6.1) refuses a loader without CAP_PERFMON
- * a later write to part of that slot (the address): "attempt to corrupt
- * spilled pointer on stack".
+ * address: LPM_LEN4 or LPM_LEN6. The verifier of Linux 6.1 refuses a
+ * loader without CAP_PERFMON a store into part of a stack slot that
+ * holds a spilled register ("attempt to corrupt spilled pointer on
+ * stack"), and a register store at a slot's start is one, narrower or
+ * not; a key initialised whole ({.prefixlen = 32}) is one 64-bit store.
+ * So a key is written without a second store into a slot: its address
+ * first (by a helper) and then its length, or in whole 64-bit words.
  */
 struct lpm_key4 {
 	__u32 prefixlen;
