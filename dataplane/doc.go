@@ -5,9 +5,20 @@
 // (or, on AF_PACKET with a NIC that segments, handed over whole) and
 // sent; packets for the routed prefixes arriving on the NIC are written
 // into the TUN. The gateway follows the NIC: a link that goes down holds
-// the frames, an MTU change moves the TUN device's MTU with it, a
-// detached program is attached again; what it cannot forward it answers
-// with ICMP, as a router would.
+// the frames, an MTU change moves the TUN device's MTU with it, a MAC
+// address change moves the frames' source and the XDP program's
+// address, a detached program is attached again; what it cannot forward
+// it answers with ICMP, as a router would.
+//
+// The MTU the gateway sends is the NIC's, or less where the port cannot
+// send a frame that long: an AF_XDP port sends each packet in one UMEM
+// frame, at most 4082 bytes of IP (4096 less the Ethernet header) in
+// generic and native mode alike, and an AF_PACKET port in one of its
+// small frames, sized from the NIC's MTU at open. Segments are held to
+// that MTU, the TUN device's MTU is kept within it (a larger
+// TUNOptions.MTU is lowered, logged once), and a larger packet is
+// answered with ICMP fragmentation needed or packet too big carrying it
+// (NICStats.SendMTU).
 //
 // The parts live in packages of their own, which embedders can use
 // without the gateway:
@@ -18,7 +29,8 @@
 //	dataplane/xsk       the AF_XDP port: sockets, rings, the XDP program,
 //	                    its Sink and Receiver
 //	dataplane/afpacket  the AF_PACKET port: PACKET_VNET_HDR sockets, a
-//	                    fanout group, a tcx ingress filter, its Sink
+//	                    fanout group, an ingress filter (tcx, or cls_bpf
+//	                    on a clsact qdisc), its Sink
 //	                    (TSO/USO and checksum offload) and Receiver
 //	dataplane/udp       the VPN halves: a Sink that sends with UDP_SEGMENT
 //

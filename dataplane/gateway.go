@@ -3,6 +3,7 @@ package dataplane
 import (
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"time"
 
@@ -100,7 +101,8 @@ type TUNOptions struct {
 	// Queues is the number of queues, 1..MaxTUNQueues, one forwarder
 	// each; 0 means 1.
 	Queues int
-	// MTU is set on the device unless it is 0.
+	// MTU is set on the device unless it is 0. The gateway lowers it
+	// to the MTU it sends (NICStats.SendMTU) while that is lower.
 	MTU int
 	// DisableOffload turns off the offloads through which the kernel
 	// hands over super-packets (TSO, USO with checksum offload; the
@@ -151,7 +153,30 @@ const (
 // PacketOptions describe how an AF_PACKET port runs.
 type PacketOptions struct {
 	GSO PacketGSO // what the port leaves to the NIC
+	// HostFilter is how the port attaches the ingress program that keeps
+	// the routed prefixes' packets from the host's stack: tcx where the
+	// kernel has it (the default), or cls_bpf on a clsact qdisc.
+	HostFilter PacketHostFilter
 }
+
+// PacketHostFilter says how an AF_PACKET port attaches its ingress
+// program.
+type PacketHostFilter = afpacket.HostFilter
+
+// The ways an AF_PACKET port attaches its ingress program.
+const (
+	// PacketHostFilterAuto, the default, attaches through tcx and, on a
+	// kernel without tcx (before Linux 6.6), as a cls_bpf filter on a
+	// clsact qdisc; the gateway logs which and why.
+	PacketHostFilterAuto = afpacket.HostFilterAuto
+	// PacketHostFilterTCX attaches through a tcx link (Linux 6.6), which
+	// the kernel removes when the process dies.
+	PacketHostFilterTCX = afpacket.HostFilterTCX
+	// PacketHostFilterClsact attaches as a direct-action cls_bpf filter
+	// on a clsact qdisc (added if the NIC has none), which the gateway
+	// removes on Close, but a killed process leaves behind.
+	PacketHostFilterClsact = afpacket.HostFilterClsact
+)
 
 // PacketGSO says what an AF_PACKET port leaves to the NIC: whole
 // super-packets, checksums, or nothing.
@@ -196,9 +221,10 @@ func (k PortKind) String() string {
 }
 
 // DetachPolicy says what the gateway does when its port's program (XDP,
-// or tcx ingress for AF_PACKET) is detached from outside (bpftool link
-// detach): without it, traffic from the NIC no longer reaches the
-// gateway, or (AF_PACKET) reaches the host's stack too.
+// or the ingress program for AF_PACKET, through tcx or cls_bpf) is
+// detached from outside (bpftool link detach, tc filter del): without
+// it, traffic from the NIC no longer reaches the gateway, or (AF_PACKET)
+// reaches the host's stack too.
 type DetachPolicy int
 
 // The detach policies.
@@ -304,14 +330,17 @@ type SocketStats struct {
 
 // NICStats is the NIC as the gateway last saw it.
 type NICStats struct {
-	Up         bool   // up, with a carrier
-	MTU        int    // its MTU, which the forwarders hold segments to
-	MTUChanges uint64 // times its MTU changed
-	TUNMTU     int    // the TUN device's MTU, kept within the NIC's (0 with a Host)
-	Downs      uint64 // times it went down
-	Attached   bool   // the port's program (XDP, or tcx for AF_PACKET) is attached
-	Detaches   uint64 // times it was found detached from outside
-	Reattaches uint64 // times it was attached again
+	Up         bool             // up, with a carrier
+	MTU        int              // its MTU
+	MTUChanges uint64           // times its MTU changed
+	SendMTU    int              // the MTU the forwarders hold segments to: the NIC's, or the port's limit if lower (see the package doc)
+	TUNMTU     int              // the TUN device's MTU, kept within SendMTU (0 with a Host)
+	MAC        net.HardwareAddr // its MAC address, the frames' source
+	MACChanges uint64           // times its MAC address changed
+	Downs      uint64           // times it went down
+	Attached   bool             // the port's program (XDP, or tcx or cls_bpf for AF_PACKET) is attached
+	Detaches   uint64           // times it was found detached from outside
+	Reattaches uint64           // times it was attached again
 }
 
 // UMEMFrameSize is the size of an AF_XDP socket's UMEM frame: each is

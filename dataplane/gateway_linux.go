@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"sync"
 
@@ -27,8 +28,9 @@ type Gateway struct {
 	ingress *nic // GatewayConfig.Ingress's port
 	raw     *rawWriter
 	nic     *nic
-	out     path // toward the NIC
-	back    path // toward the ingress device
+	out     path              // toward the NIC
+	back    path              // toward the ingress device
+	fanIns  []*pipeline.FanIn // the ingress mode's receive queues read by one forwarder
 	rets    []*pipeline.ReturnPath
 	budgets []*txqueue.Budget
 	queues  []*txqueue.Queue[pipeline.Frame]
@@ -173,7 +175,7 @@ func (g *Gateway) open(cfg GatewayConfig) error {
 	}
 	g.nic = n
 	g.mtu = mtuFollower{g: g, log: log}
-	if g.mon, err = newMonitor(n, cfg, log, g.linkUp, g.mtu.follow); err != nil {
+	if g.mon, err = newMonitor(n, cfg, log, g.linkUp, g.mtu.follow, g.followMAC); err != nil {
 		return err
 	}
 	if cfg.Ingress.Device != "" {
@@ -224,6 +226,22 @@ func (g *Gateway) linkUp(up bool) {
 	for _, s := range g.out.sinks {
 		s.SetLinkUp(up)
 	}
+}
+
+// followMAC makes the NIC's sinks send from mac, the NIC's new MAC
+// address, and has an AF_XDP port's XDP program, which takes only frames
+// sent to the address it was loaded with, loaded for it and swapped in.
+// (The AF_PACKET port's tcx program takes the frames the kernel marks
+// PACKET_HOST, which it tells from the device's address of the moment:
+// it follows by itself.)
+func (g *Gateway) followMAC(mac net.HardwareAddr) error {
+	for _, s := range g.out.sinks {
+		s.SetMAC(mac)
+	}
+	if x := g.XDP(); x != nil {
+		return x.FollowMAC(mac)
+	}
+	return nil
 }
 
 // routerAddr returns the first of cfg.RouterAddrs of the IP version.
@@ -368,6 +386,9 @@ func (g *Gateway) Close() error {
 			errs = append(errs, n.port.Close())
 		}
 	}
+	for _, f := range g.fanIns {
+		f.Close()
+	}
 	if g.raw != nil {
 		g.raw.close()
 	}
@@ -429,6 +450,7 @@ func (g *Gateway) Stats() GatewayStats {
 	if g.mon != nil {
 		s.NIC = g.mon.stats()
 		s.NIC.TUNMTU = int(g.mtu.tun.Load())
+		s.NIC.SendMTU = int(g.mtu.send.Load())
 	}
 	return s
 }

@@ -33,9 +33,9 @@ import (
 // application in netns A, a server in netns B. A routes the server's
 // prefixes into the TUN device; the gateway sends them out of gw-a
 // through its NIC port, AF_XDP or AF_PACKET. B routes the application's
-// prefixes back to gw-a, where the port's program (XDP, or tcx ingress
-// and a socket filter for AF_PACKET) hands them to the gateway, which
-// writes them into the TUN device.
+// prefixes back to gw-a, where the port's program (XDP, or an ingress
+// program, tcx or cls_bpf, and a socket filter for AF_PACKET) hands them
+// to the gateway, which writes them into the TUN device.
 const labTUN = "gsotun0"
 
 // labPort is a NIC port the integration tests run over.
@@ -43,18 +43,23 @@ type labPort struct {
 	name string // the subtest's name: -run 'TestGatewayTCP/packet'
 	kind PortKind
 	gso  afpacket.GSOMode // AF_PACKET: what the sink leaves to the NIC
+	// filter is how an AF_PACKET port attaches its ingress program.
+	filter afpacket.HostFilter
 }
 
 // config sets the port of cfg.
 func (p labPort) config(cfg GatewayConfig) GatewayConfig {
-	cfg.Port, cfg.Packet.GSO = p.kind, p.gso
+	cfg.Port, cfg.Packet.GSO, cfg.Packet.HostFilter = p.kind, p.gso, p.filter
 	return cfg
 }
 
 var (
 	portXDP    = labPort{name: "xdp", kind: PortXDP}
-	portPacket = labPort{name: "packet", kind: PortPacket} // GSOModeAuto
+	portPacket = labPort{name: "packet", kind: PortPacket} // GSOModeAuto, tcx on this kernel
 	labPorts   = []labPort{portXDP, portPacket}
+	// portClsact is AF_PACKET with its ingress program on a clsact qdisc,
+	// as on a kernel without tcx.
+	portClsact = labPort{name: "packet-clsact", kind: PortPacket, filter: afpacket.HostFilterClsact}
 )
 
 // forPorts runs fn as a subtest per port, named after it (skipping them
@@ -83,9 +88,16 @@ type gwLab struct {
 // newGwLab builds the topology and starts a gateway configured by cfg
 // (its names and routes are filled in). cfg.Port picks the NIC port;
 // PortAuto is AF_XDP on the veth, whose driver runs XDP natively.
-func newGwLab(t testing.TB, cfg GatewayConfig) *gwLab {
+func newGwLab(t testing.TB, cfg GatewayConfig) *gwLab { return newGwLabWith(t, cfg, nil) }
+
+// newGwLabWith is newGwLab with prepare, if not nil, run on the topology
+// before the gateway opens.
+func newGwLabWith(t testing.TB, cfg GatewayConfig, prepare func(*netlab.Topology)) *gwLab {
 	t.Helper()
 	lab := &gwLab{Topology: netlab.NewTopologyT(t, "gw")}
+	if prepare != nil {
+		prepare(lab.Topology)
+	}
 	cfg.TUN.Name, cfg.NIC, cfg.Routes = labTUN, netlab.NICA, netlab.AppRoutes
 	lab.A.Do(t, func() {
 		g, err := OpenGateway(cfg)
@@ -199,7 +211,9 @@ func lost(d pipeline.Drops) uint64 { return d.Total() - d[pipeline.DropNotRouted
 // with GRO and without; GRO does not depend on the TX mode, so the
 // AF_PACKET modes other than offload run with it only, and one run has
 // GRO on gw-a too, where the kernel merges before the port and the
-// return path passes its super-packets on unchanged.
+// return path passes its super-packets on unchanged. The AF_PACKET port
+// attaches its ingress program through tcx, and in one run as a cls_bpf
+// filter on a clsact qdisc, which the gateway leaves nothing of.
 func TestGatewayTCP(t *testing.T) {
 	netlab.RequireRoot(t)
 	packet := func(mode afpacket.GSOMode) labPort {
@@ -217,6 +231,7 @@ func TestGatewayTCP(t *testing.T) {
 		{packet(afpacket.GSOModeOffload), "nic-gro", 32 << 20},
 		{packet(afpacket.GSOModePartial), "gro=true", 32 << 20},
 		{packet(afpacket.GSOModeFull), "gro=true", 32 << 20},
+		{portClsact, "gro=true", 32 << 20},
 	} {
 		t.Run(c.port.name+"/"+c.gro, func(t *testing.T) { gatewayTCP(t, c.port, c.gro, c.sizeV4) })
 	}
@@ -265,6 +280,63 @@ func gatewayTCP(t *testing.T, port labPort, gro string, size int64) {
 		checkGRO(t, st.Return, gro == "gro=true")
 	}
 	t.Logf("segments per read %v, TX latency %v (mean %v)", st.Forward.SegmentsPerRead, st.Forward.TxLatency, st.Forward.TxLatencySum/time.Duration(max(st.Forward.Completed, 1)))
+	if port.kind == PortPacket {
+		checkHostFilter(t, lab, port.filter)
+	}
+}
+
+// checkHostFilter checks that the gateway's AF_PACKET port attached its
+// ingress program as asked (for auto: tcx, clsact without tcx), and that
+// stopping the gateway leaves nothing on gw-a: no tcx program, no
+// filter, no clsact qdisc.
+func checkHostFilter(t *testing.T, lab *gwLab, want afpacket.HostFilter) {
+	t.Helper()
+	if want == afpacket.HostFilterAuto {
+		want = afpacket.HostFilterTCX
+		if netlab.Lacks(t, netlab.TCX) != nil {
+			want = afpacket.HostFilterClsact
+		}
+	}
+	if got, why := lab.g.Packet().HostFilter(); got != want {
+		t.Errorf("host filter %v (%s), want %v", got, why, want)
+	}
+	if err := lab.stop(); err != nil {
+		t.Fatalf("the gateway failed: %v", err)
+	}
+	if left := ingressLeft(t, lab.A); left != "" {
+		t.Errorf("left on %s after the gateway stopped: %s", netlab.NICA, left)
+	}
+}
+
+// ingressLeft describes what is on the ingress of gw-a in ns: tcx
+// programs, a clsact or ingress qdisc, filters; "" when nothing.
+func ingressLeft(t *testing.T, ns *netlab.NS) string {
+	t.Helper()
+	lnk := ns.LinkT(t, netlab.NICA)
+	var left []string
+	ns.Do(t, func() {
+		if netlab.Lacks(t, netlab.TCX) != nil { // no tcx, no tcx programs
+			return
+		}
+		r, err := link.QueryPrograms(link.QueryOptions{Target: lnk.Attrs().Index, Attach: ebpf.AttachTCXIngress})
+		netlab.Must(t, err)
+		for _, p := range r.Programs {
+			left = append(left, fmt.Sprintf("tcx program %d", p.ID))
+		}
+	})
+	qs, err := ns.Netlink().QdiscList(lnk)
+	netlab.Must(t, err)
+	for _, q := range qs {
+		if q.Attrs().Parent == netlink.HANDLE_INGRESS {
+			left = append(left, q.Type()+" qdisc")
+		}
+	}
+	fs, err := ns.Netlink().FilterList(lnk, netlink.HANDLE_MIN_INGRESS)
+	netlab.Must(t, err)
+	for _, f := range fs {
+		left = append(left, fmt.Sprintf("%s filter %+v", f.Type(), *f.Attrs()))
+	}
+	return strings.Join(left, ", ")
 }
 
 // checkPort checks that the port's counters are the port's, and for
@@ -634,7 +706,7 @@ func gatewayShutdown(t *testing.T, port labPort) []string {
 			t.Errorf("running with AF_XDP: %+v, this process holds %v", running, open)
 		}
 	case PortPacket:
-		if running.tcx != 1 || running.packetSockets == 0 || open["AF_PACKET"] == 0 {
+		if running.ingress != 1 || running.packetSockets == 0 || open["AF_PACKET"] == 0 {
 			t.Errorf("running with AF_PACKET: %+v, this process holds %v", running, open)
 		}
 	}
@@ -665,7 +737,7 @@ func gatewayShutdown(t *testing.T, port labPort) []string {
 // nicView is what the kernel shows of a port on gw-a and in A.
 type nicView struct {
 	xdp                       bool // an XDP program is attached to gw-a
-	tcx                       int  // programs on gw-a's tcx ingress (none without tcx)
+	ingress                   int  // programs on gw-a's ingress: tcx programs, cls_bpf filters
 	xskSockets, packetSockets int  // AF_XDP and AF_PACKET sockets open in A (/proc/net/protocols)
 }
 
@@ -675,13 +747,20 @@ func nicState(t *testing.T, lab *gwLab) nicView {
 	var v nicView
 	l := lab.A.LinkT(t, netlab.NICA)
 	v.xdp = l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached
+	fs, err := lab.A.Netlink().FilterList(l, netlink.HANDLE_MIN_INGRESS)
+	netlab.Must(t, err)
+	for _, f := range fs {
+		if _, ok := f.(*netlink.BpfFilter); ok {
+			v.ingress++
+		}
+	}
 	lab.A.Do(t, func() {
 		if netlab.Lacks(t, netlab.TCX) == nil { // a kernel without tcx has none
 			r, err := link.QueryPrograms(link.QueryOptions{Target: l.Attrs().Index, Attach: ebpf.AttachTCXIngress})
 			if err != nil {
 				t.Fatalf("tcx ingress programs of %s: %v", netlab.NICA, err)
 			}
-			v.tcx = len(r.Programs)
+			v.ingress += len(r.Programs)
 		}
 		// The socket counts of the namespace of this (locked) thread.
 		b, err := os.ReadFile("/proc/thread-self/net/protocols")

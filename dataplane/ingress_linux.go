@@ -13,9 +13,9 @@ import (
 )
 
 // openIngress opens the ingress device's port and wires both directions
-// through forwarders that read packets from a wire (pipeline.WireSource):
-// ingress queue i to NIC queue i, and NIC queue i back to ingress queue
-// i, each packet cut to its egress MTU. One MSS table serves both
+// through forwarders that read packets from a wire (pipeline.WireSource),
+// every queue of each port to a queue of the other (wireLanes), each
+// packet cut to its egress MTU. One MSS table serves both
 // directions: each side's SYNs bound the other's segments. The ICMP
 // errors go through the host's stack, which routes them to their
 // destination on either side.
@@ -45,13 +45,34 @@ func (g *Gateway) openIngress(cfg GatewayConfig, log *slog.Logger) error {
 	mss := pipeline.NewMSSTable(pipeline.MSSConfig{})
 	// Each direction drops what claims a source on the side it goes to
 	// (strict reverse-path filtering).
-	for i := range min(len(in.lanes), len(g.nic.lanes)) {
-		out := pipeline.WireConfig{Receiver: in.lanes[i].recv, MTU: nicMTU, IngressMTU: inMTU, Inside: cfg.Ingress.Routes}
-		if err := g.out.addWire(g, cfg, out, mss, g.nic.lanes[i]); err != nil {
-			return err
+	out := pipeline.WireConfig{MTU: nicMTU, IngressMTU: inMTU, Inside: cfg.Ingress.Routes}
+	if err := g.wireLanes(cfg, &g.out, out, mss, in, g.nic); err != nil {
+		return err
+	}
+	back := pipeline.WireConfig{MTU: inMTU, IngressMTU: nicMTU, Inside: cfg.Routes}
+	return g.wireLanes(cfg, &g.back, back, mss, g.nic, in)
+}
+
+// wireLanes runs forwarders on p from every queue of from to the queues
+// of to: as many forwarders as the smaller port has queues, forwarder j
+// reading queues j, j+k, j+2k... of from (k forwarders; through a
+// pipeline.FanIn where that is more than one) and sending on queue j of
+// to. Every received packet has a way out, and each TX queue one
+// producer.
+func (g *Gateway) wireLanes(cfg GatewayConfig, p *path, wc pipeline.WireConfig, mss *pipeline.MSSTable, from, to *nic) error {
+	k := min(len(from.lanes), len(to.lanes))
+	for j := range k {
+		var rs []pipeline.Receiver
+		for i := j; i < len(from.lanes); i += k {
+			rs = append(rs, from.lanes[i].recv)
 		}
-		back := pipeline.WireConfig{Receiver: g.nic.lanes[i].recv, MTU: inMTU, IngressMTU: nicMTU, Inside: cfg.Routes}
-		if err := g.back.addWire(g, cfg, back, mss, in.lanes[i]); err != nil {
+		wc.Receiver = rs[0]
+		if len(rs) > 1 {
+			f := pipeline.NewFanIn(rs)
+			g.fanIns = append(g.fanIns, f)
+			wc.Receiver = f
+		}
+		if err := p.addWire(g, cfg, wc, mss, to.lanes[j]); err != nil {
 			return err
 		}
 	}

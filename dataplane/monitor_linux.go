@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,17 +19,18 @@ import (
 // netlink notification.
 const attachCheckEvery = time.Second
 
-// monitor follows the NIC: its link state, MTU and existence from the
-// kernel's link notifications, and whether the port's program is
-// attached. Link flaps are ordinary: the sinks hold frames while the
-// link is down (the budget holds the senders back) and the monitor logs
-// each change; link changes are passed on to onLink, MTU changes to
-// onMTU.
+// monitor follows the NIC: its link state, MTU, MAC address and
+// existence from the kernel's link notifications, and whether the port's
+// program is attached. Link flaps are ordinary: the sinks hold frames
+// while the link is down (the budget holds the senders back) and the
+// monitor logs each change; link changes are passed on to onLink, MTU
+// changes to onMTU, MAC address changes to onMAC.
 type monitor struct {
 	nic     *nic
 	ifindex int
 	onLink  func(up bool)
 	onMTU   func(mtu int)
+	onMAC   func(mac net.HardwareAddr) error
 	policy  DetachPolicy
 	log     *slog.Logger
 	updates chan netlink.LinkUpdate
@@ -41,14 +43,14 @@ type monitor struct {
 
 // newMonitor subscribes to link updates in the calling thread's network
 // namespace (OpenGateway's).
-func newMonitor(n *nic, cfg GatewayConfig, log *slog.Logger, onLink func(bool), onMTU func(int)) (*monitor, error) {
-	m := &monitor{nic: n, ifindex: n.port.Ifindex(), onLink: onLink, onMTU: onMTU, policy: cfg.OnDetach, log: log,
+func newMonitor(n *nic, cfg GatewayConfig, log *slog.Logger, onLink func(bool), onMTU func(int), onMAC func(net.HardwareAddr) error) (*monitor, error) {
+	m := &monitor{nic: n, ifindex: n.port.Ifindex(), onLink: onLink, onMTU: onMTU, onMAC: onMAC, policy: cfg.OnDetach, log: log,
 		updates: make(chan netlink.LinkUpdate, 16), done: make(chan struct{})}
 	link, err := netlink.LinkByIndex(m.ifindex)
 	if err != nil {
 		return nil, fmt.Errorf("dataplane: NIC: %w", err)
 	}
-	m.st = NICStats{Up: linkUp(link), MTU: link.Attrs().MTU, Attached: true}
+	m.st = NICStats{Up: linkUp(link), MTU: link.Attrs().MTU, MAC: link.Attrs().HardwareAddr, Attached: true}
 	err = netlink.LinkSubscribeWithOptions(m.updates, m.done, netlink.LinkSubscribeOptions{
 		ErrorCallback: func(err error) {
 			select {
@@ -105,7 +107,8 @@ func (m *monitor) update(u netlink.LinkUpdate) error {
 		m.log.Error("the NIC is gone", "ifindex", m.ifindex)
 		return fmt.Errorf("dataplane: the NIC (ifindex %d) was deleted", m.ifindex)
 	}
-	up, mtu := linkUp(u.Link), u.Link.Attrs().MTU
+	up, mtu, mac := linkUp(u.Link), u.Link.Attrs().MTU, u.Link.Attrs().HardwareAddr
+	newMAC := len(mac) == 6 && !bytes.Equal(mac, m.st.MAC) // only the monitor writes st
 	m.mu.Lock()
 	was := m.st
 	m.st.Up, m.st.MTU = up, mtu
@@ -114,6 +117,10 @@ func (m *monitor) update(u netlink.LinkUpdate) error {
 	}
 	if mtu != was.MTU {
 		m.st.MTUChanges++
+	}
+	if newMAC {
+		m.st.MAC = mac
+		m.st.MACChanges++
 	}
 	m.mu.Unlock()
 	if up != was.Up {
@@ -128,6 +135,26 @@ func (m *monitor) update(u netlink.LinkUpdate) error {
 	if mtu != was.MTU {
 		m.log.Info("the NIC's MTU changed", "nic", u.Link.Attrs().Name, "from", was.MTU, "to", mtu)
 		m.onMTU(mtu)
+	}
+	if newMAC {
+		return m.followMAC(u.Link.Attrs().Name, was.MAC, mac)
+	}
+	return nil
+}
+
+// followMAC passes a change of the NIC's MAC address on (Gateway's
+// followMAC): the sinks send from the new address, and an XDP program,
+// which takes only frames sent to the address it was loaded with, is
+// loaded for the new one and swapped in. If that fails the gateway
+// cannot go on: its program no longer takes the NIC's frames.
+func (m *monitor) followMAC(name string, from, to net.HardwareAddr) error {
+	m.log.Info("the NIC's MAC address changed", "nic", name, "from", from.String(), "to", to.String())
+	if err := m.onMAC(to); err != nil {
+		m.mu.Lock()
+		m.st.Attached = false
+		m.mu.Unlock()
+		m.log.Error("cannot follow the NIC's MAC address", "err", err)
+		return fmt.Errorf("dataplane: follow the NIC's MAC address %v: %w", to, err)
 	}
 	return nil
 }

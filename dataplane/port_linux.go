@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 
 	"github.com/gsoplane/gsoplane/dataplane/afpacket"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/dataplane/xsk"
+	"github.com/gsoplane/gsoplane/internal/ethernet"
 	"github.com/gsoplane/gsoplane/segment"
 	"github.com/gsoplane/gsoplane/txqueue"
 )
@@ -28,6 +30,7 @@ type nicSink interface {
 	pipeline.Sink
 	SetReplier(r pipeline.Replier)
 	SetLinkUp(up bool)
+	SetMAC(mac net.HardwareAddr)
 	Drops() pipeline.Drops
 	Close()
 }
@@ -39,6 +42,10 @@ type nic struct {
 	program  string   // the kernel program that steers packets, for logs
 	detached error    // the port's ErrDetached
 	lanes    []lane
+	// maxPacket is the longest IP packet the port sends in one frame: a
+	// UMEM frame less the Ethernet header (AF_XDP), a small frame less
+	// the headroom (AF_PACKET, sized from the MTU at open).
+	maxPacket int
 }
 
 // lane is one queue of the NIC port.
@@ -59,7 +66,7 @@ func openNIC(cfg GatewayConfig, log *slog.Logger) (*nic, error) {
 		if cfg.XDP.BusyPoll != 0 {
 			return nil, fmt.Errorf("dataplane: %w: busy polling (%v) is for AF_XDP sockets, not AF_PACKET", ErrInvalidConfig, cfg.XDP.BusyPoll)
 		}
-		return openPacket(cfg)
+		return openPacket(cfg, log, "asked for")
 	case PortAuto:
 		mode := cfg.XDP.Mode
 		if mode == xsk.ModeAuto {
@@ -73,11 +80,14 @@ func openNIC(cfg GatewayConfig, log *slog.Logger) (*nic, error) {
 		if errors.Is(err, ErrInvalidConfig) || errors.Is(err, ErrNoDevice) || errors.Is(err, xsk.ErrAttached) || errors.Is(err, xsk.ErrNoBusyPoll) {
 			return nil, err
 		}
-		log.Info("NIC port: AF_PACKET, since AF_XDP is not available", "nic", cfg.NIC, "xdp_mode", mode.String(), "why", err.Error())
 		if cfg.XDP.BusyPoll != 0 {
 			log.Warn("busy polling is off: it is for AF_XDP sockets", "nic", cfg.NIC, "busy_poll", cfg.XDP.BusyPoll)
 		}
-		return openPacket(cfg)
+		n, perr := openPacket(cfg, log, fmt.Sprintf("AF_XDP is not available (xdp_mode %v): %v", mode, err))
+		if perr != nil {
+			return nil, fmt.Errorf("%w (AF_XDP failed before it: %v)", perr, err)
+		}
+		return n, nil
 	}
 	return nil, fmt.Errorf("dataplane: %w: port %v", ErrInvalidConfig, cfg.Port)
 }
@@ -93,6 +103,7 @@ func openXDP(cfg GatewayConfig, mode xsk.Mode) (*nic, error) {
 	}
 	n := &nic{port: x, kind: PortXDP, program: "XDP program", detached: xsk.ErrDetached}
 	for _, s := range x.Sockets() {
+		n.maxPacket = s.FrameSize() - ethernet.HeaderLen
 		n.lanes = append(n.lanes, lane{
 			recv: s.Receiver(), frameSize: s.FrameSize(), frames: s.NumFrames() / 2, // every TX frame is free yet
 			newSink: func() (nicSink, error) { return xsk.NewSink(s, x.Ifindex(), cfg.NextHop) },
@@ -101,14 +112,24 @@ func openXDP(cfg GatewayConfig, mode xsk.Mode) (*nic, error) {
 	return n, nil
 }
 
-// openPacket opens an AF_PACKET port.
-func openPacket(cfg GatewayConfig) (*nic, error) {
-	p, err := afpacket.Open(afpacket.Config{Ifname: cfg.NIC, Redirect: cfg.Routes, Frames: packetFrames(cfg.Budget)})
+// openPacket opens an AF_PACKET port and logs it, why it is the port
+// (why) and how its ingress program is attached, and why that way.
+func openPacket(cfg GatewayConfig, log *slog.Logger, why string) (*nic, error) {
+	p, err := afpacket.Open(afpacket.Config{
+		Ifname: cfg.NIC, Redirect: cfg.Routes, Frames: packetFrames(cfg.Budget), HostFilter: cfg.Packet.HostFilter,
+	})
 	if err != nil {
 		return nil, err
 	}
-	n := &nic{port: p, kind: PortPacket, program: "tcx ingress program", detached: afpacket.ErrDetached}
+	filter, filterWhy := p.HostFilter()
+	log.Info("NIC port: AF_PACKET", "nic", cfg.NIC, "why", why, "host_filter", filter.String(), "host_filter_why", filterWhy)
+	program := "tcx ingress program"
+	if filter == afpacket.HostFilterClsact {
+		program = "cls_bpf ingress filter"
+	}
+	n := &nic{port: p, kind: PortPacket, program: program, detached: afpacket.ErrDetached}
 	for _, s := range p.Sockets() {
+		n.maxPacket = s.FrameSize() - afpacket.Headroom
 		n.lanes = append(n.lanes, lane{
 			recv: s.Receiver(), frameSize: s.FrameSize(), frames: s.Frames() + s.LargeFrames(),
 			newSink: func() (nicSink, error) { return afpacket.NewSink(s, p.Ifindex(), cfg.NextHop, cfg.Packet.GSO) },

@@ -89,6 +89,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{[]string{"-nic", "eth0", "-next-hop", "gw"}, nil, []string{`invalid value "gw" for flag -next-hop: want an IPv4 or IPv6 address`}},
 		{[]string{"-nic", "eth0", "-port", "dpdk"}, nil, []string{`invalid value "dpdk" for flag -port: want xdp, packet or auto`}},
 		{[]string{"-nic", "eth0", "-packet-gso", "tso"}, nil, []string{`invalid value "tso" for flag -packet-gso: want auto, offload, partial or full`}},
+		{[]string{"-nic", "eth0", "-packet-filter", "ingress"}, nil, []string{`invalid value "ingress" for flag -packet-filter: want auto, tcx or clsact`}},
 		{[]string{"-nic", "eth0", "-queues", "many"}, nil, []string{`invalid value "many" for flag -queues: parse error: want a whole number`}},
 		{[]string{"-nic", "eth0", "-v=maybe"}, nil, []string{`for -v: parse error: want true or false`}},
 		{[]string{"-nic", "eth0"}, map[string]string{"UDPFWD_DRAIN_TIMEOUT": "5"}, []string{`UDPFWD_DRAIN_TIMEOUT="5" (for -drain-timeout): parse error: want a duration such as 500ms`}},

@@ -49,6 +49,7 @@ func gatewayConfig(cfg *config) dataplane.GatewayConfig {
 	modes := map[string]dataplane.XDPMode{"auto": dataplane.XDPModeAuto, "native": dataplane.XDPModeNative, "generic": dataplane.XDPModeGeneric}
 	ports := map[string]dataplane.PortKind{"auto": dataplane.PortAuto, "xdp": dataplane.PortXDP, "packet": dataplane.PortPacket}
 	gso := map[string]dataplane.PacketGSO{"auto": dataplane.PacketGSOAuto, "offload": dataplane.PacketGSOOffload, "partial": dataplane.PacketGSOPartial, "full": dataplane.PacketGSOFull}
+	filters := map[string]dataplane.PacketHostFilter{"auto": dataplane.PacketHostFilterAuto, "tcx": dataplane.PacketHostFilterTCX, "clsact": dataplane.PacketHostFilterClsact}
 	return dataplane.GatewayConfig{
 		TUN:                 dataplane.TUNOptions{Name: cfg.TUN, Queues: cfg.Queues, MTU: cfg.MTU, DisableOffload: !cfg.GSO},
 		NIC:                 cfg.NIC,
@@ -57,7 +58,7 @@ func gatewayConfig(cfg *config) dataplane.GatewayConfig {
 		NextHop:             cfg.NextHop.addr,
 		Port:                ports[cfg.Port.value],
 		XDP:                 dataplane.XDPOptions{Mode: modes[cfg.XDPMode.value], ZeroCopy: cfg.ZeroCopy, BusyPoll: cfg.BusyPoll},
-		Packet:              dataplane.PacketOptions{GSO: gso[cfg.PacketGSO.value]},
+		Packet:              dataplane.PacketOptions{GSO: gso[cfg.PacketGSO.value], HostFilter: filters[cfg.PacketFilter.value]},
 		RouterAddrs:         routerAddrs(cfg.Addrs),
 		DisableBackpressure: !cfg.Backpressure,
 		Budget:              int(cfg.Budget.bytes),
@@ -92,12 +93,18 @@ func routerAddrs(addrs prefixList) []netip.Addr {
 }
 
 // portMode describes how the port runs: the XDP program's mode and
-// zero-copy, or the AF_PACKET sink's GSO mode.
+// zero-copy, or the AF_PACKET sink's GSO mode and how its ingress
+// program is attached.
 func (g *gateway) portMode(cfg *config) string {
 	if x := g.XDP(); x != nil {
 		return fmt.Sprintf("xdp %v, zero-copy %v, busy-poll %v", x.Mode(), cfg.ZeroCopy, cfg.BusyPoll)
 	}
-	return "gso " + cfg.PacketGSO.value
+	mode := "gso " + cfg.PacketGSO.value
+	if p := g.Packet(); p != nil {
+		filter, _ := p.HostFilter()
+		mode += ", host filter " + filter.String()
+	}
+	return mode
 }
 
 // sendTime is the part of -drain-timeout the forwarders spend sending

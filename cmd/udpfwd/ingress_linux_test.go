@@ -163,3 +163,42 @@ func jumboDatagram(t *testing.T, tp *netlab.Topology) {
 	}
 	t.Fatal("the jumbo datagram did not arrive")
 }
+
+// TestIngressTTL: a datagram from the container with TTL 1 (IPv4) and
+// hop limit 1 (IPv6) is not forwarded but counted as ttl_exceeded and
+// answered with ICMP time exceeded.
+func TestIngressTTL(t *testing.T) {
+	tp := startIngress(t, 1500)
+	for _, srv := range []string{srv4, srv6} {
+		c, err := dial(tp.C, "udp", net.JoinHostPort(srv, "9"))
+		netlab.Must(t, err)
+		raw, err := c.(*net.UDPConn).SyscallConn()
+		netlab.Must(t, err)
+		level, opt := unix.IPPROTO_IP, unix.IP_TTL
+		if netip.MustParseAddr(srv).Is6() {
+			level, opt = unix.IPPROTO_IPV6, unix.IPV6_UNICAST_HOPS
+		}
+		var serr error
+		raw.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), level, opt, 1) })
+		netlab.Must(t, serr)
+		if _, err := c.Write([]byte("ttl 1")); err != nil {
+			t.Fatalf("send to %s: %v", srv, err)
+		}
+		c.Close()
+	}
+	// The datagrams reach the gateway once C has resolved its address.
+	var m map[string]float64
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var err error
+		if m, err = scrape(tp.A, "127.0.0.1:9464"); err != nil {
+			t.Fatal(err)
+		}
+		if m[`udpfwd_wire_packets_total{event="ttl_exceeded"}`] >= 2 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if m[`udpfwd_wire_packets_total{event="ttl_exceeded"}`] != 2 || m[`udpfwd_icmp_errors_total{outcome="sent"}`] < 2 {
+		t.Errorf("%v packets with their TTL run out, %v ICMP errors sent; want 2 and 2",
+			m[`udpfwd_wire_packets_total{event="ttl_exceeded"}`], m[`udpfwd_icmp_errors_total{outcome="sent"}`])
+	}
+}

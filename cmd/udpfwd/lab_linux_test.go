@@ -17,6 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+
 	"github.com/gsoplane/gsoplane/internal/netlab"
 )
 
@@ -131,13 +135,37 @@ func waitReady(t *testing.T, p *proc, ns *netlab.NS) {
 	}
 }
 
-// leftovers describes an XDP program on the NIC or a TUN device left in
-// namespace ns, or returns "".
+// leftovers describes what udpfwd left in namespace ns (an XDP or tcx
+// program, a clsact or ingress qdisc or a tc ingress filter on the NIC, a
+// TUN device), or returns "".
 func leftovers(t *testing.T, ns *netlab.NS) string {
 	t.Helper()
 	var left []string
-	if l := ns.LinkT(t, labNIC); l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached {
-		left = append(left, fmt.Sprintf("XDP program %d on %s", l.Attrs().Xdp.ProgId, labNIC))
+	nic := ns.LinkT(t, labNIC)
+	if x := nic.Attrs().Xdp; x != nil && x.Attached {
+		left = append(left, fmt.Sprintf("XDP program %d on %s", x.ProgId, labNIC))
+	}
+	ns.Do(t, func() {
+		if netlab.Lacks(t, netlab.TCX) != nil { // no tcx, no tcx programs
+			return
+		}
+		r, err := link.QueryPrograms(link.QueryOptions{Target: nic.Attrs().Index, Attach: ebpf.AttachTCXIngress})
+		netlab.Must(t, err)
+		for _, p := range r.Programs {
+			left = append(left, fmt.Sprintf("tcx program %d on %s", p.ID, labNIC))
+		}
+	})
+	qdiscs, err := ns.Netlink().QdiscList(nic)
+	netlab.Must(t, err)
+	for _, q := range qdiscs {
+		if q.Attrs().Parent == netlink.HANDLE_INGRESS {
+			left = append(left, fmt.Sprintf("%s qdisc on %s", q.Type(), labNIC))
+		}
+	}
+	filters, err := ns.Netlink().FilterList(nic, netlink.HANDLE_MIN_INGRESS)
+	netlab.Must(t, err)
+	for _, f := range filters {
+		left = append(left, fmt.Sprintf("%s filter %+v on %s", f.Type(), *f.Attrs(), labNIC))
 	}
 	if _, err := ns.Link(labTUN); err == nil {
 		left = append(left, "TUN device "+labTUN)

@@ -30,8 +30,10 @@ var (
 	descNICMTU       = desc("nic_mtu_bytes", "The NIC's MTU.")
 	descNICDowns     = desc("nic_down_total", "Times the NIC went down.")
 	descNICMTUChange = desc("nic_mtu_changes_total", "Times the NIC's MTU changed (the TUN's MTU follows it).")
-	descTUNMTU       = desc("tun_mtu_bytes", "The TUN device's MTU, kept within the NIC's.")
-	descAttached     = desc("program_attached", "1 while the port's program (XDP, or tcx ingress for AF_PACKET) is attached to the NIC.")
+	descTUNMTU       = desc("tun_mtu_bytes", "The TUN device's MTU, kept within the MTU the gateway sends.")
+	descSendMTU      = desc("send_mtu_bytes", "The MTU the gateway sends on the NIC: the NIC's, or the port's limit if lower (AF_XDP: one 4096-byte UMEM frame less the Ethernet header).")
+	descNICMACChange = desc("nic_mac_changes_total", "Times the NIC's MAC address changed (the frames' source and the XDP program follow it).")
+	descAttached     = desc("program_attached", "1 while the port's program (XDP, or the ingress program, tcx or cls_bpf, for AF_PACKET) is attached to the NIC.")
 	descDetached     = desc("program_detached_total", "Times the port's program was found detached from outside.")
 	descReattached   = desc("program_reattached_total", "Times it was attached again (-xdp-detached reattach).")
 	descICMP         = desc("icmp_errors_total", "ICMP errors for packets the gateway could not forward (host unreachable, fragmentation needed, packet too big), by outcome: sent into the TUN, rate_limited, silent (a router does not answer that packet, or no router address of its IP version) or failed.", "outcome")
@@ -40,7 +42,7 @@ var (
 	descTxErrors     = desc("tx_errors_total", "Transmit calls that failed.", "port")
 	descDrops        = desc("drops_total", "Packets dropped, by direction and reason (invalid, oversize, no_frames: super-packets; others: segments or packets).", "direction", "reason")
 	descXSKEvents    = desc("xsk_events_total", "AF_XDP socket events from the kernel (XDP_STATISTICS) and kick failures, and frames the XDP program passed to the kernel instead of the socket, by device (nic or ingress) and RX queue.", "device", "queue", "event")
-	descWire         = desc("wire_packets_total", "With -ingress, packets from a wire (both directions) by what was done: received, cut (larger than the egress MTU), clamped (SYN MSS lowered), too_big (refused, answered with ICMP), bad_checksum, invalid, spoofed (a source on the other side).", "event")
+	descWire         = desc("wire_packets_total", "With -ingress, packets from a wire (both directions) by what was done: received, cut (larger than the egress MTU), clamped (SYN MSS lowered), too_big (refused, answered with ICMP), bad_checksum, invalid, spoofed (a source on the other side), ttl_exceeded (arrived with TTL or hop limit 1 or less: dropped, answered with ICMP time exceeded).", "event")
 	descPacketEvents = desc("packet_events_total", "AF_PACKET socket events: frames dropped or refused, the kernel's receive drops and sends retried, by device (nic or ingress) and socket.", "device", "queue", "event")
 	descBudgetUsed   = desc("budget_in_use_bytes", "Truesize bytes charged to the send budget and not yet completed (first TUN queue).")
 	descBudgetLimit  = desc("budget_limit_bytes", "Current send budget limit (first TUN queue).")
@@ -70,7 +72,7 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 		descDrops, descXSKEvents, descBudgetUsed, descBudgetLimit, descBudgetPeak, descQueueDepth,
 		descQueueBytes, descQueuePeak, descQueuePeakB, descStalls, descStallTime, descSegsPerSP, descTxLatency,
 		descGROPass, descGRORefused, descNICUp, descNICMTU, descNICDowns, descAttached, descDetached, descReattached,
-		descNICMTUChange, descTUNMTU, descICMP, descPacketEvents, descWire,
+		descNICMTUChange, descTUNMTU, descSendMTU, descNICMACChange, descICMP, descPacketEvents, descWire,
 	} {
 		ch <- d
 	}
@@ -152,6 +154,7 @@ func (e emitter) ingress(s dataplane.GatewayStats) {
 	}{
 		{"received", w.Packets}, {"cut", w.Cut}, {"clamped", w.Clamped},
 		{"too_big", w.TooBig}, {"bad_checksum", w.BadChecksum}, {"invalid", w.Invalid}, {"spoofed", w.Spoofed},
+		{"ttl_exceeded", w.TTLExceeded},
 	} {
 		e.counter(descWire, v.n, v.event)
 	}
@@ -244,6 +247,8 @@ func (e emitter) nic(n dataplane.NICStats) {
 	e.counter(descNICDowns, n.Downs)
 	e.counter(descNICMTUChange, n.MTUChanges)
 	e.gauge(descTUNMTU, int64(n.TUNMTU))
+	e.gauge(descSendMTU, int64(n.SendMTU))
+	e.counter(descNICMACChange, n.MACChanges)
 	e.gauge(descAttached, b2i(n.Attached))
 	e.counter(descDetached, n.Detaches)
 	e.counter(descReattached, n.Reattaches)

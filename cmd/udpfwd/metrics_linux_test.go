@@ -26,7 +26,7 @@ func TestCollector(t *testing.T) {
 	s.Budget.Limit, s.Budget.InFlight, s.Budget.Stalls, s.Budget.StallTime = 1<<20, 4352, 4, 2*time.Second
 	s.Queue.Pending, s.Queue.PeakHeld = 3, 40
 	s.Port.Sockets = []dataplane.SocketStats{{RX: 5}, {RX: 6, RXRingFull: 2, OtherHost: 7}}
-	s.NIC = dataplane.NICStats{Up: true, MTU: 1400, MTUChanges: 1, TUNMTU: 1400, Downs: 2, Attached: true, Detaches: 1, Reattaches: 1}
+	s.NIC = dataplane.NICStats{Up: true, MTU: 1400, MTUChanges: 1, TUNMTU: 1400, SendMTU: 1400, MACChanges: 3, Downs: 2, Attached: true, Detaches: 1, Reattaches: 1}
 	s.Replies = pipeline.ReplyStats{Sent: 4, Limited: 2, Silent: 1}
 
 	rec := httptest.NewRecorder()
@@ -47,6 +47,8 @@ func TestCollector(t *testing.T) {
 		`udpfwd_nic_mtu_bytes`:                                                    1400,
 		`udpfwd_nic_mtu_changes_total`:                                            1,
 		`udpfwd_tun_mtu_bytes`:                                                    1400,
+		`udpfwd_nic_mac_changes_total`:                                            3,
+		`udpfwd_send_mtu_bytes`:                                                   1400,
 		`udpfwd_program_attached`:                                                 1,
 		`udpfwd_icmp_errors_total{outcome="sent"}`:                                4,
 		`udpfwd_icmp_errors_total{outcome="rate_limited"}`:                        2,

@@ -18,8 +18,10 @@ import (
 // TestUnprivilegedDeployment runs udpfwd as docs/udpfwd.md (PRIVILEGES)
 // documents its non-root deployment: a binary with the file capabilities
 // cap_net_admin,cap_net_raw,cap_bpf,cap_ipc_lock+ep, started by an
-// unprivileged user (nobody), on each NIC port: it starts, forwards a
-// SHA-256-checked TCP stream both ways, and stops cleanly.
+// unprivileged user (nobody), on each NIC port, and on AF_PACKET with its
+// ingress filter on a clsact qdisc too: it starts, forwards a
+// SHA-256-checked TCP stream both ways, and stops cleanly, leaving
+// nothing on the NIC.
 func TestUnprivilegedDeployment(t *testing.T) {
 	requireRoot(t)
 	u, err := user.Lookup("nobody")
@@ -29,10 +31,10 @@ func TestUnprivilegedDeployment(t *testing.T) {
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
 	bin := capBinary(t, udpfwdBinary(t))
-	for _, port := range []string{"xdp", "packet"} {
-		t.Run(port, func(t *testing.T) {
+	for _, c := range []struct{ name, port, filter string }{{"xdp", "xdp", "auto"}, {"packet", "packet", "auto"}, {"packet-clsact", "packet", "clsact"}} {
+		t.Run(c.name, func(t *testing.T) {
 			a, b := newLab(t)
-			cmd := exec.Command(bin, append([]string{"-port", port, "-drain-timeout", "2s"}, labArgs...)...)
+			cmd := exec.Command(bin, append([]string{"-port", c.port, "-packet-filter", c.filter, "-drain-timeout", "2s"}, labArgs...)...)
 			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
 			p := startCmd(t, a, cmd, labEnv)
 			waitReady(t, p, a)

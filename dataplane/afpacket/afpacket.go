@@ -45,10 +45,10 @@ var (
 	// ErrBadFrame: the sink was given a frame that is not one of its
 	// allocated frames, or a length that does not fit it.
 	ErrBadFrame = errors.New("not an allocated frame or bad length")
-	// ErrDetached: the tcx ingress program is no longer attached to the
-	// interface (its BPF link was detached from outside, or the
-	// interface went away).
-	ErrDetached = errors.New("tcx ingress program detached from the interface")
+	// ErrDetached: the ingress program is no longer attached to the
+	// interface (its tcx link or its cls_bpf filter was removed from
+	// outside, or the interface went away).
+	ErrDetached = errors.New("ingress program detached from the interface")
 	// ErrNoOffload: GSOModeOffload was asked for on a NIC that segments
 	// no kind of super-packet (tx-tcp-segmentation, tx-tcp6-segmentation
 	// and tx-udp-segmentation all off).
@@ -90,6 +90,51 @@ type Config struct {
 	// kernel doubles it); 0 means DefaultRcvBuf. A GRO super-packet costs
 	// some 64 KiB of it.
 	RcvBuf int
+	// HostFilter says how the ingress program that keeps the redirected
+	// packets from the host's stack is attached; the zero value,
+	// HostFilterAuto, uses tcx where the kernel has it.
+	HostFilter HostFilter
+}
+
+// HostFilter says how the port attaches its ingress program, the one
+// that drops the redirected packets for the host's stack once the
+// sockets have their copy.
+type HostFilter int
+
+// The ways to attach the ingress program.
+const (
+	// HostFilterAuto, the default, attaches through tcx and, on a
+	// kernel without tcx (before Linux 6.6), as a cls_bpf filter on a
+	// clsact qdisc (HostFilterClsact).
+	HostFilterAuto HostFilter = iota
+	// HostFilterTCX attaches through a tcx BPF link ahead of every other
+	// tcx program (Linux 6.6 or later). The kernel detaches it when the
+	// link's last file descriptor closes, so a process that dies leaves
+	// nothing behind.
+	HostFilterTCX
+	// HostFilterClsact attaches as a direct-action cls_bpf filter on the
+	// ingress hook of the interface's clsact qdisc, ahead of the filters
+	// there (Linux 4.5 or later). The port adds the qdisc when the
+	// interface has none and, on Close, removes its own filter and the
+	// qdisc it added if no other filter is on it; it never touches
+	// another qdisc or filter. A filter holds no file descriptor: a
+	// process killed with SIGKILL leaves its filter (named
+	// "gsoplane-afpacket") and the qdisc it added behind, until they are
+	// deleted (tc filter del, tc qdisc del).
+	HostFilterClsact
+)
+
+// String returns "auto", "tcx" or "clsact".
+func (h HostFilter) String() string {
+	switch h {
+	case HostFilterAuto:
+		return "auto"
+	case HostFilterTCX:
+		return "tcx"
+	case HostFilterClsact:
+		return "clsact"
+	}
+	return fmt.Sprintf("HostFilter(%d)", int(h))
 }
 
 // withDefaults fills in defaults that need no system call and checks cfg.
@@ -113,6 +158,8 @@ func (cfg Config) withDefaults() (Config, error) {
 		return bad("frame size %d: want 0 (from the MTU) or %d to %d", cfg.FrameSize, MinFrameSize, LargeFrameSize)
 	case cfg.SndBuf < 0 || cfg.RcvBuf < 0 || cfg.SndBuf > 1<<30 || cfg.RcvBuf > 1<<30:
 		return bad("socket buffers %d/%d: want 0 (default) to 1 GiB", cfg.SndBuf, cfg.RcvBuf)
+	case cfg.HostFilter < HostFilterAuto || cfg.HostFilter > HostFilterClsact:
+		return bad("host filter %v: want auto, tcx or clsact", cfg.HostFilter)
 	}
 	if cfg.LargeFrames < 0 {
 		cfg.LargeFrames = 0

@@ -10,7 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -21,14 +20,14 @@ import (
 
 // ethPAll is htons(ETH_P_ALL): the socket's protocol. A socket bound to
 // ETH_P_ALL is a tap (dev->ptype_all), delivered before tc ingress; one
-// bound to ETH_P_IP would be delivered after it, and the tcx drop would
-// hide the packets from it too.
+// bound to ETH_P_IP would be delivered after it, and the ingress drop
+// would hide the packets from it too.
 const ethPAll = 0x0300
 
 // Port is a set of AF_PACKET sockets on one NIC in one fanout group, with
-// the socket filter that keeps only the redirected packets and the tcx
-// ingress program that keeps the host from handling them too. Create it
-// with Open; Close it when done.
+// the socket filter that keeps only the redirected packets and the
+// ingress program (tcx, or cls_bpf on a clsact qdisc) that keeps the
+// host from handling them too. Create it with Open; Close it when done.
 type Port struct {
 	base   *port.Port[*Socket] // the interface, namespace, sockets and lock
 	cfg    Config
@@ -37,11 +36,12 @@ type Port struct {
 }
 
 // Open opens cfg.Queues AF_PACKET sockets on cfg.Ifname, joins them into
-// one fanout group, attaches the socket filter to each and the tcx
-// ingress drop program to the interface, in the calling thread's network
-// namespace (call it from a goroutine locked to a thread in that
-// namespace, as internal/nsrun's Run does). It needs CAP_NET_RAW for the
-// sockets and CAP_NET_ADMIN and CAP_BPF for the programs (root has them).
+// one fanout group, attaches the socket filter to each and the ingress
+// drop program to the interface (as cfg.HostFilter says), in the calling
+// thread's network namespace (call it from a goroutine locked to a
+// thread in that namespace, as internal/nsrun's Run does). It needs
+// CAP_NET_RAW for the sockets and CAP_NET_ADMIN and CAP_BPF for the
+// programs (root has them).
 func Open(cfg Config) (*Port, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -86,10 +86,10 @@ func truesize(size int) int { return size + 576 }
 // open does Open's work; the caller closes p on error.
 func (p *Port) open() error {
 	var err error
-	if p.filter, err = newFilter(); err != nil {
+	if p.filter, err = newFilter(p.cfg.HostFilter); err != nil {
 		return err
 	}
-	p.base.SetProgram(tcxAttachment{p.filter})
+	p.base.SetProgram(ingressAttachment{p.filter})
 	if err := p.filter.setPrefixes(p.cfg.Redirect); err != nil {
 		return err
 	}
@@ -122,34 +122,47 @@ func (p *Port) SetRedirect(prefixes []netip.Prefix) error { return p.base.SetRed
 // notices that its context ended. Transmitting goes on until Close.
 func (p *Port) StopReceive() { p.base.StopReceive() }
 
-// Close detaches the tcx program (the host's stack handles the redirected
-// prefixes again), closes the sockets (waking their waiters: they return
-// ErrClosed) and releases the programs and maps. It may be called from
-// any goroutine, in any namespace, and more than once.
+// Close detaches the ingress program (the host's stack handles the
+// redirected prefixes again; with HostFilterClsact it deletes its filter
+// and the clsact qdisc it added, unless another filter is on it), closes
+// the sockets (waking their waiters: they return ErrClosed) and releases
+// the programs and maps. It may be called from any goroutine, in any
+// namespace, and more than once.
 func (p *Port) Close() error { return p.base.Close() }
 
-// Attached reports whether the port's tcx ingress program is still
-// attached to its interface. Detaching a BPF link from outside (bpftool
-// link detach) sends no notification, so a caller that cares asks now
-// and then; without the program the host's stack handles the redirected
-// packets too (the sockets still get them).
+// Attached reports whether the port's ingress program is still attached
+// to its interface: its tcx link, or its cls_bpf filter (by its
+// priority, handle, name and program ID). Detaching a BPF link from
+// outside (bpftool link detach) sends no notification, nor does a filter
+// deleted with tc filter del, so a caller that cares asks now and then;
+// without the program the host's stack handles the redirected packets
+// too (the sockets still get them).
 func (p *Port) Attached() (bool, error) { return p.base.Attached() }
 
-// Reattach attaches the tcx ingress program again after it was detached
-// from outside; the sockets stay as they are. It may be called from any
-// goroutine: it attaches from a thread in the port's namespace.
+// Reattach attaches the ingress program again, the way it was attached,
+// after it was detached from outside (adding a clsact qdisc if the
+// interface has none by then); the sockets stay as they are. It may be
+// called from any goroutine: it attaches from a thread in the port's
+// namespace.
 func (p *Port) Reattach() error { return p.base.Reattach() }
 
-// tcxAttachment is the port's filter as internal/port drives it.
-type tcxAttachment struct{ f *filter }
+// HostFilter returns how the ingress program is attached,
+// HostFilterTCX or HostFilterClsact, and why: "asked for", or what
+// HostFilterAuto found.
+func (p *Port) HostFilter() (HostFilter, string) { return p.filter.mode, p.filter.why }
 
-func (a tcxAttachment) SetPrefixes(prefixes []netip.Prefix) error { return a.f.setPrefixes(prefixes) }
-func (a tcxAttachment) Link() link.Link                           { return a.f.tcx }
-func (a tcxAttachment) Detach() error                             { return a.f.detach() }
-func (a tcxAttachment) Close() error                              { return a.f.close() }
+// ingressAttachment is the port's filter as internal/port drives it.
+type ingressAttachment struct{ f *filter }
 
-// Attach attaches the tcx ingress program to lnk.
-func (a tcxAttachment) Attach(lnk netlink.Link) error {
+func (a ingressAttachment) SetPrefixes(prefixes []netip.Prefix) error {
+	return a.f.setPrefixes(prefixes)
+}
+func (a ingressAttachment) Attached(ifindex int) (bool, error) { return a.f.attached(ifindex) }
+func (a ingressAttachment) Detach() error                      { return a.f.detach() }
+func (a ingressAttachment) Close() error                       { return a.f.close() }
+
+// Attach attaches the ingress program to lnk.
+func (a ingressAttachment) Attach(lnk netlink.Link) error {
 	return a.f.attach(lnk.Attrs().Name, lnk.Attrs().Index)
 }
 

@@ -4,6 +4,7 @@ package afpacket
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"runtime"
 	"time"
@@ -47,6 +48,7 @@ func (*Port) SetRedirect([]netip.Prefix) error        { return errNotSupported }
 func (*Port) StopReceive()                            {}
 func (*Port) Attached() (bool, error)                 { return false, errNotSupported }
 func (*Port) Reattach() error                         { return errNotSupported }
+func (*Port) HostFilter() (HostFilter, string)        { return 0, "" }
 func (*Port) Close() error                            { return errNotSupported }
 func (*Socket) Index() int                            { return 0 }
 func (*Socket) FrameSize() int                        { return 0 }
@@ -56,6 +58,7 @@ func (*Socket) Receiver() pipeline.HeaderReceiver     { return nil }
 func (*Socket) Stats() Stats                          { return Stats{} }
 func (*Sink) SetReplier(pipeline.Replier)             {}
 func (*Sink) SetLinkUp(bool)                          {}
+func (*Sink) SetMAC(net.HardwareAddr)                 {}
 func (*Sink) Headroom() int                           { return 0 }
 func (*Sink) FrameSize() int                          { return 0 }
 func (*Sink) Mode() GSOMode                           { return 0 }

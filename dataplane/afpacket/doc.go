@@ -18,26 +18,43 @@
 //
 // Taking packets from the host: a packet socket is a tap, it receives a
 // copy and the host's stack still handles the packet. For the redirected
-// prefixes (Config.Redirect) the port therefore attaches a tcx ingress
-// eBPF program that drops exactly the packets its sockets take: in
+// prefixes (Config.Redirect) the port therefore attaches an ingress eBPF
+// program that drops exactly the packets its sockets take: in
 // __netif_receive_skb_core (net/core/dev.c) the taps on ptype_all and on
 // the device's ptype_all are delivered first, and only after them, at
-// skip_taps, sch_handle_ingress runs tcx (delivering the last pending tap
-// before it runs the programs), so a tcx drop removes the packet from the
-// host's stack after the sockets have their copy; TestReceiveRedirect
-// shows it on Linux 6.18 (every datagram reaches a socket, none the
-// host's listener or its forwarding). An XDP drop would come before the
-// skb exists and hide the packet from the sockets too, and a socket bound
-// to ETH_P_IP instead of ETH_P_ALL would be served after tc ingress. The
-// tcx program hangs on a BPF link ahead of every other tcx program and
-// returns TCX_NEXT for everything it does not drop. Close detaches it;
-// when the process dies the link dies with its file descriptor, so a
-// killed gateway leaves nothing attached; a link detached from outside
-// shows in Port.Attached and Port.Reattach puts it back. A socket filter
-// (SO_ATTACH_BPF), the same test on the same LPM tries, keeps everything
-// else out of the sockets: the test is a frame for this host
-// (PACKET_HOST) without a VLAN tag in the metadata, IPv4 or IPv6, not
-// IPv6 neighbour discovery, to a redirected destination. ARP, ND,
+// skip_taps, sch_handle_ingress runs tc ingress (delivering the last
+// pending tap before it runs the programs), so a drop there removes the
+// packet from the host's stack after the sockets have their copy;
+// TestReceiveRedirect shows it on Linux 6.18 in both ways of attaching
+// (every datagram reaches a socket, none the host's listener or its
+// forwarding). An XDP drop would come before the skb exists and hide the
+// packet from the sockets too, and a socket bound to ETH_P_IP instead of
+// ETH_P_ALL would be served after tc ingress.
+//
+// The program is attached one of two ways (Config.HostFilter). With tcx
+// (Linux 6.6) it hangs on a BPF link ahead of every other tcx program and
+// returns TCX_NEXT for everything it does not drop; when the process dies
+// the link dies with its file descriptor, so a killed gateway leaves
+// nothing attached. Before tcx it is a direct-action cls_bpf filter
+// (named gsoplane-afpacket) on the ingress hook of the interface's clsact
+// qdisc, or of an ingress qdisc already there, at a priority ahead of the
+// filters there; its TCX_DROP and TCX_NEXT are cls_bpf's TC_ACT_SHOT and
+// TC_ACT_UNSPEC (the next filter decides). The port adds the clsact
+// qdisc only when the interface has none, and Close deletes its own
+// filter, by priority, handle and program ID, and the qdisc only if the
+// port added it and no other filter is on it: another's qdisc and
+// filters stay as they were (TestClsactLeavesOthers). A filter holds no
+// file descriptor, so a process killed with SIGKILL leaves it, and the
+// qdisc it added, behind. HostFilterAuto, the default, takes tcx and
+// falls back to cls_bpf where the kernel has no tcx (the tcx attach says
+// ebpf.ErrNotSupported); Port.HostFilter says which and why. Either way
+// a program detached from outside (bpftool link detach, tc filter del)
+// shows in Port.Attached and Port.Reattach puts it back.
+//
+// A socket filter (SO_ATTACH_BPF), the same test on the same LPM tries,
+// keeps everything else out of the sockets: the test is a frame for this
+// host (PACKET_HOST) without a VLAN tag in the metadata, IPv4 or IPv6,
+// not IPv6 neighbour discovery, to a redirected destination. ARP, ND,
 // traffic for the host's own addresses and all other traffic go to the
 // host only.
 //
@@ -110,13 +127,25 @@
 //     without EAGAIN. The socket holds the sink back on a NIC that frees
 //     its skbs at TX completion.
 //
-// It needs Linux 6.6 or later (tcx; the newest of the rest, USO through
-// the virtio-net header and PACKET_FANOUT_FLAG_IGNORE_OUTGOING, came in
-// 6.2), CAP_NET_RAW for the sockets and CAP_NET_ADMIN and CAP_BPF for the
-// filter (SO_SNDBUFFORCE and SO_RCVBUFFORCE need CAP_NET_ADMIN too), and
-// works in the network namespace of the calling thread. On other systems
-// Open returns an error. It imports pipeline, segment and internal
-// packages; the gateway (package dataplane) and embedders import it.
-// It uses no package unsafe of its own: its sendmmsg(2) and recvmmsg(2)
-// batches are internal/mmsg's.
+// By what it uses, it needs Linux 4.20 or later: PACKET_IGNORE_OUTGOING
+// (4.20) is the newest thing it cannot do without; PACKET_VNET_HDR,
+// PACKET_QDISC_BYPASS (3.14), fanout with a group ID the kernel picks,
+// eBPF socket filters, LPM tries (4.11), direct-action cls_bpf (4.4) and
+// the clsact qdisc (4.5) are older. What is newer it uses
+// where the kernel has it: tcx (6.6; cls_bpf before), the fanout group's
+// PACKET_FANOUT_FLAG_IGNORE_OUTGOING (a kernel that does not know the
+// flag ignores it, and the socket filter drops the outgoing packets the
+// group then sees, which are not PACKET_HOST), and USO through the
+// virtio-net header (6.2; before, the kernel refuses a UDP super-packet
+// and the sink counts it as Refused, but the gateway's TUN device gives
+// none there, its USO offload falling back). It is tested on Linux 6.18
+// only, with tcx and with cls_bpf, and the fallback with a process whose
+// tcx attach fails as on an older kernel (TestHostFilterFallback). It
+// needs CAP_NET_RAW for the sockets and CAP_NET_ADMIN and CAP_BPF for the
+// programs (SO_SNDBUFFORCE and SO_RCVBUFFORCE need CAP_NET_ADMIN too),
+// and works in the network namespace of the calling thread. On other
+// systems Open returns an error. It imports pipeline, segment and
+// internal packages; the gateway (package dataplane) and embedders import
+// it. It uses no package unsafe of its own: its sendmmsg(2) and
+// recvmmsg(2) batches are internal/mmsg's.
 package afpacket

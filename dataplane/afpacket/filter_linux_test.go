@@ -50,7 +50,7 @@ func TestFilterPrograms(t *testing.T) {
 	var f *filter
 	ns.Do(t, func() {
 		var err error
-		f, err = newFilter()
+		f, err = newFilter(HostFilterAuto)
 		netlab.Must(t, err)
 	})
 	t.Cleanup(func() { f.close() })
@@ -118,7 +118,7 @@ func TestFilterPrograms(t *testing.T) {
 func TestFilterLoadsWithBPFCaps(t *testing.T) {
 	netlab.RequireRoot(t)
 	err := netlab.WithCaps(1<<unix.CAP_NET_ADMIN|1<<unix.CAP_BPF, func() error {
-		f, err := newFilter()
+		f, err := newFilter(HostFilterAuto)
 		if err != nil {
 			return err
 		}

@@ -232,7 +232,7 @@ func rxSide(b *testing.B, l *lab, mech string, ms int) func(fn func([]byte)) int
 	}
 	var ring *rxRingV3
 	l.A.Do(b, func() {
-		f, err := newFilter()
+		f, err := newFilter(HostFilterAuto)
 		netlab.Must(b, err)
 		b.Cleanup(func() { f.close() })
 		netlab.Must(b, f.setPrefixes(netlab.AppRoutes))

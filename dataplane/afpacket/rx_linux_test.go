@@ -131,8 +131,18 @@ func snmpField(t *testing.T, ns *netlab.NS, proto, field string) string {
 // stack neither delivers them (it has the destination addresses and
 // listens on them) nor forwards them (forwarding is on and it has a
 // route); ARP, ND and traffic for the NIC's own addresses still work, and
-// the receivers see none of it.
+// the receivers see none of it. In either mode: the taps have their copy
+// before tcx and before a clsact qdisc's filters.
 func TestReceiveRedirect(t *testing.T) {
+	for _, mode := range hostFilters {
+		t.Run(mode.String(), func(t *testing.T) {
+			skipWithoutHostFilter(t, mode)
+			testReceiveRedirect(t, mode)
+		})
+	}
+}
+
+func testReceiveRedirect(t *testing.T, mode HostFilter) {
 	l := newLab(t, false)
 	other := netip.MustParsePrefix("198.18.50.0/24") // redirected, not local in A: A would forward it
 	otherDst := netip.MustParseAddr("198.18.50.1")
@@ -141,7 +151,7 @@ func TestReceiveRedirect(t *testing.T) {
 	netlab.Must(t, l.A.Sysctl("net/ipv4/ip_forward", "1"))
 	netlab.Must(t, l.A.AddRoute(other.String(), netlab.NICA, netlab.NICB4.String()))
 	netlab.Must(t, l.B.AddRoute(other.String(), netlab.NICB, netlab.NICA4.String()))
-	p := l.open(t, Config{Redirect: append([]netip.Prefix{other}, netlab.AppRoutes...)})
+	p := l.open(t, Config{Redirect: append([]netip.Prefix{other}, netlab.AppRoutes...), HostFilter: mode})
 
 	heard := make(chan string, 1000)
 	for _, a := range []netip.Addr{netlab.App4, netlab.App6} {

@@ -2,6 +2,7 @@ package afpacket
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"sync"
@@ -163,6 +164,10 @@ func (s *Sink) SetReplier(r pipeline.Replier) { s.layer.SetReplier(r) }
 // the kernel forgets on a link that goes down, failing to resolve.
 func (s *Sink) SetLinkUp(up bool) { s.layer.SetLinkUp(up) }
 
+// SetMAC tells the sink the NIC's MAC address after it changed: the
+// frames it transmits from then on carry it as their source.
+func (s *Sink) SetMAC(mac net.HardwareAddr) { s.layer.SetMAC(mac) }
+
 // Close stops the sink's next-hop resolver; the Socket belongs to its
 // port.
 func (s *Sink) Close() { s.layer.Close() }
@@ -250,7 +255,7 @@ func (s *Sink) Free(frames []pipeline.Frame) { s.pool.Free(frames) }
 
 // Transmit sends frames in order, at most 64 per call, and returns how
 // many it took: sent, or dropped and counted (a next hop the kernel
-// could not resolve, or is still resolving after a brief hold, see
+// could not resolve, or is still resolving after the hold, see
 // Unresolved; a frame the kernel refused). It stops early when the
 // socket's send buffer or the device's queue is full, the link is down,
 // or a frame is held for its next hop (nexthop.HoldTime at most, once per

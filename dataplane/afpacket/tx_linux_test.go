@@ -301,5 +301,6 @@ func TestUnresolved(t *testing.T) {
 // unreachables is a pipeline.Replier that counts Unreachable calls.
 type unreachables struct{ n atomic.Int64 }
 
-func (u *unreachables) Unreachable([]byte) { u.n.Add(1) }
-func (u *unreachables) TooBig([]byte, int) { panic("TooBig from a sink") }
+func (u *unreachables) Unreachable([]byte)  { u.n.Add(1) }
+func (u *unreachables) TooBig([]byte, int)  { panic("TooBig from a sink") }
+func (u *unreachables) TimeExceeded([]byte) { panic("TimeExceeded from a sink") }

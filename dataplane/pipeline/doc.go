@@ -17,12 +17,16 @@
 // a Replier: the ICMP Replier writes fragmentation needed or packet too
 // big (a packet over ForwarderConfig.MTU) and host unreachable (a next
 // hop a port's sink could not resolve) back into the TUN device, within
-// Linux's rate limits.
+// Linux's rate limits, and time exceeded (a packet from a wire whose TTL
+// ran out).
 //
 // A WireSource takes packets from a wire instead, without a virtio-net
-// header, and gives each the header that cuts it to the egress MTU; an
-// MSSTable, shared by a gateway's two directions, remembers the MSS each
-// TCP flow's handshake announced, so that no segment exceeds it.
+// header, takes one off each one's TTL (hop limit) as a router does and
+// gives it the header that cuts it to the egress MTU; an MSSTable, shared
+// by a gateway's two directions, remembers the MSS each TCP flow's
+// handshake announced, so that no segment exceeds it. A FanIn makes one
+// Receiver of several, for a forwarder that takes the packets of more
+// receive queues than its egress port has transmit queues.
 //
 // The package is pure Go with no system calls and builds on every OS. It
 // imports only segment, txqueue, internal/icmperr and internal/iphdr;

@@ -10,13 +10,16 @@ import (
 )
 
 // A Replier answers the sender of a packet the dataplane drops, as a
-// router does. The forwarder calls TooBig, a sink calls Unreachable; both
-// may be called from several goroutines and must not keep pkt.
+// router does. The forwarder and a WireSource call TooBig, a WireSource
+// TimeExceeded, a sink Unreachable; each may be called from several
+// goroutines and must not keep pkt.
 type Replier interface {
 	// Unreachable: the next hop of pkt did not resolve.
 	Unreachable(pkt []byte)
 	// TooBig: pkt, or each of its segments, exceeds the egress MTU.
 	TooBig(pkt []byte, mtu int)
+	// TimeExceeded: pkt arrived with a TTL (hop limit) of 1 or less.
+	TimeExceeded(pkt []byte)
 }
 
 // ReplyStats counts what an ICMP Replier did.
@@ -74,6 +77,10 @@ func (r *ICMP) Unreachable(pkt []byte) { r.reply(pkt, icmperr.Unreachable, 0) }
 // TooBig answers pkt with ICMP fragmentation needed (IPv4 with DF set)
 // or ICMPv6 packet too big, carrying mtu.
 func (r *ICMP) TooBig(pkt []byte, mtu int) { r.reply(pkt, icmperr.TooBig, mtu) }
+
+// TimeExceeded answers pkt with ICMP time exceeded, TTL exceeded in
+// transit (ICMPv6 time exceeded, hop limit exceeded in transit).
+func (r *ICMP) TimeExceeded(pkt []byte) { r.reply(pkt, icmperr.TimeExceeded, 0) }
 
 func (r *ICMP) reply(pkt []byte, k icmperr.Kind, mtu int) {
 	src := r.src6

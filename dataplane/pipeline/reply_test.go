@@ -22,11 +22,19 @@ func dfSuperPacket(payload int) []byte {
 	return b
 }
 
-// tooBigs records TooBig calls.
-type tooBigs struct{ mtus []int }
+// tooBigs records TooBig calls, and the TTL (hop limit) of the packets
+// answered with time exceeded.
+type tooBigs struct{ mtus, ttls []int }
 
 func (r *tooBigs) Unreachable([]byte)         {}
 func (r *tooBigs) TooBig(pkt []byte, mtu int) { r.mtus = append(r.mtus, mtu) }
+func (r *tooBigs) TimeExceeded(pkt []byte) {
+	ttl := int(pkt[8]) // IPv4 TTL
+	if pkt[0]>>4 == 6 {
+		ttl = int(pkt[7]) // IPv6 hop limit
+	}
+	r.ttls = append(r.ttls, ttl)
+}
 
 // TestForwarderMTU: a super-packet whose segments exceed the MTU is
 // dropped and answered; one whose segments fit goes through; SetMTU(0)
@@ -113,4 +121,32 @@ func TestICMPReplier(t *testing.T) {
 	}
 	w.err = errors.New("gone")
 	pipeline.NewICMP(w, 0, router, netip.Addr{}).Unreachable(pkt)
+}
+
+// TestICMPTimeExceeded: the ICMP Replier answers a packet whose TTL ran
+// out with time exceeded, TTL exceeded in transit (ICMPv6: hop limit
+// exceeded in transit), from the router's address of the packet's
+// family, behind a zero virtio-net header for a TUN device.
+func TestICMPTimeExceeded(t *testing.T) {
+	w := &packetWriter{}
+	router4, router6 := netip.MustParseAddr("198.18.0.2"), netip.MustParseAddr("2001:2:0:1::2")
+	r := pipeline.NewICMP(w, segment.HeaderSize, router4, router6)
+	r.TimeExceeded(udp4(100, true))
+	r.TimeExceeded(udp6(100, 1))
+	if len(w.pkts) != 2 || r.Stats().Sent != 2 {
+		t.Fatalf("%d packets written (stats %+v), want 2", len(w.pkts), r.Stats())
+	}
+	if h, err := segment.DecodeHeader(w.pkts[0], segment.HeaderSize); err != nil || h != (segment.Header{}) {
+		t.Errorf("virtio-net header %+v (%v), want zero", h, err)
+	}
+	ip4 := header.IPv4(w.pkts[0][segment.HeaderSize:])
+	if icmp := header.ICMPv4(ip4.Payload()); ip4.SourceAddress().String() != router4.String() ||
+		icmp.Type() != header.ICMPv4TimeExceeded || icmp.Code() != header.ICMPv4TTLExceeded {
+		t.Errorf("IPv4: from %v type %d code %d, want time exceeded (11/0) from %v", ip4.SourceAddress(), icmp.Type(), icmp.Code(), router4)
+	}
+	ip6 := header.IPv6(w.pkts[1][segment.HeaderSize:])
+	if icmp := header.ICMPv6(ip6.Payload()); ip6.SourceAddress().String() != router6.String() ||
+		icmp.Type() != header.ICMPv6TimeExceeded || icmp.Code() != header.ICMPv6HopLimitExceeded {
+		t.Errorf("IPv6: from %v type %d code %d, want time exceeded (3/0) from %v", ip6.SourceAddress(), icmp.Type(), icmp.Code(), router6)
+	}
 }

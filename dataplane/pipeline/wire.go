@@ -1,11 +1,13 @@
 package pipeline
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
 	"sync/atomic"
 
+	"github.com/gsoplane/gsoplane/internal/iphdr"
 	"github.com/gsoplane/gsoplane/segment"
 )
 
@@ -28,7 +30,8 @@ type WireConfig struct {
 	// fits and little needs cutting.
 	Clamp bool
 	// Replier answers the senders of packets too big to be cut
-	// (fragmentation needed, packet too big); nil: only counted.
+	// (fragmentation needed, packet too big) and of packets whose TTL
+	// ran out (time exceeded); nil: only counted.
 	Replier Replier
 	// Segmenter bounds the segments per packet (MaxSegments); nil: the
 	// default.
@@ -49,6 +52,7 @@ type WireStats struct {
 	BadChecksum uint64 // packets with a bad transport checksum: those that fit pass on, those to be cut are dropped
 	Invalid     uint64 // refused by the receiver, not IP, or that do not parse
 	Spoofed     uint64 // from a source on the other side (WireConfig.Inside)
+	TTLExceeded uint64 // arrived with a TTL (hop limit) of 1 or less: dropped; answered
 }
 
 // WireSource is a Source of packets received from a network port, such
@@ -57,14 +61,16 @@ type WireStats struct {
 // forwarder cut it to the egress MTU the way Linux forwards
 // (segment.ForWire: TCP to the flow's MSS, IPv4 UDP without DF into
 // fragments), and a packet a router must refuse instead is answered and
-// counted. Read waits as its Receiver waits; it copies each packet once,
-// into the forwarder's buffer.
+// counted. As a router, it takes one off each packet's TTL (hop limit),
+// and drops and answers a packet that arrives with 1 or less. Read waits
+// as its Receiver waits; it copies each packet once, into the
+// forwarder's buffer.
 type WireSource struct {
 	cfg    WireConfig
 	mtu    atomic.Int64
 	frames [][]byte
 
-	packets, cut, clamped, tooBig, badCsum, invalid, spoofed atomic.Uint64
+	packets, cut, clamped, tooBig, badCsum, invalid, spoofed, ttlExceeded atomic.Uint64
 }
 
 // NewWireSource checks cfg and returns a WireSource. The forwarder that
@@ -119,6 +125,13 @@ func (w *WireSource) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 			w.spoofed.Add(1)
 			continue
 		}
+		if off := ttlOffset(pkt); off >= 0 && pkt[off] <= 1 {
+			w.ttlExceeded.Add(1)
+			if w.cfg.Replier != nil {
+				w.cfg.Replier.TimeExceeded(pkt)
+			}
+			continue
+		}
 		buf := bufs[out][offset:]
 		if len(buf) < segment.HeaderSize+len(pkt) {
 			terr = fmt.Errorf("pipeline: wire packet of %d bytes: %w", len(pkt), ErrPacketTruncated)
@@ -165,8 +178,47 @@ func (w *WireSource) prepare(buf, pkt []byte) int {
 	if len(p) > mtu {
 		w.cut.Add(1)
 	}
+	decrementTTL(p)
 	h.Encode(buf, segment.HeaderSize)
 	return segment.HeaderSize + len(p)
+}
+
+// ttlOffset returns the offset of the TTL of pkt, an IPv4 packet, or of
+// its hop limit, an IPv6 packet; -1 if pkt is too short to have one.
+func ttlOffset(pkt []byte) int {
+	switch v := iphdr.Version(pkt); {
+	case v == 4 && len(pkt) >= ipv4MinLen:
+		return ipv4TTL
+	case v == 6 && len(pkt) >= ipv6HeaderLen:
+		return ipv6HopLimit
+	}
+	return -1
+}
+
+// IP header fields decrementTTL changes.
+const (
+	ipv4MinLen    = 20
+	ipv4TTL       = 8
+	ipv4Checksum  = 10
+	ipv6HeaderLen = 40
+	ipv6HopLimit  = 7
+)
+
+// decrementTTL takes one off the TTL of p, a valid IPv4 packet, and
+// updates its header checksum incrementally (RFC 1624) exactly as the
+// kernel's ip_decrease_ttl does, or takes one off the hop limit of p, an
+// IPv6 packet. A packet cut later gets its headers from p.
+func decrementTTL(p []byte) {
+	if iphdr.Version(p) == 6 {
+		p[ipv6HopLimit]--
+		return
+	}
+	p[ipv4TTL]--
+	sum := uint32(binary.BigEndian.Uint16(p[ipv4Checksum:])) + 0x0100 // the TTL is the high byte of its 16-bit word
+	if sum >= 0xffff {
+		sum++ // the end-around carry, and 0xffff (-0) becomes 0
+	}
+	binary.BigEndian.PutUint16(p[ipv4Checksum:], uint16(sum))
 }
 
 // ingressMTU is the ingress link's MTU, or mtu if it is not known.
@@ -182,7 +234,7 @@ func (w *WireSource) Stats() WireStats {
 	return WireStats{
 		Packets: w.packets.Load(), Cut: w.cut.Load(), Clamped: w.clamped.Load(),
 		TooBig: w.tooBig.Load(), BadChecksum: w.badCsum.Load(), Invalid: w.invalid.Load(),
-		Spoofed: w.spoofed.Load(),
+		Spoofed: w.spoofed.Load(), TTLExceeded: w.ttlExceeded.Load(),
 	}
 }
 
@@ -195,4 +247,5 @@ func (s *WireStats) Add(o WireStats) {
 	s.BadChecksum += o.BadChecksum
 	s.Invalid += o.Invalid
 	s.Spoofed += o.Spoofed
+	s.TTLExceeded += o.TTLExceeded
 }

@@ -1,8 +1,11 @@
 package pipeline_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net"
+	"net/netip"
 	"testing"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -148,3 +151,142 @@ func TestWireSourceAllocs(t *testing.T) {
 		t.Errorf("%v allocations per Read, want 0", a)
 	}
 }
+
+// udp6 returns an IPv6 UDP datagram with payload bytes and the given hop
+// limit.
+func udp6(payload int, hops uint8) []byte {
+	pkt := make([]byte, header.IPv6MinimumSize+header.UDPMinimumSize+payload)
+	src, dst := tcpip.AddrFrom16([16]byte{0x20, 0x01, 0, 2, 0, 1, 15: 1}), tcpip.AddrFrom16([16]byte{0x20, 0x01, 0, 2, 0, 0x19, 15: 2})
+	ip := header.IPv6(pkt)
+	ip.Encode(&header.IPv6Fields{PayloadLength: uint16(len(pkt) - header.IPv6MinimumSize), TransportProtocol: header.UDPProtocolNumber, HopLimit: hops, SrcAddr: src, DstAddr: dst})
+	u := header.UDP(ip.Payload())
+	u.Encode(&header.UDPFields{SrcPort: 4000, DstPort: 9, Length: uint16(len(u))})
+	pseudo := header.PseudoHeaderChecksum(header.UDPProtocolNumber, src, dst, uint16(len(u)))
+	u.SetChecksum(^u.CalculateChecksum(checksum.Checksum(u.Payload(), pseudo)))
+	return pkt
+}
+
+// withTTL returns an IPv4 packet with its TTL and, for a valid header
+// checksum, its checksum field set.
+func withTTL(pkt []byte, ttl uint8, csum uint16) []byte {
+	ip := header.IPv4(pkt)
+	ip.SetTTL(ttl)
+	ip.SetChecksum(csum)
+	return pkt
+}
+
+// TestWireSourceTTL: a packet forwarded from a wire leaves with its TTL
+// (hop limit) one lower and a valid IPv4 header checksum, whatever the
+// checksum was (the end-around carry, and 0xffff, included), also when
+// it is cut; one that arrives with a TTL of 1 or 0 is dropped, counted
+// and answered with time exceeded, quoting it as it arrived.
+func TestWireSourceTTL(t *testing.T) {
+	// Checksums that make the incremental update carry or wrap: the
+	// TTL's value steers the checksum, the IP ID compensates.
+	var pkts [][]byte
+	for _, ttl := range []uint8{2, 64, 255} {
+		p := udp4(100, true)
+		withTTL(p, ttl, 0)
+		header.IPv4(p).SetChecksum(^header.IPv4(p).CalculateChecksum())
+		pkts = append(pkts, p)
+	}
+	for _, want := range []uint16{0x0000, 0xfeff, 0xff00, 0xfffe} {
+		// Find an ID for which the valid checksum is want.
+		p := udp4(100, true)
+		ip := header.IPv4(p)
+		for id := range 1 << 16 {
+			ip.SetID(uint16(id))
+			ip.SetChecksum(0)
+			if c := ^ip.CalculateChecksum(); c == want {
+				ip.SetChecksum(c)
+				break
+			}
+		}
+		if ip.Checksum() != want || !ip.IsChecksumValid() {
+			t.Fatalf("no ID gives checksum %#04x", want)
+		}
+		pkts = append(pkts, p)
+	}
+	cut := udp4(3000, false)
+	pkts = append(pkts, cut, udp6(100, 2), udp6(100, 255))
+	expired := [][]byte{withTTL(udp4(100, true), 1, 0), withTTL(udp4(100, true), 0, 0), udp6(100, 1), udp6(100, 0)}
+	for _, p := range expired[:2] {
+		header.IPv4(p).SetChecksum(^header.IPv4(p).CalculateChecksum())
+	}
+	var frames [][]byte
+	for _, p := range append(append([][]byte{}, pkts...), expired...) {
+		frames = append(frames, wireFrame(p))
+	}
+	reply := &tooBigs{}
+	src, err := pipeline.NewWireSource(pipeline.WireConfig{Receiver: &frameReceiver{batches: [][][]byte{frames}}, MTU: 1500, Replier: reply})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bufs, sizes := make([][]byte, len(frames)), make([]int, len(frames))
+	for i := range bufs {
+		bufs[i] = make([]byte, 4096)
+	}
+	n, err := src.Read(bufs, sizes, 0)
+	if n != len(pkts) || err != nil {
+		t.Fatalf("Read = %d, %v; want %d packets", n, err, len(pkts))
+	}
+	for i, p := range pkts {
+		got := bufs[i][segment.HeaderSize:sizes[i]]
+		if p[0]>>4 == 6 {
+			if got[7] != p[7]-1 {
+				t.Errorf("packet %d: hop limit %d, arrived with %d", i, got[7], p[7])
+			}
+			continue
+		}
+		ip := header.IPv4(got)
+		if ip.TTL() != p[8]-1 || !ip.IsChecksumValid() {
+			t.Errorf("packet %d: TTL %d (arrived with %d), checksum %#04x (was %#04x) valid %v", i, ip.TTL(), p[8], ip.Checksum(), header.IPv4(p).Checksum(), ip.IsChecksumValid())
+		}
+	}
+	if st := src.Stats(); st.TTLExceeded != 4 || st.Packets != uint64(len(frames)) || st.Cut != 1 {
+		t.Errorf("stats %+v: want 4 TTL exceeded, 1 cut", st)
+	}
+	if fmt.Sprint(reply.ttls) != "[1 0 1 0]" {
+		t.Errorf("time exceeded answered packets with TTLs %v, want [1 0 1 0]", reply.ttls)
+	}
+	// The cut datagram's fragments, from the forwarder, carry the lower
+	// TTL and valid checksums.
+	sink := newMemSink(64, 2048)
+	f, _, _ := newTestForwarder(t, &sliceSource{pkts: [][]byte{bufs[len(pkts)-3][:sizes[len(pkts)-3]]}}, sink)
+	f.Run(context.Background())
+	frags := 0
+	for _, fr := range sink.frames { // those never used are zero
+		if ip := header.IPv4(fr[sink.Headroom():]); ip[0]>>4 == 4 {
+			frags++
+			if ip.TTL() != 63 || !ip.IsChecksumValid() {
+				t.Errorf("fragment at %d: TTL %d, checksum valid %v", ip.FragmentOffset(), ip.TTL(), ip.IsChecksumValid())
+			}
+		}
+	}
+	if frags != 3 {
+		t.Errorf("%d fragments of a 3028-byte datagram, want 3", frags)
+	}
+}
+
+// TestWireSourceTTLAllocs: dropping and answering a packet whose TTL ran
+// out allocates nothing.
+func TestWireSourceTTLAllocs(t *testing.T) {
+	p := withTTL(udp4(10, true), 1, 0)
+	header.IPv4(p).SetChecksum(^header.IPv4(p).CalculateChecksum())
+	recv := &loopReceiver{frames: [][]byte{wireFrame(p), wireFrame(udp6(10, 1)), wireFrame(udp4(10, false))}}
+	src, err := pipeline.NewWireSource(pipeline.WireConfig{Receiver: recv, MTU: 1500, Replier: pipeline.NewICMP(discardWriter{}, 0,
+		netip.MustParseAddr("198.18.0.2"), netip.MustParseAddr("2001:2:0:1::2"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bufs, sizes := [][]byte{make([]byte, 2048), make([]byte, 2048), make([]byte, 2048)}, make([]int, 3)
+	src.Read(bufs, sizes, 0)
+	if a := testing.AllocsPerRun(100, func() { src.Read(bufs, sizes, 0) }); a != 0 {
+		t.Errorf("%v allocations per Read, want 0", a)
+	}
+}
+
+// discardWriter takes every packet.
+type discardWriter struct{}
+
+func (discardWriter) Write(bufs [][]byte, offset int) (int, error) { return len(bufs), nil }

@@ -1,10 +1,13 @@
 package xsk
 
 import (
+	"errors"
+	"net"
 	"net/netip"
 
-	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
+
+	"github.com/gsoplane/gsoplane/internal/port"
 )
 
 // Attached reports whether the port's XDP program is still attached to
@@ -19,6 +22,28 @@ func (p *Port) Attached() (bool, error) { return p.base.Attached() }
 // namespace.
 func (p *Port) Reattach() error { return p.base.Reattach() }
 
+// FollowMAC makes the XDP program take the frames sent to mac, the
+// interface's MAC address after it changed: it loads the program for
+// mac and puts it in place of the attached one in one step
+// (BPF_LINK_UPDATE), so that every frame meets one program or the other,
+// never none. A program that is no longer attached (detached from
+// outside) is attached again, as Reattach does. It may be called from
+// any goroutine.
+func (p *Port) FollowMAC(mac net.HardwareAddr) error {
+	if !p.base.Lock() {
+		return ErrClosed
+	}
+	err := p.prog.retarget(mac)
+	p.base.Unlock()
+	if err == nil {
+		return nil
+	}
+	if errReattach := p.base.Reattach(); errReattach != nil {
+		return errors.Join(err, errReattach)
+	}
+	return nil
+}
+
 // xdpAttachment is the port's XDP program as internal/port drives it.
 type xdpAttachment struct{ p *Port }
 
@@ -32,6 +57,8 @@ func (a xdpAttachment) Attach(lnk netlink.Link) error {
 	return err
 }
 
-func (a xdpAttachment) Link() link.Link { return a.p.prog.lnk }
-func (a xdpAttachment) Detach() error   { return a.p.prog.detach() }
-func (a xdpAttachment) Close() error    { return a.p.prog.close() }
+func (a xdpAttachment) Attached(ifindex int) (bool, error) {
+	return port.LinkAttached(a.p.prog.lnk, ifindex)
+}
+func (a xdpAttachment) Detach() error { return a.p.prog.detach() }
+func (a xdpAttachment) Close() error  { return a.p.prog.close() }

@@ -7,6 +7,9 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+
+	"github.com/gsoplane/gsoplane/internal/netlab"
 )
 
 // TestReattach: a BPF link detached from outside (as bpftool link detach
@@ -54,4 +57,37 @@ func TestReattach(t *testing.T) {
 	if attached, id := n.xdpAttached(t); attached {
 		t.Errorf("program %d left after Close", id)
 	}
+}
+
+// TestFollowMAC: after the interface's MAC address changed, FollowMAC
+// swaps the program loaded for the new address in through the same BPF
+// link, which is never closed, and the frames the peer sends to the new
+// address are redirected to the sockets.
+func TestFollowMAC(t *testing.T) {
+	n := newXDPNet(t)
+	p := n.open(t, xdpTestConfig())
+	before, err := p.prog.lnk.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, old := n.xdpAttached(t)
+	mac := net.HardwareAddr{0x02, 0x00, 0x5e, 0x47, 0x53, 0x4f}
+	netlab.Must(t, n.gw.Netlink().LinkSetHardwareAddr(n.gw.LinkT(t, xdpIfA), mac))
+	if err := p.FollowMAC(mac); err != nil {
+		t.Fatalf("FollowMAC: %v", err)
+	}
+	after, err := p.prog.lnk.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if attached, id := n.xdpAttached(t); !attached || id == old || after.ID != before.ID {
+		t.Fatalf("program %d (attached %v) through link %d: want a new program in place of %d through link %d", id, attached, after.ID, old, before.ID)
+	}
+	peer := n.peer.LinkT(t, xdpIfB).Attrs().Index
+	for _, a := range []string{xdpGW4, xdpGW6} {
+		neigh := &netlink.Neigh{LinkIndex: peer, IP: net.ParseIP(a), HardwareAddr: mac, State: netlink.NUD_PERMANENT}
+		netlab.Must(t, n.peer.Netlink().NeighSet(neigh))
+	}
+	c := xdpDialUDP(t, n.peer, netip.MustParseAddrPort("198.18.200.9:9100"))
+	xdpCollect(t, p, []*net.UDPConn{c}, 16)
 }

@@ -45,8 +45,8 @@ package xsk
 //     them, goes to multicast addresses and passes by the MAC rule);
 //   - only frames sent to the NIC's own unicast MAC address (a constant
 //     of the program, read from the interface when it is attached;
-//     Port.Reattach loads the program again for a new address): for the
-//     redirect prefixes, a frame to another host's MAC passes
+//     Port.FollowMAC swaps in the program loaded for a new address): for
+//     the redirect prefixes, a frame to another host's MAC passes
 //     (OtherHost: the kernel drops it as PACKET_OTHERHOST), and one to a
 //     broadcast or multicast MAC passes (NotUnicast: the kernel never
 //     forwards what came as PACKET_BROADCAST/MULTICAST, and delivers it
@@ -359,6 +359,23 @@ func (p *xdpProgram) attach(link netlink.Link, mode Mode) (Mode, error) {
 		return ModeGeneric, fmt.Errorf("%w (native mode: %v)", err, errNative)
 	}
 	return ModeGeneric, nil
+}
+
+// retarget loads the program for mac, unless it is loaded for it, and
+// swaps it for the attached one through the BPF link.
+func (p *xdpProgram) retarget(mac net.HardwareAddr) error {
+	if p.lnk == nil {
+		return errors.New("xsk: the XDP program is not attached")
+	}
+	if !bytes.Equal(mac, p.mac) {
+		if err := p.load(mac); err != nil {
+			return fmt.Errorf("xsk: %w", err)
+		}
+	}
+	if err := p.lnk.Update(p.asv.Program); err != nil {
+		return fmt.Errorf("xsk: replace the attached XDP program: %w", err)
+	}
+	return nil
 }
 
 // attachMode attaches the program in one mode through a BPF link. The

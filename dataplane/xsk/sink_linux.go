@@ -24,7 +24,7 @@ const (
 // straight into UMEM frames behind room for an Ethernet header, which
 // Transmit fills in from the kernel's routing and neighbour tables
 // (internal/nexthop). A frame whose next hop is being resolved holds the
-// batch briefly (nexthop.HoldTime, once per destination) and is then
+// batch (nexthop.HoldTime at most, once per destination) and is then
 // dropped and counted (Unresolved), as is one whose next hop failed,
 // whose sender is answered with host unreachable through the Replier, if
 // one is set: a neighbour that never answers cannot stall the others.
@@ -66,6 +66,10 @@ func (s *Sink) SetReplier(r pipeline.Replier) { s.layer.SetReplier(r) }
 // the budget holds the senders back, rather than their next hops, which
 // the kernel forgets on a link that goes down, failing to resolve.
 func (s *Sink) SetLinkUp(up bool) { s.layer.SetLinkUp(up) }
+
+// SetMAC tells the sink the NIC's MAC address after it changed: the
+// frames it transmits from then on carry it as their source.
+func (s *Sink) SetMAC(mac net.HardwareAddr) { s.layer.SetMAC(mac) }
 
 // Close stops the sink's next-hop resolver; the Socket belongs to its
 // port.

@@ -4,6 +4,7 @@ package xsk
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"runtime"
 	"time"
@@ -53,6 +54,7 @@ func (*Port) SetRedirect([]netip.Prefix) error       { return errNotSupported }
 func (*Port) StopReceive()                           {}
 func (*Port) Attached() (bool, error)                { return false, errNotSupported }
 func (*Port) Reattach() error                        { return errNotSupported }
+func (*Port) FollowMAC(net.HardwareAddr) error       { return errNotSupported }
 func (*Port) ProgramStats(int) (Stats, error)        { return Stats{}, errNotSupported }
 func (*Port) Stats() []Stats                         { return nil }
 func (*Port) Close() error                           { return errNotSupported }
@@ -65,6 +67,7 @@ func (*Socket) Receiver() pipeline.Receiver          { return nil }
 func (*Socket) Stats() Stats                         { return Stats{} }
 func (*Sink) SetReplier(pipeline.Replier)            {}
 func (*Sink) SetLinkUp(bool)                         {}
+func (*Sink) SetMAC(net.HardwareAddr)                {}
 func (*Sink) Headroom() int                          { return 0 }
 func (*Sink) Alloc([]pipeline.Frame) int             { return 0 }
 func (*Sink) Free([]pipeline.Frame)                  {}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -66,8 +67,10 @@ type Layer struct {
 	ether  *nexthop.Ether
 	reply  pipeline.Replier
 	counts *Counts
-	held   bool        // the last Transmit stopped at a frame whose next hop is being resolved
-	down   atomic.Bool // see SetLinkUp
+	held   bool                    // the last Transmit stopped at a frame whose next hop is being resolved
+	down   atomic.Bool             // see SetLinkUp
+	relink atomic.Bool             // the link came up again: the next Transmit forgets the holds
+	mac    atomic.Pointer[[6]byte] // a new source address from SetMAC, for the next Transmit
 }
 
 // New returns the link layer of a sink on the interface cfg describes.
@@ -99,8 +102,28 @@ func (l *Layer) Close() { l.neigh.Close() }
 func (l *Layer) SetReplier(r pipeline.Replier) { l.reply = r }
 
 // SetLinkUp says whether the link is up; while it is down Transmit
-// takes nothing.
-func (l *Layer) SetLinkUp(up bool) { l.down.Store(!up) }
+// takes nothing. When it comes up again, the next hops are resolved
+// afresh: the kernel flushed the link's neighbours when it went down, and
+// a frame held then, or whose resolution was lost on the down link, is
+// held again as for the first time (nexthop.Ether.Reset,
+// nexthop.Resolver.LinkUp) rather than dropped as unresolved. Calls
+// come from one goroutine at a time (the link's monitor).
+func (l *Layer) SetLinkUp(up bool) {
+	if up && l.down.Load() {
+		l.relink.Store(true) // before the link is up for Transmit
+		l.neigh.LinkUp()
+	}
+	l.down.Store(!up)
+}
+
+// SetMAC sets the frames' source address, the interface's MAC address
+// after it changed: frames transmitted from then on carry it. An address
+// that is not 6 bytes long is ignored.
+func (l *Layer) SetMAC(mac net.HardwareAddr) {
+	if len(mac) == 6 {
+		l.mac.Store((*[6]byte)(slices.Clone(mac)))
+	}
+}
 
 // Drops returns the drops by reason: DropUnresolved and DropNotRouted.
 func (l *Layer) Drops() pipeline.Drops {
@@ -117,9 +140,15 @@ func (l *Layer) Drops() pipeline.Drops {
 // refuses (with its error), and takes nothing while the link is down.
 func (l *Layer) Transmit(frames []pipeline.Frame, w Wire) (int, error) {
 	l.held = false
+	if mac := l.mac.Swap(nil); mac != nil {
+		l.ether.SetSource(*mac)
+	}
 	l.ether.Forget() // ask the resolver at least once per batch: it marks the entry in use
 	if l.down.Load() {
 		return 0, nil
+	}
+	if l.relink.Swap(false) {
+		l.ether.Reset()
 	}
 	taken := 0
 	for taken < len(frames) {

@@ -6,9 +6,12 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/vishvananda/netlink"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/internal/netlab"
@@ -17,16 +20,20 @@ import (
 
 var (
 	peer   = netip.MustParseAddr("198.18.120.2")  // on eg-a's link, answers
+	peer2  = netip.MustParseAddr("198.18.120.3")  // the peer's other address
 	nobody = netip.MustParseAddr("198.18.120.77") // on eg-a's link, no host
 	group  = netip.MustParseAddr("224.0.0.5")     // multicast: not routed
 )
 
 // lab is a Layer on eg-a (198.18.120.1/24) in one namespace, whose veth
-// peer eg-b (.2) is in another; ARP gives up on nobody after 100 ms.
+// peer eg-b (.2) is in another; ARP gives up on nobody after one
+// solicitation, 2 × nexthop.HoldTime later: the hold ends first.
 type lab struct {
 	layer   *Layer
-	mac     []byte // eg-a's
-	peerMAC []byte // eg-b's
+	gw      *netlab.NS // eg-a's
+	other   *netlab.NS // eg-b's
+	mac     []byte     // eg-a's
+	peerMAC []byte     // eg-b's
 }
 
 func newLab(t *testing.T) *lab {
@@ -36,13 +43,16 @@ func newLab(t *testing.T) *lab {
 		func() error { return netlab.AddVeth(gw, "eg-a", other, "eg-b", 0) },
 		func() error { return gw.AddAddr("eg-a", "198.18.120.1/24") },
 		func() error { return other.AddAddr("eg-b", "198.18.120.2/24") },
+		func() error { return other.AddAddr("eg-b", "198.18.120.3/24") },
 		func() error { return gw.Sysctl("net/ipv4/neigh/eg-a/mcast_solicit", "1") },
-		func() error { return gw.Sysctl("net/ipv4/neigh/eg-a/retrans_time_ms", "100") },
+		func() error {
+			return gw.Sysctl("net/ipv4/neigh/eg-a/retrans_time_ms", strconv.FormatInt((2*nexthop.HoldTime).Milliseconds(), 10))
+		},
 	} {
 		netlab.Must(t, step())
 	}
 	a := gw.LinkT(t, "eg-a").Attrs()
-	l := &lab{mac: a.HardwareAddr, peerMAC: other.LinkT(t, "eg-b").Attrs().HardwareAddr}
+	l := &lab{gw: gw, other: other, mac: a.HardwareAddr, peerMAC: other.LinkT(t, "eg-b").Attrs().HardwareAddr}
 	netlab.Must(t, gw.Run(func() (err error) {
 		l.layer, err = New(Config{Ifname: a.Name, Ifindex: a.Index, MAC: a.HardwareAddr})
 		return err
@@ -125,8 +135,9 @@ func (l *lab) transmit(t *testing.T, w *wire, fs []pipeline.Frame) error {
 // unreachables counts Unreachable calls.
 type unreachables struct{ n atomic.Int64 }
 
-func (u *unreachables) Unreachable([]byte) { u.n.Add(1) }
-func (u *unreachables) TooBig([]byte, int) { panic("TooBig from a link layer") }
+func (u *unreachables) Unreachable([]byte)  { u.n.Add(1) }
+func (u *unreachables) TooBig([]byte, int)  { panic("TooBig from a link layer") }
+func (u *unreachables) TimeExceeded([]byte) { panic("TimeExceeded from a link layer") }
 
 // TestTransmit sends through the kernel's next hops: frames to a
 // neighbour that answers get its address, frames without a next hop are
@@ -215,6 +226,85 @@ func TestLinkDown(t *testing.T) {
 	if l.layer.Wait(time.Second) || time.Since(start) > 100*time.Millisecond {
 		t.Errorf("link up, nothing held: Wait waited %v", time.Since(start))
 	}
+}
+
+// TestLinkFlap: a frame whose next hop began resolving while the link
+// was going down (the kernel deletes the link's neighbours before the
+// link's monitor hears it is down), and stays held past the hold, is sent
+// once the link is up again, not dropped: the hold starts afresh, and so
+// does the kernel's resolution, whose solicitation was lost on the down
+// link and which would otherwise only fail, one retrans_time later.
+func TestLinkFlap(t *testing.T) {
+	l := newLab(t)
+	nic := l.gw.LinkT(t, "eg-a")
+	netlab.Must(t, l.gw.Netlink().LinkSetDown(nic))
+	w := &wire{}
+	if n, err := l.layer.Transmit(frames(peer), w); n != 0 || err != nil {
+		t.Fatalf("Transmit to a new next hop: took %d, %v; want the frame held", n, err)
+	}
+	held := time.Now()
+	// The resolver asks the kernel, which solicits on the down link.
+	for deadline := time.Now().Add(5 * time.Second); !l.kernelHas(t, peer); {
+		if time.Now().After(deadline) {
+			t.Fatal("the kernel was not asked to resolve the next hop")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	l.layer.SetLinkUp(false)
+	time.Sleep(nexthop.HoldTime - time.Since(held) + 100*time.Millisecond) // down past the hold
+	netlab.Must(t, l.gw.Netlink().LinkSetUp(nic))
+	// Up for the link layer once frames cross it both ways, as the
+	// gateway's monitor hears of it once the kernel has activated the
+	// device: a solicitation or a reply sent before would be dropped, and
+	// with one solicitation the resolution would fail. The kernel of the
+	// gateway's side resolves another address of the peer's to tell.
+	for deadline := time.Now().Add(5 * time.Second); !l.resolves(t, peer2); {
+		if time.Now().After(deadline) {
+			t.Fatal("the link did not come up")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	l.layer.SetLinkUp(true)
+	up := time.Now()
+	netlab.Must(t, l.transmit(t, w, frames(peer)))
+	t.Logf("sent %v after the link came up", time.Since(up))
+	if d := l.layer.Drops(); d[pipeline.DropUnresolved] != 0 || !slices.Equal(w.sent, []uint64{1}) {
+		t.Errorf("drops %v, sent %v, discarded %v; want the frame sent", d, w.sent, w.discarded)
+	}
+}
+
+// resolves asks eg-a's kernel to resolve a anew and reports whether it
+// has.
+func (l *lab) resolves(t *testing.T, a netip.Addr) bool {
+	t.Helper()
+	if n, ok := l.neighbour(t, a); ok && n.State&netlink.NUD_REACHABLE != 0 {
+		return true
+	}
+	n := &netlink.Neigh{LinkIndex: l.gw.LinkT(t, "eg-a").Attrs().Index, Family: netlink.FAMILY_V4, IP: a.AsSlice()}
+	l.gw.Netlink().NeighDel(n) // a solicitation lost on the link is not sent again
+	n.Flags = netlink.NTF_USE
+	netlab.Must(t, l.gw.Netlink().NeighSet(n))
+	return false
+}
+
+// kernelHas reports whether eg-a's neighbour table has an entry for a.
+func (l *lab) kernelHas(t *testing.T, a netip.Addr) bool {
+	t.Helper()
+	_, ok := l.neighbour(t, a)
+	return ok
+}
+
+// neighbour returns eg-a's neighbour entry for a, if there is one.
+func (l *lab) neighbour(t *testing.T, a netip.Addr) (netlink.Neigh, bool) {
+	t.Helper()
+	ns, err := l.gw.Netlink().NeighList(l.gw.LinkT(t, "eg-a").Attrs().Index, netlink.FAMILY_V4)
+	netlab.Must(t, err)
+	for _, n := range ns {
+		if n.IP.Equal(a.AsSlice()) {
+			return n, true
+		}
+	}
+	return netlink.Neigh{}, false
 }
 
 // TestMain fails the tests if they leave a namespace or a descriptor behind.

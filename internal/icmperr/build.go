@@ -28,6 +28,12 @@ const (
 	// only (a router fragments the others), or ICMPv6 packet too big
 	// (type 2, with the MTU).
 	TooBig
+	// TimeExceeded says that the packet's TTL (hop limit) ran out, as a
+	// router says it for a packet that arrives with 1 or less (RFC 1812
+	// 5.3.1, RFC 4443 3.3): ICMP time exceeded, TTL exceeded in transit
+	// (type 11, code 0), or ICMPv6 time exceeded, hop limit exceeded in
+	// transit (type 3, code 0).
+	TimeExceeded
 )
 
 // MaxLen is the longest error Build writes: an ICMPv6 error fills the
@@ -78,7 +84,8 @@ type message struct {
 // multicast or broadcast address (an IPv6 packet too big excepted); its
 // source is not a single host (unspecified, this network, loopback,
 // multicast, class E or broadcast). It also returns 0 for TooBig on an
-// IPv4 packet without DF, for an mtu below 68 (IPv4) or 1280 (IPv6), for
+// IPv4 packet without DF, for an mtu below 68 (IPv4) or 1280 (IPv6) (mtu
+// matters for TooBig only), for
 // a src that is not a unicast address of orig's family, and when b is
 // too short.
 func Build(b, orig []byte, src netip.Addr, k Kind, mtu int) int {
@@ -102,6 +109,8 @@ func build4(b, orig []byte, src netip.Addr, k Kind, mtu int) int {
 	switch {
 	case k == TooBig && ip.Flags()&header.IPv4FlagDontFragment != 0 && mtu >= minMTU4 && mtu <= math.MaxUint16:
 		m.code, m.info = uint8(header.ICMPv4FragmentationNeeded), uint32(mtu)
+	case k == TimeExceeded:
+		m = message{typ: uint8(header.ICMPv4TimeExceeded), code: uint8(header.ICMPv4TTLExceeded)}
 	case k != Unreachable:
 		return 0
 	}
@@ -121,6 +130,8 @@ func build6(b, orig []byte, src netip.Addr, k Kind, mtu int) int {
 	switch {
 	case k == TooBig && mtu >= header.IPv6MinimumMTU && uint64(mtu) <= math.MaxUint32:
 		m = message{typ: uint8(header.ICMPv6PacketTooBig), info: uint32(mtu)}
+	case k == TimeExceeded:
+		m = message{typ: uint8(header.ICMPv6TimeExceeded), code: uint8(header.ICMPv6HopLimitExceeded)}
 	case k != Unreachable:
 		return 0
 	}

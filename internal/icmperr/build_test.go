@@ -39,12 +39,15 @@ func TestAnswers(t *testing.T) {
 		{"v4 short buffer still header and 8 bytes", big4.bytes(), Unreachable, 0, 28 + 28, 3, 1, 0, 28},
 		{"v4 options quoted, short packet whole", opts4.bytes(), TooBig, 1280, 0, 3, 4, 1280, 28},
 		{"v4 echo request answered", pkt4{src: host4a, dst: host4b, proto: header.ICMPv4ProtocolNumber, payload: icmp4(header.ICMPv4Echo, 56)}.bytes(), Unreachable, 0, 0, 3, 1, 0, 84},
+		{"v4 time exceeded", udp4.bytes(), TimeExceeded, 0, 0, 11, 0, 0, 128},
+		{"v4 time exceeded without DF, mtu ignored", big4.bytes(), TimeExceeded, 1400, 0, 11, 0, 0, 548},
 		{"v4 first fragment answered", pkt4{src: host4a, dst: host4b, flags: mf, proto: header.UDPProtocolNumber, payload: udp(1000)}.bytes(), Unreachable, 0, 0, 3, 1, 0, 548},
 		{"v6 udp unreachable", udp6.bytes(), Unreachable, 0, 0, 1, 3, 0, 148},
 		{"v6 quotes 1232 bytes of a big packet", big6.bytes(), Unreachable, 0, 0, 1, 3, 0, 1232},
 		{"v6 packet too big", big6.bytes(), TooBig, 1400, 0, 2, 0, 1400, 1232},
 		{"v6 packet too big at 1280", big6.bytes(), TooBig, 1280, 0, 2, 0, 1280, 1232},
 		{"v6 short buffer quotes less", big6.bytes(), TooBig, 1280, 48 + 100, 2, 0, 1280, 100},
+		{"v6 time exceeded", udp6.bytes(), TimeExceeded, 0, 0, 3, 0, 0, 148},
 		{"v6 echo request answered", pkt6{src: host6a, dst: host6b, proto: header.ICMPv6ProtocolNumber, payload: icmp6(header.ICMPv6EchoRequest, 56)}.bytes(), Unreachable, 0, 0, 1, 3, 0, 104},
 		{"v6 through hop-by-hop and destination options", pkt6{src: host6a, dst: host6b, proto: tcpip.TransportProtocolNumber(header.IPv6DestinationOptionsExtHdrIdentifier),
 			ext:     header.IPv6ExtHdrSerializer{header.IPv6SerializableHopByHopExtHdr{&header.IPv6RouterAlertOption{Value: header.IPv6RouterAlertMLD}}},
@@ -153,7 +156,10 @@ func TestNeverAnswer(t *testing.T) {
 		{"v6 from an IPv4 router", udp6(host6a, host6b), Unreachable, 0, router4},
 		{"v6 from an IPv4-mapped router", udp6(host6a, host6b), Unreachable, 0, netip.AddrFrom16(router4.As16())},
 		{"v6 from a multicast router", udp6(host6a, host6b), Unreachable, 0, netip.MustParseAddr("ff02::1")},
-		{"v6 unknown kind", udp6(host6a, host6b), 3, 1280, router6},
+		{"v6 unknown kind", udp6(host6a, host6b), TimeExceeded + 1, 1280, router6},
+		{"v6 time exceeded to multicast", udp6(host6a, "ff02::1"), TimeExceeded, 0, router6},
+		{"v4 time exceeded to broadcast", udp4(host4a, "255.255.255.255", 0, 0), TimeExceeded, 0, router4},
+		{"v4 time exceeded for an ICMP error", v4icmp(header.ICMPv4DstUnreachable), TimeExceeded, 0, router4},
 	} {
 		if n := Build(b, tc.orig, tc.src, tc.kind, tc.mtu); n != 0 {
 			t.Errorf("%s: built a %d-byte error %x", tc.name, n, b[:n])

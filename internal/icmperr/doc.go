@@ -1,9 +1,10 @@
 // Package icmperr builds the ICMP and ICMPv6 errors a router sends back
 // to the source of a packet it cannot forward, and limits their rate the
-// way Linux does. The gateway answers with them through the TUN device:
-// host unreachable when a next hop does not resolve, fragmentation needed
-// (IPv4, DF set) or packet too big (IPv6) when a packet exceeds the
-// egress MTU.
+// way Linux does. The gateway answers with them through the TUN device
+// (or the host's stack): host unreachable when a next hop does not
+// resolve, fragmentation needed (IPv4, DF set) or packet too big (IPv6)
+// when a packet exceeds the egress MTU, time exceeded when a packet it
+// forwards between two wires arrives with a TTL (hop limit) of 1 or less.
 //
 // Build writes a complete IPv4 or IPv6 packet, checksums included, into a
 // caller's buffer, quoting as much of the original packet as the RFCs

@@ -113,16 +113,19 @@ func Answers(orig []byte, k Kind) bool {
 // type and code, or false if orig is not to be answered.
 func target(orig []byte, k Kind) (to netip.Addr, m message, ok bool) {
 	switch {
-	case k != Unreachable && k != TooBig:
+	case k != Unreachable && k != TooBig && k != TimeExceeded:
 	case len(orig) > 0 && orig[0]>>4 == header.IPv4Version:
 		if _, ok = answerable4(orig); !ok {
 			break
 		}
 		ip := header.IPv4(orig)
 		m = message{typ: uint8(header.ICMPv4DstUnreachable), code: uint8(header.ICMPv4HostUnreachable)}
-		if k == TooBig {
+		switch k {
+		case TooBig:
 			m.code = uint8(header.ICMPv4FragmentationNeeded)
 			ok = ip.Flags()&header.IPv4FlagDontFragment != 0
+		case TimeExceeded:
+			m = message{typ: uint8(header.ICMPv4TimeExceeded), code: uint8(header.ICMPv4TTLExceeded)}
 		}
 		to = netip.AddrFrom4(ip.SourceAddress().As4())
 	case len(orig) > 0 && orig[0]>>4 == header.IPv6Version:
@@ -130,8 +133,11 @@ func target(orig []byte, k Kind) (to netip.Addr, m message, ok bool) {
 			break
 		}
 		m = message{typ: uint8(header.ICMPv6DstUnreachable), code: uint8(header.ICMPv6AddressUnreachable)}
-		if k == TooBig {
+		switch k {
+		case TooBig:
 			m = message{typ: uint8(header.ICMPv6PacketTooBig)}
+		case TimeExceeded:
+			m = message{typ: uint8(header.ICMPv6TimeExceeded), code: uint8(header.ICMPv6HopLimitExceeded)}
 		}
 		to = netip.AddrFrom16(header.IPv6(orig).SourceAddress().As16())
 	}

@@ -108,6 +108,18 @@ func TestPerDestination(t *testing.T) {
 	}
 }
 
+// TestTimeExceededLimited: time exceeded (ICMP type 11, ICMPv6 type 3)
+// is limited per destination, as icmp_ratemask and
+// net.ipv6.icmp.ratemask have it by default.
+func TestTimeExceededLimited(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		l, _ := newTestLimiter(0)
+		if n := count(l, from(nth(v6, 1)), TimeExceeded, 100); n != 6 {
+			t.Errorf("IPv6 %v: a burst of %d, want 6", v6, n)
+		}
+	}
+}
+
 // TestGlobal: over all destinations, a burst of icmp_msgs_burst (50),
 // then icmp_msgs_per_sec (1000/s) refilled at most every 20 ms (HZ/50),
 // shared by ICMP and ICMPv6.

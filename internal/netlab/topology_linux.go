@@ -63,7 +63,11 @@ type Topology struct {
 
 // NewTopology builds the namespaces, the veth pair and B's side; the
 // caller adds a gateway and calls TUNUp, or calls RouteKernel.
-func NewTopology(tag string) (tp *Topology, err error) {
+func NewTopology(tag string) (*Topology, error) { return NewTopologyQueues(tag, 2) }
+
+// NewTopologyQueues is NewTopology with a veth pair of the given number
+// of queues.
+func NewTopologyQueues(tag string, queues int) (tp *Topology, err error) {
 	tp = &Topology{}
 	defer func() {
 		if err != nil {
@@ -76,7 +80,7 @@ func NewTopology(tag string) (tp *Topology, err error) {
 	if tp.B, err = New(tag + "-b"); err != nil {
 		return tp, err
 	}
-	if err = AddVeth(tp.A, NICA, tp.B, NICB, 2); err != nil {
+	if err = AddVeth(tp.A, NICA, tp.B, NICB, queues); err != nil {
 		return tp, err
 	}
 	a, b := tp.A, tp.B

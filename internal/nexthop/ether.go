@@ -18,12 +18,19 @@ const EtherLen = ethernet.HeaderLen
 // them once it resolves; a sink, whose completions come in order, can
 // only hold the whole batch. So it holds for at most HoldTime per
 // destination while it stays pending, and holds take at most HoldShare
-// percent of the time (a token bucket of HoldBurst): neighbours that
-// never answer cost the other traffic at most that, and one on the link,
-// resolved in a millisecond or two, loses nothing.
+// percent of the time (a token bucket of HoldBurst; a hold lasts no
+// longer than the bucket's credit): neighbours that never answer cost the
+// other traffic at most that, and a neighbour that answers loses nothing.
+// HoldTime is the kernel's retrans_time (1 s): the reply to its first
+// solicitation comes within it or the kernel asks again. A neighbour on
+// the link resolves in a millisecond or two on an idle machine, in tens of
+// milliseconds on a loaded one (the resolver, the kernel's soft
+// interrupts and the peer all wait for a CPU), and a hold ends when it
+// resolves, so the whole of HoldTime is spent only on a neighbour that
+// does not answer.
 const (
-	HoldTime  = 25 * time.Millisecond
-	HoldBurst = 100 * time.Millisecond
+	HoldTime  = time.Second
+	HoldBurst = time.Second
 	HoldShare = 10
 )
 
@@ -73,6 +80,10 @@ type Ether struct {
 // MAC address, to the next hops r resolves.
 func NewEther(r *Resolver, src [6]byte) *Ether { return &Ether{r: r, src: src, now: time.Now} }
 
+// SetSource sets the source address of the headers written from then
+// on: the interface's MAC address after it changed.
+func (e *Ether) SetSource(src [6]byte) { e.src = src }
+
 // Header writes into eth[:EtherLen] the Ethernet header of the IP packet
 // pkt if its next hop is resolved, and says what to do with the frame. A
 // packet that is not IPv4 or IPv6 is Unreachable.
@@ -108,8 +119,8 @@ func (e *Ether) Header(eth, pkt []byte) Action {
 }
 
 // hold decides for a frame to dst, whose next hop is pending: hold while
-// its hold lasts, drop after it, and start a hold only with HoldTime of
-// credit in the bucket.
+// its hold lasts, drop after it, and start a hold, for HoldTime or what
+// credit the bucket has left, only if it has some.
 func (e *Ether) hold(dst netip.Addr) Action {
 	now := e.now()
 	if dst == e.holdDst {
@@ -124,11 +135,12 @@ func (e *Ether) hold(dst netip.Addr) Action {
 		e.credit = min(HoldBurst, e.credit+since*HoldShare/100)
 	}
 	e.stamp = now
-	if e.credit < HoldTime {
+	if e.credit <= 0 {
 		return Drop
 	}
-	e.credit -= HoldTime
-	e.holdDst, e.holdEnd = dst, now.Add(HoldTime)
+	d := min(HoldTime, e.credit)
+	e.credit -= d
+	e.holdDst, e.holdEnd = dst, now.Add(d)
 	return Hold
 }
 
@@ -158,6 +170,18 @@ func (e *Ether) Wait(d time.Duration) {
 	case <-wake:
 	case <-t.C:
 	}
+}
+
+// Reset forgets the holds and fills the bucket: every destination
+// pending now may be held again, for HoldTime, as for the first time.
+// Call it when the link comes back up: the kernel flushed the neighbours
+// of the link when it went down, what was held before says nothing of
+// the resolutions that follow, and a hold while the link was down kept
+// no other traffic waiting.
+func (e *Ether) Reset() {
+	e.lastOK = false
+	e.holdDst, e.holdEnd = netip.Addr{}, time.Time{}
+	e.stamp = time.Time{} // the next hold starts with a full bucket
 }
 
 // Forget drops the remembered destination: the next Header asks the

@@ -59,10 +59,13 @@ func TestEther(t *testing.T) {
 
 // TestEtherHold: a pending destination holds the batch for HoldTime,
 // then its frames are dropped; holds draw on a bucket of HoldBurst that
-// refills at HoldShare percent of the time, and a destination that
-// resolves early gives back what it did not use; a failed one is
-// unreachable.
+// refills at HoldShare percent of the time, a hold lasts no longer than
+// the credit the bucket has, and a destination that resolves early gives
+// back what it did not use; a failed one is unreachable.
 func TestEtherHold(t *testing.T) {
+	if HoldBurst != HoldTime {
+		t.Fatalf("the test takes the bucket to hold one HoldTime, not %v", HoldBurst)
+	}
 	r := newTestResolver(t, Config{})
 	e := NewEther(r, [6]byte{})
 	start := time.Unix(1000, 0)
@@ -78,20 +81,26 @@ func TestEtherHold(t *testing.T) {
 	}
 	step(0, 1, Hold)
 	step(HoldTime-1, 1, Hold)
-	step(1, 1, Drop) // the hold is over
-	holds := int(HoldBurst / HoldTime)
-	for n := 2; n <= holds; n++ { // the bucket's other holds
-		step(0, n, Hold)
-		step(HoldTime, n, Drop)
-	}
-	step(0, holds+1, Drop)                                                               // the bucket is empty, but for the refill
-	refill := (HoldTime - time.Duration(holds)*HoldTime*HoldShare/100) * 100 / HoldShare // to refill what the drop lacked
-	step(refill, holds+2, Hold)
-	resolve(r, addr(holds+2), macA)
-	step(HoldTime/5, holds+2, Send) // resolved early: 4/5 of the hold back
-	if want := HoldTime * 4 / 5; e.credit != want {
+	step(1, 1, Drop)                     // the hold is over, and it took the whole bucket
+	refill := HoldTime * HoldShare / 100 // what came back during it
+	step(0, 2, Hold)                     // for as long as that lasts
+	step(0, 3, Drop)                     // the bucket is empty
+	step(refill-1, 2, Hold)
+	step(1, 2, Drop)
+	wait := 100 * time.Millisecond
+	credit := (refill + wait) * HoldShare / 100 // since the last hold began
+	step(wait, 4, Hold)
+	resolve(r, addr(4), macA)
+	step(credit/5, 4, Send) // resolved early: 4/5 of the hold back
+	if want := credit * 4 / 5; e.credit != want {
 		t.Errorf("credit after an early resolution: %v, want %v", e.credit, want)
 	}
+	step(0, 5, Hold) // with what is left in the bucket
+	step(e.holdEnd.Sub(now), 5, Drop)
+	e.Reset() // the link came back: the destination held before may be held again, for all of HoldTime
+	step(0, 5, Hold)
+	step(HoldTime-1, 5, Hold)
+	step(1, 5, Drop)
 	for _, dst := range []string{"224.0.0.22", "ff02::16", "169.254.1.1", "fe80::1", "127.0.0.1", "0.0.0.0"} {
 		pkt := ipv4To(netip.MustParseAddr("198.18.0.1"))
 		if a := netip.MustParseAddr(dst); a.Is6() {

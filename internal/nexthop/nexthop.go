@@ -114,6 +114,7 @@ const tick = 100 * time.Millisecond
 type job struct {
 	key     netip.Addr
 	recheck bool // re-validate a resolved entry, rather than resolve
+	renew   bool // resolve with a fresh solicitation (see LinkUp)
 }
 
 // Resolver resolves destinations leaving one interface to MAC addresses.
@@ -400,6 +401,35 @@ func (r *Resolver) advance(now int64) {
 			r.tab.remove(e)
 		}
 	})
+}
+
+// LinkUp tells the resolver that its interface is up again after it was
+// down. The kernel flushed the interface's neighbours when it went down
+// (neigh_ifdown, neigh_carrier_down), and the resolved entries followed
+// the deletions. What it did while the link was down says nothing of the
+// neighbours: a failure then is forgotten, and a resolution under way
+// starts again with a fresh solicitation, since the kernel's was lost on
+// the down link and it would ask again only after retrans_time (1 s).
+func (r *Resolver) LinkUp() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now, forgot := r.now(), false
+	r.tab.all(func(e *entry) {
+		switch e.state {
+		case Failed:
+			r.tab.remove(e)
+			forgot = true
+		case Pending:
+			select {
+			case r.jobs <- job{key: e.dst, renew: true}:
+				e.until = now + r.cfg.Timeout.Milliseconds()
+			default: // Timeout settles it
+			}
+		}
+	})
+	if forgot {
+		r.bump()
+	}
 }
 
 // resync follows lost notifications: resolved entries are re-validated

@@ -224,6 +224,38 @@ func TestResync(t *testing.T) {
 	}
 }
 
+// TestLinkUp: when the link comes back, failures are forgotten,
+// resolutions under way start again with a fresh solicitation, and
+// resolved entries stay.
+func TestLinkUp(t *testing.T) {
+	r := newTestResolver(t, Config{})
+	done, doing, dead := addr(1), addr(2), addr(3)
+	for _, d := range []netip.Addr{done, doing, dead} {
+		r.Lookup(d)
+		r.setHop(d, d)
+	}
+	r.settle(done, neigh{kind: usable, mac: macA}, true)
+	r.settle(dead, neigh{kind: failed}, true)
+	jobs(r)
+	v := r.Changed()
+	r.LinkUp()
+	if js := jobs(r); len(js) != 1 || js[0] != (job{key: doing, renew: true}) {
+		t.Errorf("LinkUp queued %v, want the resolution under way renewed", js)
+	}
+	if r.Changed() == v {
+		t.Error("a failure was forgotten, but Changed did not move")
+	}
+	if mac, st := r.Lookup(done); st != Resolved || mac != macA {
+		t.Errorf("resolved entry after LinkUp: %v %v", mac, st)
+	}
+	if st := lookupState(r, dead); st != Pending {
+		t.Errorf("failed entry after LinkUp: %v, want a new resolution (pending)", st)
+	}
+	if js := jobs(r); len(js) != 1 || js[0] != (job{key: dead}) {
+		t.Errorf("a lookup of the forgotten failure queued %v, want its resolution", js)
+	}
+}
+
 // TestBounded: many destinations keep the cache at MaxEntries and the
 // resolutions under way at MaxPending; resolved entries in use survive
 // the churn (second chance).

@@ -245,7 +245,7 @@ func (r *Resolver) work() {
 			if j.recheck {
 				r.recheck(j.key)
 			} else {
-				r.resolve(j.key)
+				r.resolve(j.key, j.renew)
 			}
 		}
 	}
@@ -254,8 +254,10 @@ func (r *Resolver) work() {
 // resolve finds key's next hop and asks the kernel for its MAC address:
 // a neighbour with one settles the entry; otherwise the kernel is asked
 // to resolve it (NTF_USE) and its notification settles the entry later,
-// unless it failed at once.
-func (r *Resolver) resolve(key netip.Addr) {
+// unless it failed at once. With renew, a resolution the kernel has
+// under way is started again, with a solicitation at once: NTF_USE alone
+// leaves an INCOMPLETE neighbour waiting for its next retransmission.
+func (r *Resolver) resolve(key netip.Addr, renew bool) {
 	hop := r.nextHop(key)
 	if !r.setHop(key, hop) {
 		return
@@ -267,6 +269,9 @@ func (r *Resolver) resolve(key netip.Addr) {
 		}
 		r.settle(hop, n, true)
 		return
+	}
+	if err == nil && renew {
+		err = r.unprobe(hop)
 	}
 	if err == nil {
 		err = r.probe(hop)
@@ -346,6 +351,20 @@ func (r *Resolver) probe(hop netip.Addr) error {
 	err := r.sys.h.NeighSet(&netlink.Neigh{LinkIndex: r.cfg.Ifindex, Family: int(family(hop)), IP: hop.AsSlice(), Flags: netlink.NTF_USE})
 	if err != nil {
 		return fmt.Errorf("nexthop: probe %v: %w", hop, err)
+	}
+	return nil
+}
+
+// unprobe stops the kernel's resolution of hop, if it has one under way
+// (ip neigh replace HOP dev IF nud none): the neighbour becomes NUD_NONE,
+// its retransmission timer is stopped, and the packets it queued stay
+// queued for the next resolution, which the next NTF_USE starts with a
+// solicitation at once (__neigh_update, __neigh_event_send). Only for a
+// neighbour without a MAC address to send to.
+func (r *Resolver) unprobe(hop netip.Addr) error {
+	err := r.sys.h.NeighSet(&netlink.Neigh{LinkIndex: r.cfg.Ifindex, Family: int(family(hop)), IP: hop.AsSlice(), State: netlink.NUD_NONE})
+	if err != nil {
+		return fmt.Errorf("nexthop: restart %v: %w", hop, err)
 	}
 	return nil
 }

@@ -23,15 +23,21 @@ type Program interface {
 	// Attach attaches the program to the interface lnk, on a thread in
 	// the port's network namespace.
 	Attach(lnk netlink.Link) error
-	// Link returns the program's BPF link to the interface; nil when it
-	// is not attached.
-	Link() link.Link
+	// Attached reports whether the program is still attached to the
+	// interface ifindex, false when it was detached from outside; it
+	// returns ErrNotAttached when the port holds no attachment at all
+	// (it took the program off, or attaching it again failed).
+	Attached(ifindex int) (bool, error)
 	// Detach takes the program off the interface (see Detach).
 	Detach() error
 	// Close releases the program and its maps; the sockets are closed
 	// by then.
 	Close() error
 }
+
+// ErrNotAttached is what a Program's Attached returns when the port
+// holds no attachment of it.
+var ErrNotAttached = errors.New("not attached")
 
 // Config describes a port to its lifecycle.
 type Config[S any] struct {
@@ -142,24 +148,37 @@ func (p *Port[S]) Close() error {
 	return nil
 }
 
-// Attached reports whether the program's BPF link still attaches it to
-// the port's interface. A link detached from outside (bpftool link
-// detach) sends no notification: the kernel says so only when asked.
+// Attached reports whether the program is still attached to the port's
+// interface. A BPF link detached from outside (bpftool link detach) sends
+// no notification: the kernel says so only when asked.
 func (p *Port[S]) Attached() (bool, error) {
 	if !p.Lock() {
 		return false, p.cfg.ErrClosed
 	}
 	defer p.Unlock()
-	l := p.prog.Link()
-	if l == nil {
+	ok, err := p.prog.Attached(p.cfg.Ifindex)
+	if errors.Is(err, ErrNotAttached) {
 		return false, p.cfg.ErrClosed
+	}
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", p.cfg.Pkg, err)
+	}
+	return ok, nil
+}
+
+// LinkAttached reports whether the BPF link l attaches its program to
+// the interface ifindex: a Program's Attached for a program on a link.
+// It returns ErrNotAttached for a nil link.
+func LinkAttached(l link.Link, ifindex int) (bool, error) {
+	if l == nil {
+		return false, ErrNotAttached
 	}
 	info, err := l.Info()
 	if err != nil {
-		return false, fmt.Errorf("%s: link info: %w", p.cfg.Pkg, err)
+		return false, fmt.Errorf("link info: %w", err)
 	}
-	ifindex, ok := linkIfindex(info)
-	return ok && ifindex == p.cfg.Ifindex, nil
+	i, ok := linkIfindex(info)
+	return ok && i == ifindex, nil
 }
 
 // linkIfindex returns the interface an XDP or tcx link attaches to.
@@ -173,14 +192,15 @@ func linkIfindex(info *link.Info) (int, bool) {
 	return 0, false
 }
 
-// Reattach closes the program's old link and attaches the program again,
-// from a thread in the port's namespace; the sockets stay as they are.
+// Reattach takes the program's old attachment off (a defunct link) and
+// attaches the program again, from a thread in the port's namespace; the
+// sockets stay as they are.
 func (p *Port[S]) Reattach() error {
 	if !p.Lock() {
 		return p.cfg.ErrClosed
 	}
 	defer p.Unlock()
-	if err := p.prog.Detach(); err != nil { // the old, defunct link
+	if err := p.prog.Detach(); err != nil { // the old, defunct attachment
 		return err
 	}
 	return nsrun.Run(p.ns, func() error {

@@ -32,7 +32,7 @@ type xdpPass struct {
 }
 
 func (x *xdpPass) SetPrefixes(p []netip.Prefix) error { x.prefixes = p; return nil }
-func (x *xdpPass) Link() link.Link                    { return x.lnk }
+func (x *xdpPass) Attached(ifindex int) (bool, error) { return LinkAttached(x.lnk, ifindex) }
 
 func (x *xdpPass) Attach(lnk netlink.Link) error {
 	l, err := link.AttachXDP(link.XDPOptions{Program: x.prog, Interface: lnk.Attrs().Index, Flags: link.XDPGenericMode})

@@ -1,7 +1,8 @@
 /*
  * The AF_PACKET port's two programs (see filter_linux.go): the socket
- * filter keeps exactly the packets the port takes, the tcx ingress
- * program drops exactly those. Both run on a __sk_buff whose data starts
+ * filter keeps exactly the packets the port takes, the ingress program
+ * (tcx, or a direct-action cls_bpf filter on a clsact qdisc) drops
+ * exactly those. Both run on a __sk_buff whose data starts
  * at the Ethernet header, and read it with bpf_skb_load_bytes: socket
  * filters have no direct packet access, and the helper reads the paged
  * super-packets GRO makes. Every buffer and key passed to a helper is
@@ -44,7 +45,11 @@ int gsop_pkt_keep(struct __sk_buff *skb)
 	return takes(skb) ? -1 : 0;
 }
 
-/* The tcx ingress program: drop, or leave the packet to what comes next. */
+/*
+ * The ingress program: drop, or leave the packet to what comes next.
+ * TCX_DROP and TCX_NEXT are TC_ACT_SHOT and TC_ACT_UNSPEC, which mean
+ * the same to cls_bpf in direct-action mode.
+ */
 SEC("tc")
 int gsop_pkt_drop(struct __sk_buff *skb)
 {
