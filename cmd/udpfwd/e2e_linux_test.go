@@ -150,6 +150,7 @@ func tcpStream(t *testing.T, a, b *netlab.NS, addr string, n int64) {
 // size bytes with sequence numbers from A to B, resending on ENOBUFS
 // (the TUN ring was full: the kernel's backpressure), and checks that B
 // receives every datagram once. It returns how many resends it took.
+// Where the TUN has no USO it sends the same datagrams one at a time.
 func udpStream(t *testing.T, a, b *netlab.NS, sends, segs, size int) int {
 	t.Helper()
 	addr := net.JoinHostPort(srv4, "9000")
@@ -168,7 +169,15 @@ func udpStream(t *testing.T, a, b *netlab.NS, sends, segs, size int) int {
 	}
 	defer c.Close()
 	setsockopt(t, c.(*net.UDPConn), unix.IPPROTO_IP, unix.IP_RECVERR, 1)
-	setsockopt(t, c.(*net.UDPConn), unix.IPPROTO_UDP, unix.UDP_SEGMENT, size)
+	if err := netlab.Lacks(t, netlab.VirtioNetUSO); err != nil {
+		// Without USO the kernel cuts a UDP_SEGMENT send before the
+		// TUN, and the drops of its segments on a full TUN ring do not
+		// reach the sender: only single datagrams are held back.
+		t.Logf("one datagram per send: %v", err)
+		sends, segs = sends*segs, 1
+	} else {
+		setsockopt(t, c.(*net.UDPConn), unix.IPPROTO_UDP, unix.UDP_SEGMENT, size)
+	}
 	buf, resends := make([]byte, segs*size), 0
 
 	for i := range sends {

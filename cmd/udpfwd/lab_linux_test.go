@@ -146,6 +146,9 @@ func leftovers(t *testing.T, ns *netlab.NS) string {
 		left = append(left, fmt.Sprintf("XDP program %d on %s", x.ProgId, labNIC))
 	}
 	ns.Do(t, func() {
+		if netlab.Lacks(t, netlab.TCX) != nil { // no tcx, no tcx programs
+			return
+		}
 		r, err := link.QueryPrograms(link.QueryOptions{Target: nic.Attrs().Index, Attach: ebpf.AttachTCXIngress})
 		netlab.Must(t, err)
 		for _, p := range r.Programs {

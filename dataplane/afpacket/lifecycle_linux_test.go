@@ -28,10 +28,23 @@ import (
 // run in: tcx, and cls_bpf on a clsact qdisc as on kernels without tcx.
 var hostFilters = []HostFilter{HostFilterTCX, HostFilterClsact}
 
-// tcxPrograms returns the IDs of the programs on gw-a's tcx ingress.
+// skipWithoutHostFilter skips a test of mode where the kernel lacks it
+// (tcx before Linux 6.6).
+func skipWithoutHostFilter(t *testing.T, mode HostFilter) {
+	t.Helper()
+	if mode == HostFilterTCX {
+		netlab.SkipWithout(t, netlab.TCX)
+	}
+}
+
+// tcxPrograms returns the IDs of the programs on gw-a's tcx ingress:
+// none on a kernel without tcx.
 func (l *lab) tcxPrograms(t *testing.T) []ebpf.ProgramID {
 	t.Helper()
 	var ids []ebpf.ProgramID
+	if netlab.Lacks(t, netlab.TCX) != nil {
+		return nil
+	}
 	idx := l.A.LinkT(t, netlab.NICA).Attrs().Index
 	l.A.Do(t, func() {
 		r, err := link.QueryPrograms(link.QueryOptions{Target: idx, Attach: ebpf.AttachTCXIngress})
@@ -102,6 +115,7 @@ func openFDs(t *testing.T) int {
 func TestCloseReopen(t *testing.T) {
 	for _, mode := range hostFilters {
 		t.Run(mode.String(), func(t *testing.T) {
+			skipWithoutHostFilter(t, mode)
 			l := newLab(t, false)
 			fds := openFDs(t)
 			for round := range 2 {
@@ -144,6 +158,12 @@ func TestCloseReopen(t *testing.T) {
 func TestHostFilterAuto(t *testing.T) {
 	l := newLab(t, false)
 	p := l.open(t, Config{Queues: 1})
+	if netlab.Lacks(t, netlab.TCX) != nil {
+		if mode, why := p.HostFilter(); mode != HostFilterClsact || why != "the kernel has no tcx (Linux 6.6)" {
+			t.Errorf("HostFilter = %v, %q, want clsact because the kernel has no tcx", mode, why)
+		}
+		return
+	}
 	if mode, why := p.HostFilter(); mode != HostFilterTCX || why != "the kernel has tcx" {
 		t.Errorf("HostFilter = %v, %q, want tcx because the kernel has it", mode, why)
 	}
@@ -167,6 +187,7 @@ func TestDetachOnKill(t *testing.T) {
 	}
 	for _, mode := range hostFilters {
 		t.Run(mode.String(), func(t *testing.T) {
+			skipWithoutHostFilter(t, mode)
 			l := newLab(t, false)
 			cmd, _, line := l.startHolder(t, "TestDetachOnKill", mode.String())
 			if want := "attached " + mode.String() + ": asked for\n"; line != want {
@@ -384,6 +405,7 @@ func TestStopAndClose(t *testing.T) {
 func TestReattach(t *testing.T) {
 	for _, mode := range hostFilters {
 		t.Run(mode.String(), func(t *testing.T) {
+			skipWithoutHostFilter(t, mode)
 			l := newLab(t, false)
 			p := l.open(t, Config{Queues: 1, HostFilter: mode})
 			if ok, err := p.Attached(); !ok || err != nil {
@@ -540,6 +562,7 @@ func (l *lab) hooks(t *testing.T, hooks []uint32) string {
 func TestInterfaceGone(t *testing.T) {
 	for _, mode := range hostFilters {
 		t.Run(mode.String(), func(t *testing.T) {
+			skipWithoutHostFilter(t, mode)
 			l := newLab(t, false)
 			p := l.open(t, Config{Queues: 1, HostFilter: mode})
 			netlab.Must(t, l.A.Netlink().LinkDel(l.A.LinkT(t, netlab.NICA)))

@@ -135,7 +135,10 @@ func snmpField(t *testing.T, ns *netlab.NS, proto, field string) string {
 // before tcx and before a clsact qdisc's filters.
 func TestReceiveRedirect(t *testing.T) {
 	for _, mode := range hostFilters {
-		t.Run(mode.String(), func(t *testing.T) { testReceiveRedirect(t, mode) })
+		t.Run(mode.String(), func(t *testing.T) {
+			skipWithoutHostFilter(t, mode)
+			testReceiveRedirect(t, mode)
+		})
 	}
 }
 

@@ -139,6 +139,7 @@ func sumStats(p *Port) Stats {
 // (the longer two as chains of 2 and 3 frames); no frame is lost, and
 // receiving them does not allocate.
 func TestXSKJumbo(t *testing.T) {
+	netlab.SkipWithout(t, netlab.AFXDPMultiBuffer)
 	for _, mode := range []Mode{ModeNative, ModeGeneric} {
 		t.Run(mode.String(), func(t *testing.T) {
 			l := newJumboLab(t)
@@ -179,6 +180,7 @@ func TestXSKJumbo(t *testing.T) {
 // TestXSKJumboAllocs: receiving multi-buffer packets from the kernel does
 // not allocate.
 func TestXSKJumboAllocs(t *testing.T) {
+	netlab.SkipWithout(t, netlab.AFXDPMultiBuffer)
 	l := newJumboLab(t)
 	p := l.open(t, Config{NumFrames: 1024, RingSize: 256, Redirect: progRedirect})
 	frame := progUDP(l.macA, l.macB, progSrc4, progDst4, 64, make([]byte, 8000))
@@ -196,6 +198,7 @@ func TestXSKJumboAllocs(t *testing.T) {
 // is dropped and counted, its frames go back to the fill ring, and the
 // packets after it arrive.
 func TestXSKChainBound(t *testing.T) {
+	netlab.SkipWithout(t, netlab.AFXDPMultiBuffer)
 	l := newJumboLab(t)
 	p := l.open(t, Config{Mode: ModeGeneric, NumFrames: 256, RingSize: 64, Redirect: progRedirect, MaxChain: 2})
 	ch, stop := progReceive(t, p)
@@ -257,6 +260,9 @@ func TestXSKGSOPeer(t *testing.T) {
 		{ModeGeneric, MultiBufferOff, false},
 	} {
 		t.Run(c.mode.String()+"/multi-buffer="+c.multi.String(), func(t *testing.T) {
+			if c.multi == MultiBufferOn {
+				netlab.SkipWithout(t, netlab.AFXDPMultiBuffer)
+			}
 			n := newXDPNet(t)
 			p := n.open(t, Config{Ifname: xdpIfA, Mode: c.mode, NumFrames: xdpFrames, RingSize: xdpRing,
 				Redirect: xdpRedirect, MultiBuffer: c.multi})

@@ -171,6 +171,9 @@ func TestXDPOversize(t *testing.T) {
 		chain int
 	}{{"single-buffer", MultiBufferOff, 1}, {"multi-buffer", MultiBufferOn, 2}} {
 		t.Run(c.name, func(t *testing.T) {
+			if c.multi == MultiBufferOn {
+				netlab.SkipWithout(t, netlab.AFXDPMultiBuffer)
+			}
 			l := newJumboLab(t)
 			p := l.open(t, Config{Mode: ModeGeneric, NumFrames: 256, RingSize: 64, Redirect: progRedirect,
 				MultiBuffer: c.multi, MaxChain: 2}) // MaxChain is ignored with multi-buffer off

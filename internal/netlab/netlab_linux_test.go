@@ -1,6 +1,7 @@
 package netlab
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 	"os"
@@ -89,5 +90,22 @@ func TestTraffic(t *testing.T) {
 	}
 	for _, a := range []netip.Addr{NICB4, NICB6} {
 		Echo(t, tp.B, tp.A, a, 5*time.Second)
+	}
+}
+
+// TestFeatureProbes: each probe answers, with the feature or with its
+// absence, never with an error of its own.
+func TestFeatureProbes(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the probes need root (AF_XDP, /dev/net/tun, bpf)")
+	}
+	for name, probe := range map[string]func() error{
+		"AFXDPMultiBuffer": AFXDPMultiBuffer, "VirtioNetUSO": VirtioNetUSO, "TCX": TCX,
+	} {
+		err := probe()
+		t.Logf("%s: %v", name, err)
+		if err != nil && !errors.Is(err, ErrMissingFeature) {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
 }

@@ -18,8 +18,11 @@ static __always_inline int takes(const struct __sk_buff *skb)
 	if (skb->pkt_type != PACKET_HOST || skb->vlan_present)
 		return 0;
 	if (skb->protocol == bpf_htons(ETH_P_IP)) {
-		struct lpm_key4 k = LPM_KEY4;
-		return !bpf_skb_load_bytes(skb, IPV4_DST, &k.addr, sizeof(k.addr)) && redirected4(&k);
+		struct lpm_key4 k;
+		if (bpf_skb_load_bytes(skb, IPV4_DST, &k.addr, sizeof(k.addr)))
+			return 0;
+		k.prefixlen = LPM_LEN4;
+		return redirected4(&k);
 	}
 	if (skb->protocol != bpf_htons(ETH_P_IPV6))
 		return 0;
@@ -28,8 +31,11 @@ static __always_inline int takes(const struct __sk_buff *skb)
 		return 0;
 	if (b == IPPROTO_ICMPV6 && (bpf_skb_load_bytes(skb, IPV6_END, &b, 1) || is_nd(b)))
 		return 0;
-	struct lpm_key6 k = LPM_KEY6;
-	return !bpf_skb_load_bytes(skb, IPV6_DST, k.addr, sizeof(k.addr)) && redirected6(&k);
+	struct lpm_key6 k;
+	if (bpf_skb_load_bytes(skb, IPV6_DST, k.addr, sizeof(k.addr)))
+		return 0;
+	k.prefixlen = LPM_LEN6;
+	return redirected6(&k);
 }
 
 /* The socket filter: the whole packet (the snap length -1) or nothing. */

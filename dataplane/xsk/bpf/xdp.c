@@ -95,34 +95,72 @@ static __always_inline enum outcome missing(const struct frame *f, __u32 n)
 }
 
 /*
- * load_addr copies the size bytes (4 or 16) of an address at off, which
- * the frame has, to a key. It reads the packet in 32- or 64-bit words
- * and writes them as such (the trie reads the key back in the same
- * words, which keeps the store-to-load forwarding), and the copy on the
- * stack in 16-bit words: the addresses are only 2-byte aligned in it,
- * and the verifier refuses misaligned stack loads.
+ * join joins n 16-bit words at p, in memory order, into one word: the
+ * bytes it has in memory once stored.
  */
-static __always_inline void load_addr(void *to, const struct frame *f, int off, int size)
+static __always_inline __u64 join(const __u16 *p, int n)
 {
-	if (f->copy) {
-		for (int i = 0; i < size / 2; i++)
-			((__u16 *)to)[i] = ((const __u16 *)(f->data + off))[i];
-	} else if (size == 4) {
-		*(__u32 *)to = *(const __u32 *)(f->data + off);
-	} else {
-		for (int i = 0; i < size / 8; i++)
-			((__u64 *)to)[i] = ((const __u64 *)(f->data + off))[i];
+	__u64 w = 0;
+
+	for (int i = 0; i < n; i++) {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+		w |= (__u64)p[i] << (16 * i);
+#else
+		w |= (__u64)p[i] << (16 * (n - 1 - i));
+#endif
 	}
+	return w;
 }
 
 /*
- * A key of the IPv6 trie whose address is 8-byte aligned on the stack,
- * for load_addr's 64-bit words.
+ * The keys of the tries are built in registers and stored in whole
+ * 64-bit words: the verifier of Linux 6.1 refuses a loader without
+ * CAP_PERFMON a store into part of a stack slot that holds a spilled
+ * register (and a narrower store at a slot's start is one), and the
+ * compiler orders the stores of a key's fields as it likes. The trie
+ * reads the key back in the same words, which keeps the store-to-load
+ * forwarding. The address is read from the packet in words too, and
+ * from the copy on the stack in 16-bit words: the addresses are only
+ * 2-byte aligned in it, and the verifier refuses misaligned stack loads.
  */
-struct aligned_key6 {
-	__u32 pad;
-	struct lpm_key6 key;
-} __attribute__((aligned(8)));
+
+/* addr_word returns the size bytes (4 or 8) at off, which the frame has. */
+static __always_inline __u64 addr_word(const struct frame *f, int off, int size)
+{
+	if (f->copy)
+		return join((const __u16 *)(f->data + off), size / 2);
+	if (size == 4)
+		return *(const __u32 *)(f->data + off);
+	return *(const __u64 *)(f->data + off);
+}
+
+/* key4 is a key of the IPv4 trie, struct lpm_key4, as one word. */
+static __always_inline __u64 key4(const struct frame *f)
+{
+	__u64 addr = addr_word(f, IPV4_DST, 4);
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	return LPM_LEN4 | addr << 32;
+#else
+	return (__u64)LPM_LEN4 << 32 | addr;
+#endif
+}
+
+/*
+ * key6 fills k with a key of the IPv6 trie, struct lpm_key6, 4 bytes
+ * into it: 4 bytes of padding and the length, then the address, whose
+ * words are thus 8-byte aligned.
+ */
+static __always_inline const struct lpm_key6 *key6(__u64 k[3], const struct frame *f)
+{
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	k[0] = (__u64)LPM_LEN6 << 32;
+#else
+	k[0] = LPM_LEN6;
+#endif
+	k[1] = addr_word(f, IPV6_DST, 8);
+	k[2] = addr_word(f, IPV6_DST + 8, 8);
+	return (const struct lpm_key6 *)((const __u8 *)k + 4);
+}
 
 /* to_us reports whether a frame is sent to the NIC's MAC address. */
 static __always_inline int to_us(const __u8 *eth)
@@ -152,9 +190,8 @@ static __always_inline enum outcome parse(const struct frame *f, enum outcome si
 			return missing(f, IPV4_END);
 		if (version != 4)
 			return VERSION;
-		struct lpm_key4 k = LPM_KEY4;
-		load_addr(&k.addr, f, IPV4_DST, sizeof(k.addr));
-		return redirected4(&k) ? matched : PASS;
+		__u64 k = key4(f);
+		return redirected4((const struct lpm_key4 *)&k) ? matched : PASS;
 	}
 	if (proto == bpf_htons(ETH_P_IPV6)) {
 		if (!has(f, IPV6_END))
@@ -167,9 +204,8 @@ static __always_inline enum outcome parse(const struct frame *f, enum outcome si
 			if (is_nd(p[IPV6_END]))
 				return PASS;
 		}
-		struct aligned_key6 k = {.key = LPM_KEY6};
-		load_addr(k.key.addr, f, IPV6_DST, sizeof(k.key.addr));
-		return redirected6(&k.key) ? matched : PASS;
+		__u64 k[3];
+		return redirected6(key6(k, f)) ? matched : PASS;
 	}
 	return PASS;
 }

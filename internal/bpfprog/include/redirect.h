@@ -29,8 +29,13 @@ enum {
 /*
  * Keys of the tries (struct bpf_lpm_trie_key): a prefix length in host
  * order, then the address in network order. A lookup asks for the whole
- * address: LPM_KEY4 and LPM_KEY6 are keys with its length and a zero
- * address, which the caller fills in.
+ * address: LPM_LEN4 or LPM_LEN6. The verifier of Linux 6.1 refuses a
+ * loader without CAP_PERFMON a store into part of a stack slot that
+ * holds a spilled register ("attempt to corrupt spilled pointer on
+ * stack"), and a register store at a slot's start is one, narrower or
+ * not; a key initialised whole ({.prefixlen = 32}) is one 64-bit store.
+ * So a key is written without a second store into a slot: its address
+ * first (by a helper) and then its length, or in whole 64-bit words.
  */
 struct lpm_key4 {
 	__u32 prefixlen;
@@ -42,8 +47,8 @@ struct lpm_key6 {
 	__u32 addr[4];
 };
 
-#define LPM_KEY4 {.prefixlen = 32}
-#define LPM_KEY6 {.prefixlen = 128}
+#define LPM_LEN4 32
+#define LPM_LEN6 128
 
 /* The ports' limit of prefixes of one family; their loaders set it too. */
 #define REDIRECT_MAX_PREFIXES 4096

@@ -1,0 +1,128 @@
+// Kernel features the tests need and older kernels lack, each probed once
+// by asking the kernel for it (never by its version). A probe returns nil
+// where the kernel has the feature, else an error naming the feature and
+// the first Linux release that has it: the reason a test skips with.
+
+package netlab
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+)
+
+// ErrMissingFeature is what the probes' errors wrap.
+var ErrMissingFeature = errors.New("kernel feature missing")
+
+// SkipWithout skips t unless root (the probes need root) or if probe
+// reports the feature missing, and fails it if the probe itself failed.
+func SkipWithout(t TB, probe func() error) {
+	t.Helper()
+	RequireRoot(t)
+	if err := Lacks(t, probe); err != nil {
+		t.Skip(err)
+	}
+}
+
+// Lacks returns probe's error if it reports the feature missing, nil if
+// the kernel has it; it fails t if the probe itself failed. It needs root.
+func Lacks(t TB, probe func() error) error {
+	t.Helper()
+	err := probe()
+	if err != nil && !errors.Is(err, ErrMissingFeature) {
+		t.Fatal(err)
+	}
+	return err
+}
+
+// AFXDPMultiBuffer reports whether AF_XDP sockets bind with XDP_USE_SG
+// (multi-buffer, Linux 6.6). Before, bind refuses the flag (EINVAL)
+// before it looks at the device; since, binding to ifindex 0 fails with
+// ENODEV.
+var AFXDPMultiBuffer = sync.OnceValue(func() error {
+	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("probe AF_XDP multi-buffer: %w", os.NewSyscallError("socket AF_XDP", err))
+	}
+	defer unix.Close(fd)
+	err = unix.Bind(fd, &unix.SockaddrXDP{Flags: unix.XDP_USE_SG | unix.XDP_COPY})
+	switch {
+	case errors.Is(err, unix.EINVAL):
+		return fmt.Errorf("%w: AF_XDP multi-buffer (XDP_USE_SG) needs Linux 6.6", ErrMissingFeature)
+	case errors.Is(err, unix.ENODEV):
+		return nil
+	}
+	return fmt.Errorf("probe AF_XDP multi-buffer: bind with XDP_USE_SG to no device: %v, want ENODEV or EINVAL", err)
+})
+
+// TUN offload flags of USO (Linux 6.2, include/uapi/linux/if_tun.h).
+const (
+	tunFUSO4 = 0x20
+	tunFUSO6 = 0x40
+)
+
+// VirtioNetUSO reports whether the kernel takes UDP segmentation offload
+// in the virtio-net header (VIRTIO_NET_HDR_GSO_UDP_L4, Linux 6.2): a TUN
+// accepts TUN_F_USO4 and TUN_F_USO6, and writes USO super-packets to it
+// and AF_PACKET sockets with PACKET_VNET_HDR read UDP GRO super-packets
+// (the same kernel change). Before, TUNSETOFFLOAD refuses the flags
+// (EINVAL). The probe's TUN lives in a network namespace of its own,
+// which goes with the probe's thread.
+var VirtioNetUSO = sync.OnceValue(func() error {
+	errc := make(chan error, 1)
+	go func() {
+		// Never unlocked: the thread, in its own namespace, ends with
+		// this goroutine.
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("probe TUN USO: %w", os.NewSyscallError("unshare CLONE_NEWNET", err))
+			return
+		}
+		errc <- probeTUNUSO()
+	}()
+	return <-errc
+})
+
+func probeTUNUSO() error {
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("probe TUN USO: %w", os.NewSyscallError("open /dev/net/tun", err))
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("")
+	if err != nil {
+		return err
+	}
+	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
+	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+		return fmt.Errorf("probe TUN USO: %w", os.NewSyscallError("ioctl TUNSETIFF", err))
+	}
+	err = unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, unix.TUN_F_CSUM|tunFUSO4|tunFUSO6)
+	switch {
+	case errors.Is(err, unix.EINVAL):
+		return fmt.Errorf("%w: UDP segmentation offload in the virtio-net header (TUN_F_USO4/6, VIRTIO_NET_HDR_GSO_UDP_L4) needs Linux 6.2", ErrMissingFeature)
+	case err != nil:
+		return fmt.Errorf("probe TUN USO: %w", os.NewSyscallError("ioctl TUNSETOFFLOAD", err))
+	}
+	return nil
+}
+
+// TCX reports whether the kernel has tcx, the BPF link based TC hooks
+// (Linux 6.6): a BPF_PROG_QUERY of lo's tcx ingress answers (with no
+// programs); before, the kernel does not know the attach type (EINVAL).
+var TCX = sync.OnceValue(func() error {
+	_, err := link.QueryPrograms(link.QueryOptions{Target: 1, Attach: ebpf.AttachTCXIngress})
+	switch {
+	case errors.Is(err, unix.EINVAL):
+		return fmt.Errorf("%w: tcx needs Linux 6.6", ErrMissingFeature)
+	case err != nil:
+		return fmt.Errorf("probe tcx: query lo's tcx ingress: %w", err)
+	}
+	return nil
+})
