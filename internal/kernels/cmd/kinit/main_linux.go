@@ -90,6 +90,11 @@ func run() error {
 		}
 		coldplug(mods)
 	}
+	// devtmpfs makes /dev/net/tun (there once tun is loaded) 0600; udev
+	// makes it 0666, as the unprivileged deployment needs.
+	if err := os.Chmod("/dev/net/tun", 0o666); err != nil {
+		fmt.Println("kinit:", err)
+	}
 	if err := linkUp("lo"); err != nil {
 		return fmt.Errorf("lo: %w", err)
 	}

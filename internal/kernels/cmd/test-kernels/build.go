@@ -23,6 +23,7 @@ type binary struct {
 
 // binaries is everything built for the guests.
 type binaries struct {
+	root     string // the module's directory: what tests read beside their packages (contrib, docs)
 	kinit    string
 	steps    []binary // run in this order
 	extra    []binary // packed, not run (udpfwd for the cmd/udpfwd tests)
@@ -45,7 +46,7 @@ func build(o *options) (*binaries, error) {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return nil, err
 	}
-	b := &binaries{kinit: filepath.Join(out, "kinit"), prebuilt: map[string]string{}}
+	b := &binaries{root: root, kinit: filepath.Join(out, "kinit"), prebuilt: map[string]string{}}
 	if err := goBuild(root, "build", b.kinit, "./internal/kernels/cmd/kinit"); err != nil {
 		return nil, err
 	}

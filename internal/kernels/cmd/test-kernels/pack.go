@@ -20,8 +20,8 @@ const (
 )
 
 // pack writes the guest's initramfs for img to name: the init (also as
-// /sbin/modprobe and /bin/go), the binaries, each package's testdata, the
-// kernel's modules and the plan.
+// /sbin/modprobe and /bin/go), the binaries, each package's testdata and
+// the module's contrib and docs, the kernel's modules and the plan.
 func pack(name string, img *image, b *binaries, plan *kernels.Plan) error {
 	f, err := os.Create(name)
 	if err != nil {
@@ -61,6 +61,11 @@ func pack(name string, img *image, b *binaries, plan *kernels.Plan) error {
 			continue
 		}
 		if err := packTree(a, filepath.Join(bin.src, "testdata"), path.Join(bin.dir, "testdata")); err != nil {
+			return err
+		}
+	}
+	for _, d := range []string{"contrib", "docs"} { // read by tests as ../../contrib, ../../docs
+		if err := packTree(a, filepath.Join(b.root, d), "/src/"+d); err != nil {
 			return err
 		}
 	}
