@@ -68,7 +68,7 @@ func build(o *options) (*binaries, error) {
 			b.prebuilt["test "+bin.dir] = bin.guest
 		}
 	}
-	if o.bench {
+	if o.bench != "" {
 		bin := binary{name: "bench", host: filepath.Join(out, "bench"), guest: "/tests/bench", dir: "/src/bench"}
 		if err := goBuild(root, "build", bin.host, "./bench"); err != nil {
 			return nil, err
@@ -133,7 +133,7 @@ func (b *binaries) plan(o *options, img *image) *kernels.Plan {
 				s.Args = append(s.Args, "-test.short")
 			}
 		} else {
-			s.Args = []string{"-scenario", "gso", "-duration", "1s", "-runs", "1"}
+			s.Args = []string{"-scenario", o.bench, "-duration", "1s", "-runs", "1"}
 		}
 		p.Steps = append(p.Steps, s)
 	}

@@ -62,7 +62,7 @@ type options struct {
 	run      string
 	skip     string
 	short    bool
-	bench    bool
+	bench    string // the bench's scenarios; empty: no bench
 	smoke    bool
 	timeout  time.Duration
 	total    time.Duration
@@ -81,7 +81,7 @@ func main() {
 	flag.StringVar(&o.run, "run", "", "run only the tests matching this regular expression (-test.run)")
 	flag.StringVar(&o.skip, "skip", "", "skip the tests matching this regular expression (-test.skip)")
 	flag.BoolVar(&o.short, "short", false, "run the tests with -test.short")
-	flag.BoolVar(&o.bench, "bench", true, "run `bench -scenario gso -duration 1s -runs 1` after the tests")
+	flag.StringVar(&o.bench, "bench", "gso", "run `bench -scenario SCENARIOS -duration 1s -runs 1` after the tests (comma-separated, as the bench takes them); empty: no bench")
 	flag.BoolVar(&o.smoke, "smoke", true, "check the guest's virtio-net NICs before the tests")
 	flag.DurationVar(&o.timeout, "timeout", 15*time.Minute, "the deadline of each test binary in the guest")
 	flag.DurationVar(&o.total, "total", 3*time.Hour, "the deadline of each guest")
