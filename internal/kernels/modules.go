@@ -122,27 +122,29 @@ func (m *Modules) Order(name string) ([]string, error) {
 	if !ok {
 		return nil, fmt.Errorf("module %s not in %s/modules.dep", name, m.Dir)
 	}
-	var out []string
-	seen := map[string]bool{}
-	var visit func(string)
-	visit = func(f string) {
-		if seen[f] {
-			return
-		}
-		seen[f] = true
-		for _, d := range m.deps[f] {
-			visit(d)
-		}
-		out = append(out, f)
-	}
-	visit(file)
-	return out, nil
+	return m.withDeps([]string{file}), nil
 }
 
 // Closure returns the module files under the directories dirs (relative to
 // Dir, such as "kernel/net") and every file they depend on, each after its
 // dependencies.
 func (m *Modules) Closure(dirs []string) []string {
+	files := make([]string, 0, len(m.deps))
+	for f := range m.deps {
+		for _, d := range dirs {
+			if strings.HasPrefix(f, strings.TrimSuffix(d, "/")+"/") {
+				files = append(files, f)
+				break
+			}
+		}
+	}
+	sort.Strings(files)
+	return m.withDeps(files)
+}
+
+// withDeps returns files and everything they depend on, each once and
+// after its dependencies.
+func (m *Modules) withDeps(files []string) []string {
 	var out []string
 	seen := map[string]bool{}
 	var visit func(string)
@@ -156,18 +158,8 @@ func (m *Modules) Closure(dirs []string) []string {
 		}
 		out = append(out, f)
 	}
-	files := make([]string, 0, len(m.deps))
-	for f := range m.deps {
-		files = append(files, f)
-	}
-	sort.Strings(files)
 	for _, f := range files {
-		for _, d := range dirs {
-			if strings.HasPrefix(f, strings.TrimSuffix(d, "/")+"/") {
-				visit(f)
-				break
-			}
-		}
+		visit(f)
 	}
 	return out
 }
