@@ -41,6 +41,11 @@ func TestDocsQuickStart(t *testing.T) {
 		}
 	}
 	script := recipe(t, "../../docs/udpfwd.md", "### Quick start in two network namespaces")
+	for _, ns := range []string{"gsoA", "gsoB"} {
+		if _, err := os.Stat("/run/netns/" + ns); err == nil {
+			t.Skipf("namespace %s exists (a quick start of someone's own?): the recipe would take it over, and its clean-up remove it", ns)
+		}
+	}
 	t.Cleanup(func() {
 		exec.Command("ip", "netns", "del", "gsoA").Run()
 		exec.Command("ip", "netns", "del", "gsoB").Run()
