@@ -18,6 +18,7 @@ type Kernel struct {
 	// (its deadline, a crash before the last step).
 	Guest    string        `json:"guest,omitempty"`
 	Accel    string        `json:"accel,omitempty"` // "kvm" or "tcg"
+	Wire     string        `json:"wire,omitempty"`  // what joins the guest's NICs
 	Duration time.Duration `json:"duration,omitempty"`
 	Smoke    *Smoke        `json:"smoke,omitempty"`
 	Results  []Result      `json:"results,omitempty"`
@@ -71,9 +72,12 @@ func (rep *Report) Write(w io.Writer) error {
 			fmt.Fprintf(w, "guest: %s\n", k.Guest)
 		}
 		if s := k.Smoke; s != nil {
-			fmt.Fprintf(w, "network smoke check:\n")
+			fmt.Fprintf(w, "network smoke check (NICs joined by %s):\n", dash(k.Wire))
 			for _, n := range s.NICs {
 				fmt.Fprintf(w, "  %s: driver %s", n.Name, n.Driver)
+				if n.Offloads != "" {
+					fmt.Fprintf(w, ", offloads %s", n.Offloads)
+				}
 				if n.XDP != "" {
 					fmt.Fprintf(w, ", XDP %s", n.XDP)
 				}

@@ -229,6 +229,9 @@ type NIC struct {
 	// XDP says whether an XDP program attached in native (driver) mode,
 	// for virtio-net NICs: "native" or the error.
 	XDP string `json:"xdp,omitempty"`
+	// Offloads are the NIC's segmentation and receive offloads that are
+	// on ("tx-tcp-segmentation rx-gro-hw ..."), before XDP.
+	Offloads string `json:"offloads,omitempty"`
 }
 
 // Line is s as one console line: SmokePrefix and s in JSON.

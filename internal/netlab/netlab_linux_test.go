@@ -2,6 +2,7 @@ package netlab
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
 	"github.com/gsoplane/gsoplane/internal/ethtool"
@@ -107,5 +109,38 @@ func TestFeatureProbes(t *testing.T) {
 		if err != nil && !errors.Is(err, ErrMissingFeature) {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+}
+
+// TestTopologyOnNICs: two devices of this namespace joined by a wire (a
+// veth pair here, the guest's virtio-net NICs in make test-kernels) carry
+// the topology, and come back under their own names, also after a
+// failed build.
+func TestTopologyOnNICs(t *testing.T) {
+	RequireRoot(t)
+	nicA, nicB := fmt.Sprintf("gsopl%d-a", os.Getpid()%100000), fmt.Sprintf("gsopl%d-b", os.Getpid()%100000)
+	Must(t, netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: nicA}, PeerName: nicB}))
+	t.Cleanup(func() {
+		if l, err := netlink.LinkByName(nicA); err == nil {
+			netlink.LinkDel(l)
+		}
+	})
+	t.Setenv(NICsEnv, nicA+","+nicB)
+	for range 2 {
+		tp := NewTopologyOnNICsT(t, "nics")
+		Must(t, tp.RouteKernel())
+		TCPTransfer(t, tp.A, tp.B, netip.AddrPortFrom(Srv4, 7), 1<<20, false)
+		Must(t, tp.Close())
+		for _, n := range []string{nicA, nicB} {
+			if _, err := netlink.LinkByName(n); err != nil {
+				t.Fatalf("%s not back after Close: %v", n, err)
+			}
+		}
+	}
+	if _, err := NewTopologyOnNICs("nics", nicA, "gsoplane-none"); err == nil {
+		t.Fatal("a topology on a device that does not exist was built")
+	}
+	if _, err := netlink.LinkByName(nicA); err != nil {
+		t.Fatalf("%s not back after a failed build: %v", nicA, err)
 	}
 }
