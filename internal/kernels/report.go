@@ -86,12 +86,52 @@ func (rep *Report) Write(w io.Writer) error {
 			if s.Frame != "" {
 				fmt.Fprintf(w, "  frame %s\n", s.Frame)
 			}
+			writeFeatures(w, k.Release, s.Features)
 		}
 		for _, r := range k.Results {
 			writeDetails(w, &r)
 		}
 	}
 	return nil
+}
+
+// writeFeatures lists the probed features and whether each agrees with
+// the release the README's requirements table gives it.
+func writeFeatures(w io.Writer, release string, fs []Feature) {
+	if len(fs) > 0 {
+		fmt.Fprintln(w, "kernel features (README: needs Linux N):")
+	}
+	for _, f := range fs {
+		state := "present"
+		if !f.Present {
+			state = "absent"
+		}
+		agree := "as the README says"
+		if f.Present != f.Expected(release) {
+			agree = "DISAGREES with the README's requirements table"
+		}
+		fmt.Fprintf(w, "  %s (Linux %s): %s, %s\n", f.Name, f.Since, state, agree)
+		if f.Error != "" && f.Present == f.Expected(release) && f.Expected(release) {
+			fmt.Fprintf(w, "    %s\n", f.Error)
+		}
+	}
+}
+
+// Disagreements counts the probed features of the report's kernels
+// whose presence disagrees with the README's requirements table.
+func (rep *Report) Disagreements() int {
+	n := 0
+	for _, k := range rep.Kernels {
+		if k.Smoke == nil {
+			continue
+		}
+		for _, f := range k.Smoke.Features {
+			if f.Present != f.Expected(k.Release) {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 func writeDetails(w io.Writer, r *Result) {

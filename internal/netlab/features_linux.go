@@ -41,6 +41,39 @@ func Lacks(t TB, probe func() error) error {
 	return err
 }
 
+// Probe is a kernel feature the tests and the ports look for.
+type Probe struct {
+	Name   string       // what it is
+	Since  string       // the first Linux release that has it ("6.6")
+	Row    string       // the start of its row in the README's requirements table
+	Detect func() error // nil if the kernel has it; ErrMissingFeature if not
+}
+
+// The features probed.
+var (
+	probeAFXDPMultiBuffer = Probe{Name: "AF_XDP multi-buffer (XDP_USE_SG)", Since: "6.6", Row: "AF_XDP multi-buffer receive"}
+	probeVirtioNetUSO     = Probe{Name: "UDP segmentation offload in the virtio-net header (TUN_F_USO4/6, VIRTIO_NET_HDR_GSO_UDP_L4)", Since: "6.2", Row: "TUN super-packets: UDP (USO)"}
+	probeTCX              = Probe{Name: "tcx", Since: "6.6", Row: "AF_PACKET ingress filter through tcx"}
+)
+
+// Probes are the features probed, each with its detector, for the kernel
+// matrix's report.
+var Probes = []Probe{
+	withDetect(probeAFXDPMultiBuffer, AFXDPMultiBuffer),
+	withDetect(probeVirtioNetUSO, VirtioNetUSO),
+	withDetect(probeTCX, TCX),
+}
+
+func withDetect(p Probe, detect func() error) Probe {
+	p.Detect = detect
+	return p
+}
+
+// missing is the error of a probe that did not find its feature.
+func missing(p Probe) error {
+	return fmt.Errorf("%w: %s needs Linux %s", ErrMissingFeature, p.Name, p.Since)
+}
+
 // AFXDPMultiBuffer reports whether AF_XDP sockets bind with XDP_USE_SG
 // (multi-buffer, Linux 6.6). Before, bind refuses the flag (EINVAL)
 // before it looks at the device; since, binding to ifindex 0 fails with
@@ -54,7 +87,7 @@ var AFXDPMultiBuffer = sync.OnceValue(func() error {
 	err = unix.Bind(fd, &unix.SockaddrXDP{Flags: unix.XDP_USE_SG | unix.XDP_COPY})
 	switch {
 	case errors.Is(err, unix.EINVAL):
-		return fmt.Errorf("%w: AF_XDP multi-buffer (XDP_USE_SG) needs Linux 6.6", ErrMissingFeature)
+		return missing(probeAFXDPMultiBuffer)
 	case errors.Is(err, unix.ENODEV):
 		return nil
 	}
@@ -106,7 +139,7 @@ func probeTUNUSO() error {
 	err = unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, unix.TUN_F_CSUM|tunFUSO4|tunFUSO6)
 	switch {
 	case errors.Is(err, unix.EINVAL):
-		return fmt.Errorf("%w: UDP segmentation offload in the virtio-net header (TUN_F_USO4/6, VIRTIO_NET_HDR_GSO_UDP_L4) needs Linux 6.2", ErrMissingFeature)
+		return missing(probeVirtioNetUSO)
 	case err != nil:
 		return fmt.Errorf("probe TUN USO: %w", os.NewSyscallError("ioctl TUNSETOFFLOAD", err))
 	}
@@ -120,7 +153,7 @@ var TCX = sync.OnceValue(func() error {
 	_, err := link.QueryPrograms(link.QueryOptions{Target: 1, Attach: ebpf.AttachTCXIngress})
 	switch {
 	case errors.Is(err, unix.EINVAL):
-		return fmt.Errorf("%w: tcx needs Linux 6.6", ErrMissingFeature)
+		return missing(probeTCX)
 	case err != nil:
 		return fmt.Errorf("probe tcx: query lo's tcx ingress: %w", err)
 	}

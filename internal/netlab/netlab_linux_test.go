@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -142,5 +143,26 @@ func TestTopologyOnNICs(t *testing.T) {
 	}
 	if _, err := netlink.LinkByName(nicA); err != nil {
 		t.Fatalf("%s not back after a failed build: %v", nicA, err)
+	}
+}
+
+// TestProbesMatchREADME: the README's requirements table gives each
+// probed feature the release its probe names.
+func TestProbesMatchREADME(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	Must(t, err)
+	for _, p := range Probes {
+		var row string
+		for _, line := range strings.Split(string(readme), "\n") {
+			if strings.HasPrefix(line, "| "+p.Row) {
+				row = line
+			}
+		}
+		cells := strings.Split(row, "|")
+		if len(cells) < 3 {
+			t.Errorf("README: no requirements row starting %q", p.Row)
+		} else if !strings.Contains(cells[2], "Linux "+p.Since) {
+			t.Errorf("README: %q needs %q, the probe of %s says Linux %s", p.Row, strings.TrimSpace(cells[2]), p.Name, p.Since)
+		}
 	}
 }

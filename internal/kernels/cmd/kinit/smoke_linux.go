@@ -17,6 +17,7 @@ import (
 
 	"github.com/gsoplane/gsoplane/internal/ethtool"
 	"github.com/gsoplane/gsoplane/internal/kernels"
+	"github.com/gsoplane/gsoplane/internal/netlab"
 )
 
 // smokeEtherType is the local experimental EtherType (IEEE 802) of the
@@ -60,6 +61,15 @@ func smoke() (nics string) {
 			s.NICs[i].Offloads = offloads(s.NICs[i].Name)
 			s.NICs[i].XDP = attachXDP(s.NICs[i].Name)
 		}
+	}
+	for _, p := range netlab.Probes {
+		f := kernels.Feature{Name: p.Name, Since: p.Since}
+		if err := p.Detect(); err == nil {
+			f.Present = true
+		} else {
+			f.Error = err.Error()
+		}
+		s.Features = append(s.Features, f)
 	}
 	fmt.Println(s.Line())
 	return nics

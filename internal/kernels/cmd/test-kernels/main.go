@@ -29,7 +29,9 @@
 //
 // Without QEMU, or without any kernel, it says so in one line and exits 0,
 // unless -require is given. It exits 1 when a test failed, a binary timed
-// out or a guest did not finish.
+// out, a guest did not finish, or a kernel feature the tests probe for
+// (netlab.Probes) is present where the README's requirements table says it
+// is not, or absent where it says it is.
 package main
 
 import (
@@ -186,8 +188,12 @@ func run(o *options) (int, error) {
 	return exitCode(rep), nil
 }
 
-// exitCode is 1 when a guest did not finish or a step did not end well.
+// exitCode is 1 when a guest did not finish, a step did not end well or
+// a probed feature disagrees with the README.
 func exitCode(rep *kernels.Report) int {
+	if rep.Disagreements() > 0 {
+		return 1
+	}
 	for _, k := range rep.Kernels {
 		if k.Guest != "" {
 			return 1
