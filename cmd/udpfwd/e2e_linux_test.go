@@ -316,7 +316,10 @@ func checkMetrics(t *testing.T, m map[string]float64, port string, tcpBytes, dat
 		{"no drops but link-local", sumMetric(m, "udpfwd_drops_total") == notRouted},
 		{"segments >= datagrams + TCP bytes/MSS", segs >= float64(datagrams+tcpBytes/1460)},
 		{"bytes >= payload sent", fwd("udpfwd_bytes_total") >= float64(tcpBytes+datagrams*size)},
-		{"GSO: fewer super-packets than segments", supers > 0 && supers < segs/4},
+		// Some super-packets carried more than one segment (how many
+		// depends on the machine's speed, and without TUN USO every UDP
+		// datagram comes alone).
+		{"GSO: super-packets of several segments", supers > 0 && m[`udpfwd_segments_per_super_packet_bucket{le="1"}`] < supers},
 		// AF_PACKET hands whole super-packets to a NIC that segments.
 		{"every segment handed to the NIC", sent == segs-notRouted || port == "packet" && sent > 0 && sent < segs},
 		{"every packet handed over completed", m[`udpfwd_tx_completed_total{port="`+port+`"}`] == sent},
