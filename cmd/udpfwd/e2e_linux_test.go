@@ -309,6 +309,7 @@ func checkMetrics(t *testing.T, m map[string]float64, port string, tcpBytes, dat
 		supers, segs, fwd("udpfwd_bytes_total"), m[`udpfwd_packets_total{direction="nic_to_tun"`+label],
 		m[`udpfwd_producer_stalls_total{cause="budget"}`])
 	sent := fwd("udpfwd_packets_total")
+	latency := m["udpfwd_tx_completion_latency_seconds_count"]
 	checks := []struct {
 		what string
 		ok   bool
@@ -325,7 +326,11 @@ func checkMetrics(t *testing.T, m map[string]float64, port string, tcpBytes, dat
 		{"every packet handed over completed", m[`udpfwd_tx_completed_total{port="`+port+`"}`] == sent},
 		{"histogram counts every super-packet", m["udpfwd_segments_per_super_packet_count"] == supers},
 		{"histogram sums every segment", m["udpfwd_segments_per_super_packet_sum"] == segs},
-		{"latency histogram counts every completion", m["udpfwd_tx_completion_latency_seconds_count"] == sent+notRouted},
+		// The host's link-local packets still trickle in (router
+		// solicitations, MLD reports) while the page is read, so the
+		// histogram may count one or two drops that the drop counter,
+		// read before it, does not.
+		{"latency histogram counts every completion", latency >= sent+notRouted && latency <= sent+notRouted+2},
 		{"return path carried the ACKs", m[`udpfwd_packets_total{direction="nic_to_tun"`+label] > 0},
 		{"-budget 8M is the limit", m["udpfwd_budget_limit_bytes"] == 8<<20},
 		{"queue empty when idle", sumMetric(m, "udpfwd_queue_depth_segments") == 0},

@@ -407,24 +407,20 @@ func (p *xdpProgram) attachMode(link netlink.Link, mode Mode) error {
 // nativeRefusal explains why a driver refused native XDP where the cause
 // is known, or returns "". virtio_net refuses it while the host hands the
 // guest GRO'd or checksum-offloaded packets and the device cannot turn
-// that off (no VIRTIO_NET_F_CTRL_GUEST_OFFLOADS): its rx-gro-hw or
-// rx-checksum is then on and fixed.
+// that off: without VIRTIO_NET_F_CTRL_GUEST_OFFLOADS its rx-gro-hw is
+// fixed (on with the host's GRO, off without), and rx-gro-hw or
+// rx-checksum is on.
 func nativeRefusal(ifname string) string {
 	if d, err := ethtool.Driver(ifname); err != nil || d != "virtio_net" {
 		return ""
 	}
 	f, err := ethtool.Features(ifname)
-	if err != nil {
+	if err != nil || f["rx-gro-hw"].Changeable || !f["rx-gro-hw"].Active && !f["rx-checksum"].Active {
 		return ""
 	}
-	for _, name := range []string{"rx-gro-hw", "rx-checksum"} {
-		if f[name].Active && !f[name].Changeable {
-			return "virtio_net refuses native XDP while the host offloads GRO or checksums to the guest and the device cannot turn that off (" +
-				name + " is fixed on: no VIRTIO_NET_F_CTRL_GUEST_OFFLOADS); give the device that feature or turn the host's guest offloads off " +
-				"(QEMU: ctrl_guest_offloads=on, or guest_tso4,guest_tso6,guest_ecn,guest_ufo,guest_csum=off), or use generic mode or the AF_PACKET port"
-		}
-	}
-	return ""
+	return "virtio_net refuses native XDP while the host offloads GRO or checksums to the guest and the device cannot turn that off " +
+		"(no VIRTIO_NET_F_CTRL_GUEST_OFFLOADS: rx-gro-hw is fixed); give the device that feature or turn the host's guest offloads off " +
+		"(QEMU: ctrl_guest_offloads=on, or guest_tso4,guest_tso6,guest_ecn,guest_ufo,guest_csum=off), or use generic mode or the AF_PACKET port"
 }
 
 // detach removes our program from the interface by closing its link: only
