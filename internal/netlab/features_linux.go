@@ -11,6 +11,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -54,6 +55,7 @@ var (
 	probeAFXDPMultiBuffer = Probe{Name: "AF_XDP multi-buffer (XDP_USE_SG)", Since: "6.6", Row: "AF_XDP multi-buffer receive"}
 	probeVirtioNetUSO     = Probe{Name: "UDP segmentation offload in the virtio-net header (TUN_F_USO4/6, VIRTIO_NET_HDR_GSO_UDP_L4)", Since: "6.2", Row: "TUN super-packets: UDP (USO)"}
 	probeTCX              = Probe{Name: "tcx", Since: "6.6", Row: "AF_PACKET ingress filter through tcx"}
+	probeAFXDPTXMetadata  = Probe{Name: "AF_XDP TX metadata (XDP_UMEM_TX_METADATA_LEN)", Since: "6.11", Row: "AF_XDP TX checksum offload"}
 )
 
 // Probes are the features probed, each with its detector, for the kernel
@@ -62,6 +64,7 @@ var Probes = []Probe{
 	withDetect(probeAFXDPMultiBuffer, AFXDPMultiBuffer),
 	withDetect(probeVirtioNetUSO, VirtioNetUSO),
 	withDetect(probeTCX, TCX),
+	withDetect(probeAFXDPTXMetadata, AFXDPTXMetadata),
 }
 
 func withDetect(p Probe, detect func() error) Probe {
@@ -99,6 +102,33 @@ const (
 	tunFUSO4 = 0x20
 	tunFUSO6 = 0x40
 )
+
+// AFXDPTXMetadata reports whether an AF_XDP UMEM registers with room for
+// TX metadata (XDP_UMEM_TX_METADATA_LEN, Linux 6.11; checksum offload
+// on transmit). Before, the kernel refuses the flag (EINVAL).
+var AFXDPTXMetadata = sync.OnceValue(func() error {
+	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("probe AF_XDP TX metadata: %w", os.NewSyscallError("socket AF_XDP", err))
+	}
+	defer unix.Close(fd)
+	const size = 2 * 4096
+	umem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return fmt.Errorf("probe AF_XDP TX metadata: %w", os.NewSyscallError("mmap", err))
+	}
+	defer unix.Munmap(umem)
+	reg := unix.XDPUmemReg{Addr: uint64(uintptr(unsafe.Pointer(&umem[0]))), Len: size, Size: 4096,
+		Flags: unix.XDP_UMEM_TX_METADATA_LEN, Tx_metadata_len: 24}
+	_, _, e := unix.Syscall6(unix.SYS_SETSOCKOPT, uintptr(fd), unix.SOL_XDP, unix.XDP_UMEM_REG, uintptr(unsafe.Pointer(&reg)), unsafe.Sizeof(reg), 0)
+	switch e {
+	case 0:
+		return nil
+	case unix.EINVAL:
+		return missing(probeAFXDPTXMetadata)
+	}
+	return fmt.Errorf("probe AF_XDP TX metadata: %w", os.NewSyscallError("setsockopt XDP_UMEM_REG", e))
+})
 
 // VirtioNetUSO reports whether the kernel takes UDP segmentation offload
 // in the virtio-net header (VIRTIO_NET_HDR_GSO_UDP_L4, Linux 6.2): a TUN
