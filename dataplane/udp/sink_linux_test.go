@@ -393,7 +393,7 @@ func TestUDPSinkBlocks(t *testing.T) {
 // nothing is lost.
 func TestUDPSinkNoBufs(t *testing.T) {
 	n := newUskNet(t)
-	const rate = 25e6    // bytes per second
+	const rate = 2e6     // bytes per second: slow enough that even an emulated machine fills it
 	tbf := &netlink.Tbf{ // room for one UDP_SEGMENT message, not two
 		QdiscAttrs: netlink.QdiscAttrs{LinkIndex: n.a.LinkT(t, "usk-a").Attrs().Index, Handle: netlink.MakeHandle(1, 0), Parent: netlink.HANDLE_ROOT},
 		Rate:       rate, Limit: 100 << 10, Buffer: netlink.Xmittime(rate, 128<<10),
