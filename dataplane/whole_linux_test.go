@@ -14,15 +14,16 @@ package dataplane
 //	  sends from 198.18.0.77 (no namespace has it)              198.19.0.99, listens
 //
 // One flow's SYN goes through the gateway first and D's SYN-ACK comes
-// back announcing an MSS of 1000, which bounds its segments; the other
-// flow's handshake was never seen, and its segments are as large as
-// gw-a's MTU allows: 1500 less the IP and TCP headers, its timestamps
-// option included.
+// back announcing an MSS of 1000, which bounds its segments; two flows'
+// handshakes were never seen: one's segments are as large as gw-a's MTU
+// allows (1500 less the IP and TCP headers, its timestamps option
+// included), the other's as its sender cut them (the gso_size of its
+// virtio-net header, smaller), as Linux forwards a TSO or GRO packet. A
+// USO super-packet leaves as its datagrams.
 
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -45,6 +46,7 @@ const (
 	wholeMSS           = 1000 // D's listener announces it
 	wholeTTL           = 64
 	wholeID            = 0x1234 // the IPv4 ID of each super-packet
+	udpChecksumOffset  = 6
 )
 
 var (
@@ -56,21 +58,24 @@ var (
 	tsOption = []byte{1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2}
 )
 
-// wholeFlow is a TCP flow from wholeSrc to D and the super-packet the
-// test sends on it.
+// wholeFlow is a flow from wholeSrc to D and the super-packet the test
+// sends on it.
 type wholeFlow struct {
 	name    string
 	sport   uint16
+	udp     bool   // USO; else TCP
 	syn     bool   // its SYN goes through the gateway first
 	opts    []byte // TCP options of its data
 	payload int
 	gsoSize int // the segment size of its sender (the virtio-net header's)
-	want    int // the TCP payload of each of its segments at D but the last
+	want    int // the payload of each of its segments at D but the last
 }
 
 var wholeFlows = []wholeFlow{
 	{name: "syn seen", sport: 41000, syn: true, payload: 20500, gsoSize: wholeMSS, want: wholeMSS},
 	{name: "syn not seen", sport: 41001, opts: tsOption, payload: 14000, gsoSize: 1448, want: 1500 - 20 - 32},
+	{name: "syn not seen, smaller segments", sport: 41002, opts: tsOption, payload: 12000, gsoSize: 1200, want: 1200},
+	{name: "uso", sport: 41003, udp: true, payload: 10 * 1400, gsoSize: 1400, want: 1400},
 }
 
 // wholeLab is the topology above.
@@ -98,7 +103,7 @@ func newWholeLab(t *testing.T) *wholeLab {
 		// B forwards each packet as it arrived; the kernel cuts and
 		// checksums in software what leaves for D.
 		b.SetFeatures(netlab.NICB, map[string]bool{"gro": false}),
-		b.SetFeatures(wholeBIf, map[string]bool{"tso": false, "tx": false}),
+		b.SetFeatures(wholeBIf, map[string]bool{"tso": false, "tx-udp-segmentation": false, "tx": false}),
 	} {
 		netlab.Must(t, err)
 	}
@@ -125,18 +130,25 @@ func listenMSS(t *testing.T, ns *netlab.NS, addr netip.AddrPort) {
 	t.Cleanup(func() { ln.Close() })
 }
 
-// send writes pkt, an IPv4 packet with a partial TCP checksum, from C
-// with the virtio-net header of a TSO sender cutting at gsoSize (none: 0).
+// send writes pkt, an IPv4 packet with a partial TCP or UDP checksum,
+// from C with the virtio-net header of a TSO or USO sender cutting at
+// gsoSize (none: 0).
 func (lab *wholeLab) send(t *testing.T, pkt []byte, gsoSize int) {
 	t.Helper()
 	const eth = header.EthernetMinimumSize
-	l3 := header.IPv4(pkt).HeaderLength()
+	ip := header.IPv4(pkt)
+	l3 := ip.HeaderLength()
 	h := segment.Header{
 		Flags: segment.FlagNeedsCsum, CsumStart: uint16(eth) + uint16(l3), CsumOffset: header.TCPChecksumOffset,
-		HdrLen: uint16(eth) + uint16(l3) + uint16(header.TCP(pkt[l3:]).DataOffset()),
+		GSOType: segment.GSOTCPv4, GSOSize: uint16(gsoSize),
 	}
-	if gsoSize > 0 {
-		h.GSOType, h.GSOSize = segment.GSOTCPv4, uint16(gsoSize)
+	l4 := header.TCP(pkt[l3:]).DataOffset()
+	if ip.TransportProtocol() == header.UDPProtocolNumber {
+		h.CsumOffset, h.GSOType, l4 = udpChecksumOffset, segment.GSOUDPL4, header.UDPMinimumSize
+	}
+	h.HdrLen = uint16(eth) + uint16(l3) + uint16(l4)
+	if gsoSize == 0 {
+		h.GSOType = segment.GSONone
 	}
 	frame := make([]byte, segment.HeaderSize+eth+len(pkt))
 	netlab.Must(t, h.Encode(frame, segment.HeaderSize))
@@ -148,29 +160,41 @@ func (lab *wholeLab) send(t *testing.T, pkt []byte, gsoSize int) {
 	netlab.Must(t, unix.Sendto(lab.inject, frame, 0, to))
 }
 
-// wholeTCP returns the IPv4 TCP packet of flow f with flags, TCP options
-// opts and payload bytes, DF set, its TCP checksum field holding the
-// pseudo-header sum: a partial checksum, as a TSO sender leaves it.
-func wholeTCP(f wholeFlow, flags header.TCPFlags, opts []byte, payload int) []byte {
-	tcpLen := header.TCPMinimumSize + len(opts)
-	pkt := make([]byte, header.IPv4MinimumSize+tcpLen+payload)
+// packet returns an IPv4 packet of flow f, DF set: TCP with flags, TCP
+// options opts and payload bytes, or UDP; its checksum field holds the
+// pseudo-header sum: a partial checksum, as a TSO or USO sender leaves
+// it.
+func (f wholeFlow) packet(flags header.TCPFlags, opts []byte, payload int) []byte {
+	proto, l4 := header.TCPProtocolNumber, header.TCPMinimumSize+len(opts)
+	if f.udp {
+		proto, l4 = header.UDPProtocolNumber, header.UDPMinimumSize
+	}
+	pkt := make([]byte, header.IPv4MinimumSize+l4+payload)
 	src, dst := tcpip.AddrFrom4(wholeSrc.As4()), tcpip.AddrFrom4(wholeDst.As4())
 	ip := header.IPv4(pkt)
 	ip.Encode(&header.IPv4Fields{
 		TotalLength: uint16(len(pkt)), ID: wholeID, Flags: header.IPv4FlagDontFragment, TTL: wholeTTL,
-		Protocol: uint8(header.TCPProtocolNumber), SrcAddr: src, DstAddr: dst,
+		Protocol: uint8(proto), SrcAddr: src, DstAddr: dst,
 	})
 	ip.SetChecksum(^ip.CalculateChecksum())
-	tcp := header.TCP(pkt[header.IPv4MinimumSize:])
+	seg := ip.Payload()
+	for i := range payload {
+		seg[l4+i] = byte(i*7 + int(f.sport))
+	}
+	sum := header.PseudoHeaderChecksum(proto, src, dst, uint16(len(seg)))
+	if f.udp {
+		u := header.UDP(seg)
+		u.Encode(&header.UDPFields{SrcPort: f.sport, DstPort: wholeDstPort, Length: uint16(len(seg))})
+		u.SetChecksum(sum)
+		return pkt
+	}
+	tcp := header.TCP(seg)
 	tcp.Encode(&header.TCPFields{
 		SrcPort: f.sport, DstPort: wholeDstPort, SeqNum: 1000, AckNum: 1,
-		DataOffset: uint8(tcpLen), Flags: flags, WindowSize: 512,
+		DataOffset: uint8(l4), Flags: flags, WindowSize: 512,
 	})
 	copy(tcp[header.TCPMinimumSize:], opts)
-	for i := range tcp.Payload() {
-		tcp.Payload()[i] = byte(i*7 + int(f.sport))
-	}
-	tcp.SetChecksum(header.PseudoHeaderChecksum(header.TCPProtocolNumber, src, dst, uint16(tcpLen+payload)))
+	tcp.SetChecksum(sum)
 	return pkt
 }
 
@@ -184,10 +208,10 @@ func (lab *wholeLab) run(t *testing.T) ([][]byte, GatewayStats) {
 	want := 0
 	for _, f := range wholeFlows {
 		if f.syn {
-			lab.send(t, wholeTCP(f, header.TCPFlagSyn, []byte{2, 4, 0x05, 0xb4}, 0), 0)
+			lab.send(t, f.packet(header.TCPFlagSyn, []byte{2, 4, 0x05, 0xb4}, 0), 0)
 			waitFor(t, "D's SYN-ACK through the gateway", func() bool { return g.Stats().Wire.Packets >= 2 })
 		}
-		lab.send(t, wholeTCP(f, header.TCPFlagAck|header.TCPFlagPsh, f.opts, f.payload), f.gsoSize)
+		lab.send(t, f.packet(header.TCPFlagAck|header.TCPFlagPsh, f.opts, f.payload), f.gsoSize)
 		want += (f.payload + f.want - 1) / f.want
 	}
 	var got [][]byte
@@ -204,37 +228,47 @@ func (lab *wholeLab) run(t *testing.T) ([][]byte, GatewayStats) {
 	return got, g.Stats()
 }
 
-// dataAtD returns the IP packets of the test's flows with TCP payload
-// that D received since the last call.
+// dataAtD returns the IP packets of the test's flows with payload that D
+// received since the last call.
 func (lab *wholeLab) dataAtD() [][]byte {
 	var out [][]byte
 	for _, f := range lab.capture.drain() {
 		ip := header.IPv4(f[header.EthernetMinimumSize:])
-		if header.Ethernet(f).Type() != header.IPv4ProtocolNumber || !ip.IsValid(len(ip)) ||
-			ip.SourceAddress() != tcpip.AddrFrom4(wholeSrc.As4()) || ip.TransportProtocol() != header.TCPProtocolNumber {
-			continue
-		}
-		if tcp := header.TCP(ip.Payload()); len(tcp.Payload()) > 0 {
+		if header.Ethernet(f).Type() == header.IPv4ProtocolNumber && ip.IsValid(len(ip)) &&
+			ip.SourceAddress() == tcpip.AddrFrom4(wholeSrc.As4()) && len(payloadOf(ip)) > 0 {
 			out = append(out, []byte(ip))
 		}
 	}
 	return out
 }
 
-// TestIngressWhole: where gw-a does TSO the super-packets leave whole
-// (counted Offloaded, none Cut), where it does not the gateway cuts them
-// (counted Cut), and D receives the same segments both ways: each flow's
-// payload in segments of the size its handshake allowed (the MSS of D's
-// SYN-ACK) or, for the flow whose SYN the gateway never saw, of gw-a's
-// MTU less its headers; the TTL taken off once by the gateway and once
-// by B, the IPv4 IDs counting up from the super-packet's.
+// payloadOf returns the TCP or UDP payload of ip (nil for others).
+func payloadOf(ip header.IPv4) []byte {
+	switch ip.TransportProtocol() {
+	case header.TCPProtocolNumber:
+		return header.TCP(ip.Payload()).Payload()
+	case header.UDPProtocolNumber:
+		return header.UDP(ip.Payload()).Payload()
+	}
+	return nil
+}
+
+// TestIngressWhole: where gw-a does TSO and USO the super-packets leave
+// whole (counted Offloaded, none Cut), where it does neither the gateway
+// cuts them (counted Cut), and D receives the same segments both ways:
+// each flow's payload in segments of the size its handshake allowed (the
+// MSS of D's SYN-ACK), or for a flow whose SYN the gateway never saw of
+// gw-a's MTU less its headers or its sender's smaller segment size, and
+// the USO super-packet's datagrams; the TTL taken off once by the
+// gateway and once by B, the IPv4 IDs counting up from the
+// super-packet's.
 func TestIngressWhole(t *testing.T) {
 	lab := newWholeLab(t)
 	whole, st := lab.run(t)
 	if f := st.Forward; f.Offloaded != uint64(len(wholeFlows)) || f.Cut != 0 {
 		t.Errorf("gw-a with TSO: %d super-packets left whole, %d cut; want %d and 0", f.Offloaded, f.Cut, len(wholeFlows))
 	}
-	netlab.Must(t, lab.tp.A.SetFeatures(netlab.NICA, map[string]bool{"tso": false}))
+	netlab.Must(t, lab.tp.A.SetFeatures(netlab.NICA, map[string]bool{"tso": false, "tx-udp-segmentation": false}))
 	cut, st := lab.run(t)
 	if f := st.Forward; f.Offloaded != 0 || f.Cut != uint64(len(wholeFlows)) {
 		t.Errorf("gw-a without TSO: %d super-packets left whole, %d cut; want 0 and %d", f.Offloaded, f.Cut, len(wholeFlows))
@@ -247,27 +281,29 @@ func TestIngressWhole(t *testing.T) {
 	checkSegments(t, whole)
 }
 
-// checkSegments checks the segments D received of each flow.
+// checkSegments checks the segments D received of each flow: in order,
+// of the flow's segment size but the last, the TTL taken off twice, the
+// IPv4 IDs counting up from the super-packet's.
 func checkSegments(t *testing.T, segs [][]byte) {
 	t.Helper()
 	for _, f := range wholeFlows {
-		var seq uint32 = 1000
+		got := 0
 		id := uint16(wholeID)
 		for _, s := range segs {
 			ip := header.IPv4(s)
-			tcp := header.TCP(ip.Payload())
-			if tcp.SourcePort() != f.sport {
+			if header.UDP(ip.Payload()).SourcePort() != f.sport { // at the same offset as TCP's
 				continue
 			}
-			n, last := len(tcp.Payload()), tcp.SequenceNumber()+uint32(len(tcp.Payload())) == 1000+uint32(f.payload)
-			if (n != f.want && !last) || n > f.want || tcp.SequenceNumber() != seq || ip.ID() != id || ip.TTL() != wholeTTL-2 {
-				t.Errorf("%s: segment %s, want seq %d, %d bytes, ID %#x, TTL %d", f.name, describe([][]byte{s}, 0), seq, f.want, id, wholeTTL-2)
+			n := len(payloadOf(ip))
+			tcpOK := f.udp || header.TCP(ip.Payload()).SequenceNumber() == 1000+uint32(got)
+			if (n != f.want && got+n != f.payload) || n > f.want || !tcpOK || ip.ID() != id || ip.TTL() != wholeTTL-2 {
+				t.Errorf("%s: segment %s, want offset %d, %d bytes, ID %#x, TTL %d", f.name, describe([][]byte{s}, 0), got, f.want, id, wholeTTL-2)
 			}
-			seq += uint32(n)
+			got += n
 			id++
 		}
-		if seq != 1000+uint32(f.payload) {
-			t.Errorf("%s: D received up to %d, want %d", f.name, seq, 1000+f.payload)
+		if got != f.payload {
+			t.Errorf("%s: D received %d bytes, want %d", f.name, got, f.payload)
 		}
 	}
 }
@@ -278,7 +314,11 @@ func describe(pkts [][]byte, i int) string {
 		return "none"
 	}
 	ip := header.IPv4(pkts[i])
+	s := fmt.Sprintf("[%d bytes, ID %#x, TTL %d, %d of payload", len(ip), ip.ID(), ip.TTL(), len(payloadOf(ip)))
+	if ip.TransportProtocol() == header.UDPProtocolNumber {
+		u := header.UDP(ip.Payload())
+		return s + fmt.Sprintf(", UDP port %d, checksum %#04x]", u.SourcePort(), u.Checksum())
+	}
 	tcp := header.TCP(ip.Payload())
-	return fmt.Sprintf("[%d bytes, ID %#x, TTL %d, port %d, seq %d, %d of payload, flags %v, checksum %#04x]",
-		len(ip), ip.ID(), ip.TTL(), tcp.SourcePort(), tcp.SequenceNumber(), len(tcp.Payload()), tcp.Flags(), binary.BigEndian.Uint16(tcp[16:]))
+	return s + fmt.Sprintf(", TCP port %d, seq %d, flags %v, checksum %#04x]", tcp.SourcePort(), tcp.SequenceNumber(), tcp.Flags(), tcp.Checksum())
 }
