@@ -8,6 +8,10 @@ package main
 //	         AF_XDP in generic mode, which keeps the peer's TSO: native
 //	         XDP on a veth turns it off) cuts them to gw-a's MTU
 //	         (pipeline.WireSource) and sends them through its AF_XDP port;
+//	packet:  both ports AF_PACKET: each super-packet leaves whole with
+//	         its virtio-net header, gw-a's TSO cuts it;
+//	packet-cut: the same, the gateway cutting every super-packet itself
+//	         (PacketGSOPartial, checksums by gw-a): what packet saves;
 //	kernel:  no gateway, A forwards as a router (GRO and GSO by the
 //	         kernel);
 //	tun:     the gso scenario's gsoplane row: the same gateway build with
@@ -29,10 +33,26 @@ func ingressRows() []rowSpec {
 			}
 			return gwDataplane{gateway: g}, nil
 		}),
+		ingressTCPRow("packet", false, ingressPacket(dataplane.PacketGSOAuto)),
+		ingressTCPRow("packet-cut", false, ingressPacket(dataplane.PacketGSOPartial)),
 		ingressTCPRow("kernel", true, func(l *lab) (dataplaneUnderTest, error) {
 			return nil, errors.Join(l.A.Sysctl("net/ipv4/ip_forward", "1"), l.RouteKernel())
 		}),
 		gatewayTCPRow("tun", xdpTUNConfig(true)),
+	}
+}
+
+// ingressPacket starts a gateway whose ports, on gw-c and gw-a, are
+// AF_PACKET in the given mode.
+func ingressPacket(mode dataplane.PacketGSO) func(l *lab) (dataplaneUnderTest, error) {
+	return func(l *lab) (dataplaneUnderTest, error) {
+		cfg := ingressConfig(dataplane.XDPModeAuto, nil)
+		cfg.Port, cfg.XDP, cfg.Packet.GSO = dataplane.PortPacket, dataplane.XDPOptions{}, mode
+		g, err := startGateway(l, cfg)
+		if err != nil {
+			return nil, err
+		}
+		return gwDataplane{gateway: g}, nil
 	}
 }
 
@@ -64,6 +84,9 @@ func ingressTCPRow(name string, ppsAtB bool, setup func(l *lab) (dataplaneUnderT
 func ingressRatios(rows []*rowResult) []ratio {
 	return throughputRatios(rows, []ratioSpec{
 		{"ingress", "kernel", "TCP throughput C→B, the gateway's ingress port / the kernel forwarding"},
+		{"packet", "kernel", "TCP throughput C→B, AF_PACKET ports, super-packets leaving whole / the kernel forwarding"},
+		{"packet", "packet-cut", "TCP throughput C→B, AF_PACKET ports, super-packets leaving whole / cut by the gateway"},
+		{"packet", "ingress", "TCP throughput C→B, AF_PACKET ports leaving whole / AF_XDP ports"},
 		{"ingress", "tun", "TCP throughput, the ingress port (C→B) / the TUN source (A→B), same TX path"},
 		{"tun", "kernel", "TCP throughput, the TUN source (A→B) / the kernel forwarding C→B"},
 	})

@@ -43,6 +43,8 @@ var targets = []target{
 		aim: "the AF_XDP ingress port forwards 5× the TUN fast path"},
 	{scenario: "ingress", key: "ingress/kernel", threshold: 0.5,
 		aim: "the ingress port at least half the kernel's forwarding"},
+	{scenario: "ingress", key: "packet/kernel", threshold: 0.7,
+		aim: "AF_PACKET ingress, super-packets leaving whole, at least 0.7× the kernel's forwarding"},
 }
 
 // isTarget reports whether the ratio key of scenario is a target.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +30,15 @@ type ingressLab struct {
 // and inQueues on gw-c's and runs a gateway between them on port.
 func newIngressLab(t *testing.T, port labPort, nicQueues, inQueues int) *ingressLab {
 	t.Helper()
+	tp := newIngressTopology(t, nicQueues, inQueues)
+	g, _ := startIngress(t, tp, port)
+	return &ingressLab{Topology: tp, g: g}
+}
+
+// newIngressTopology builds the topology with nicQueues queues on gw-a's
+// veth and inQueues on gw-c's, without a gateway.
+func newIngressTopology(t *testing.T, nicQueues, inQueues int) *netlab.Topology {
+	t.Helper()
 	netlab.RequireRoot(t)
 	tp, err := netlab.NewTopologyQueues("gwin", nicQueues)
 	netlab.Must(t, err)
@@ -38,31 +48,42 @@ func newIngressLab(t *testing.T, port labPort, nicQueues, inQueues int) *ingress
 		}
 	})
 	netlab.Must(t, tp.AddIngress(1500, inQueues))
-	lab := &ingressLab{Topology: tp}
+	return tp
+}
+
+// startIngress runs a gateway on port between gw-c and gw-a of tp and
+// returns it with a function that stops and closes it (idempotent,
+// called at the test's end too).
+func startIngress(t *testing.T, tp *netlab.Topology, port labPort) (*Gateway, func()) {
+	t.Helper()
 	cfg := port.config(GatewayConfig{
 		NIC: netlab.NICA, Routes: netlab.AppRoutes, NextHop: netlab.NICB4,
 		Ingress: IngressOptions{Device: netlab.Ingress, Routes: netlab.SrvRoutes},
 	})
+	var g *Gateway
+	var err error
 	tp.A.Do(t, func() {
-		if lab.g, err = OpenGateway(cfg); err != nil {
+		if g, err = OpenGateway(cfg); err != nil {
 			t.Fatalf("OpenGateway: %v", err)
 		}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- lab.g.Run(ctx) }()
-	t.Cleanup(func() {
+	go func() { done <- g.Run(ctx) }()
+	stop := sync.OnceFunc(func() {
 		cancel()
+		var err error
 		select {
 		case err = <-done:
 		case <-time.After(10 * time.Second):
 			err = errors.New("Run did not return")
 		}
-		if err = errors.Join(err, lab.g.Close()); err != nil {
+		if err = errors.Join(err, g.Close()); err != nil {
 			t.Errorf("gateway: %v", err)
 		}
 	})
-	return lab
+	t.Cleanup(stop)
+	return g, stop
 }
 
 // TestIngressQueues forwards between a NIC and an ingress device of

@@ -175,12 +175,43 @@ func ForWire(pkt []byte, mtu, mss int) (Header, CsumState, error) {
 // their super-packets SKB_GSO_TCP_ACCECN and keeps CWR; virtio-net has no
 // such flag).
 func (s *Segmenter) ForWire(pkt []byte, mtu, mss int) (Header, CsumState, error) {
+	return s.ForWireFrom(pkt, mtu, mss, Header{})
+}
+
+// ForWireFrom is ForWire for a packet whose receiving kernel said what it
+// is with from, its virtio-net header (an AF_PACKET socket with
+// PACKET_VNET_HDR gives it: the sender's TSO or USO super-packet, or
+// what GRO merged), as Linux's forwarding path keeps that skb's GSO
+// state:
+//
+//   - TCP (GSOTCPv4, GSOTCPv6): from's gso_size, the size of the segments
+//     the super-packet was built from, caps the TCP payload per segment
+//     as mss does (the smaller wins), so a flow whose handshake was not
+//     seen is still cut as its sender cut it.
+//   - USO (GSOUDPL4): the packet is a run of datagrams, not one: it gets
+//     a USO header of from's gso_size, whatever its length, and its
+//     datagrams are never resized or fragmented. Datagrams larger than
+//     mtu are ErrTooBig (a router may not resize them; Linux answers one
+//     with DF set with fragmentation needed); a checksum other than a
+//     partial one (which a kernel always leaves in a USO super-packet) is
+//     an *Error matching ErrInvalid.
+//
+// Any other from, or a from that does not match the packet's transport,
+// is ignored: the packet is judged from its bytes as ForWire does.
+func (s *Segmenter) ForWireFrom(pkt []byte, mtu, mss int, from Header) (Header, CsumState, error) {
 	if mtu < MinMTU {
 		return Header{}, CsumNone, misuse(ruleSmallMTU, "MTU %d", mtu)
 	}
 	w, err := parseWire(pkt)
 	if err != nil {
 		return Header{}, CsumNone, err
+	}
+	switch kind, gso := from.GSOType.Kind(), int(from.GSOSize); {
+	case gso == 0 || w.frag || w.opaque || w.l4 == 0:
+	case kind == GSOUDPL4 && w.proto == protoUDP:
+		return s.wireUSO(pkt, &w, mtu, gso)
+	case (kind == GSOTCPv4 || kind == GSOTCPv6) && w.proto == protoTCP && (mss <= 0 || gso < mss):
+		mss = gso
 	}
 	if len(pkt) <= mtu {
 		st := w.csum(pkt)
@@ -247,6 +278,26 @@ func (s *Segmenter) wireUFO(pkt []byte, w *wirePkt, mtu int) (Header, CsumState,
 		return Header{}, st, ErrBadChecksum
 	}
 	return w.header(GSOUDP, gso, st == CsumPartial), st, nil
+}
+
+// wireUSO describes a UDP packet its receiving kernel had as a USO
+// super-packet of datagrams of gso bytes as one again.
+func (s *Segmenter) wireUSO(pkt []byte, w *wirePkt, mtu, gso int) (Header, CsumState, error) {
+	if w.l3+w.l4+gso > mtu {
+		return Header{}, CsumNone, tooBig(mtu)
+	}
+	payload := len(pkt) - w.l3 - w.l4
+	if n := (payload + gso - 1) / gso; n > min(s.maxSegments(), udpMaxSegments) {
+		return Header{}, CsumNone, invalid(ruleTooManySegments, "%d datagrams of %d bytes, at most %d", n, gso, min(s.maxSegments(), udpMaxSegments))
+	}
+	st := w.csum(pkt)
+	if st != CsumPartial {
+		return Header{}, st, invalid(ruleNeedsCsum, "USO super-packet with a %v checksum, want a partial one", st)
+	}
+	if payload <= gso {
+		return w.header(GSONone, 0, true), st, nil
+	}
+	return w.header(GSOUDPL4, gso, true), st, nil
 }
 
 // wirePkt is what ForWire needs to know about a packet.

@@ -24,11 +24,13 @@ type wireWant struct {
 	zeroHdr bool  // the header is all zero
 }
 
-// wireCase is one table case: a packet, the mtu and mss given to ForWire.
+// wireCase is one table case: a packet, the mtu and mss given to ForWire,
+// and the receiving kernel's header given to ForWireFrom.
 type wireCase struct {
 	name     string
 	pkt      []byte
 	mtu, mss int
+	from     Header
 	seg      *Segmenter // nil: the zero Segmenter
 	want     wireWant
 }
@@ -246,6 +248,33 @@ func wireCases() []wireCase {
 		{name: "toobig/ipv4-udp-fragment", pkt: setIPv4FragField(wirePacket(udp4(5000, false, false)), ipv4MF|1), mtu: mtu, want: tooBig},
 		{name: "toobig/ipv6-fragment", pkt: wirePacket(with(tcp6(5000, true), func(s *superSpec) { s.ext = []extHdr{{extFragment, 8}} })), mtu: mtu, want: tooBig},
 
+		// What the receiving kernel said (ForWireFrom): its gso_size caps
+		// TCP's; a USO super-packet stays a run of datagrams.
+		{name: "from/tcp4-gso-below-room", pkt: wirePacket(tcp4(20000, true)), mtu: mtu, from: Header{GSOType: GSOTCPv4, GSOSize: 1200},
+			want: wireWant{kind: GSOTCPv4, gso: 1200, needs: true, csum: CsumPartial}},
+		{name: "from/tcp4-mss-below-gso", pkt: wirePacket(tcp4(20000, true)), mtu: mtu, mss: 1000, from: Header{GSOType: GSOTCPv4, GSOSize: 1200},
+			want: wireWant{kind: GSOTCPv4, gso: 1000, needs: true, csum: CsumPartial}},
+		{name: "from/tcp4-gso-above-room", pkt: wirePacket(tcp4(20000, true)), mtu: 1280, from: Header{GSOType: GSOTCPv4, GSOSize: 1448},
+			want: wireWant{kind: GSOTCPv4, gso: 1240, needs: true, csum: CsumPartial}},
+		{name: "from/tcp6-ecn-gso", pkt: wirePacket(tcp6(30000, true)), mtu: mtu, from: Header{GSOType: GSOTCPv6 | GSOECN, GSOSize: 1300},
+			want: wireWant{kind: GSOTCPv6, gso: 1300, needs: true, csum: CsumPartial}},
+		{name: "from/tcp4-fits", pkt: wirePacket(tcp4(1000, true)), mtu: mtu, from: Header{GSOType: GSOTCPv4, GSOSize: 500}, want: partialNone},
+		{name: "from/tcp-header-on-udp", pkt: wirePacket(udp4(20000, true, false)), mtu: mtu, from: Header{GSOType: GSOTCPv4, GSOSize: 1000},
+			want: wireWant{kind: GSOUDP, gso: 1480, needs: true, csum: CsumPartial}},
+		{name: "from/uso4", pkt: wirePacket(udp4(14000, true, true)), mtu: mtu, from: Header{GSOType: GSOUDPL4, GSOSize: 1400},
+			want: wireWant{kind: GSOUDPL4, gso: 1400, needs: true, csum: CsumPartial}},
+		{name: "from/uso4-fits-mtu", pkt: wirePacket(udp4(1000, true, true)), mtu: mtu, from: Header{GSOType: GSOUDPL4, GSOSize: 500},
+			want: wireWant{kind: GSOUDPL4, gso: 500, needs: true, csum: CsumPartial}},
+		{name: "from/uso4-one-datagram", pkt: wirePacket(udp4(500, true, true)), mtu: mtu, from: Header{GSOType: GSOUDPL4, GSOSize: 500}, want: partialNone},
+		{name: "from/uso6", pkt: wirePacket(udp6(30000, true)), mtu: mtu, from: Header{GSOType: GSOUDPL4, GSOSize: 1200},
+			want: wireWant{kind: GSOUDPL4, gso: 1200, needs: true, csum: CsumPartial}},
+		{name: "from/uso-datagrams-too-big", pkt: wirePacket(udp4(14000, true, false)), mtu: 1280, from: Header{GSOType: GSOUDPL4, GSOSize: 1400}, want: tooBig},
+		{name: "from/uso-complete-checksum", pkt: wirePacket(udp4(14000, false, true)), mtu: mtu, from: Header{GSOType: GSOUDPL4, GSOSize: 1400},
+			want: wireWant{rule: ruleNeedsCsum, csum: CsumComplete}},
+		{name: "from/uso-too-many-datagrams", pkt: wirePacket(udp4(20000, true, true)), mtu: mtu, from: Header{GSOType: GSOUDPL4, GSOSize: 100}, want: invalidRule(ruleTooManySegments)},
+		{name: "from/uso-header-on-tcp", pkt: wirePacket(tcp4(20000, true)), mtu: mtu, from: Header{GSOType: GSOUDPL4, GSOSize: 1000},
+			want: wireWant{kind: GSOTCPv4, gso: 1460, needs: true, csum: CsumPartial}},
+
 		// Malformed packets.
 		{name: "bad/empty", pkt: nil, mtu: mtu, want: invalidRule(ruleShortPacket)},
 		{name: "bad/version", pkt: func() []byte { p := wirePacket(tcp4(10, true)); p[0] = 0x55; return p }(), mtu: mtu, want: invalidRule(ruleIPHeader)},
@@ -271,7 +300,7 @@ func TestForWire(t *testing.T) {
 				s = &Segmenter{}
 			}
 			in := bytes.Clone(c.pkt)
-			h, st, err := s.ForWire(c.pkt, c.mtu, c.mss)
+			h, st, err := s.ForWireFrom(c.pkt, c.mtu, c.mss, c.from)
 			if !bytes.Equal(in, c.pkt) {
 				t.Fatal("ForWire modified its input")
 			}
@@ -456,8 +485,8 @@ func TestForWireAllocs(t *testing.T) {
 		if s == nil {
 			s = &Segmenter{}
 		}
-		s.ForWire(c.pkt, c.mtu, c.mss) // caches the tooBigError
-		if n := testing.AllocsPerRun(20, func() { s.ForWire(c.pkt, c.mtu, c.mss) }); n != 0 {
+		s.ForWireFrom(c.pkt, c.mtu, c.mss, c.from) // caches the tooBigError
+		if n := testing.AllocsPerRun(20, func() { s.ForWireFrom(c.pkt, c.mtu, c.mss, c.from) }); n != 0 {
 			t.Errorf("%s: %v allocations", c.name, n)
 		}
 	}

@@ -74,6 +74,23 @@ func TestIngressGSO(t *testing.T) {
 	}
 }
 
+// TestIngressWhole runs both ports on AF_PACKET: C's super-packets
+// arrive whole (the kernel's, with their virtio-net headers) and leave
+// gw-a whole, which does TSO; none is cut here, and the stream arrives
+// intact.
+func TestIngressWhole(t *testing.T) {
+	tp := startIngress(t, 1500, "-port", "packet")
+	tcpStream(t, tp.C, tp.B, net.JoinHostPort(srv4, "5201"), 32<<20)
+	tcpStream(t, tp.C, tp.B, net.JoinHostPort(srv6, "5202"), 8<<20)
+	m := scrapeIdle(t, tp.A, "127.0.0.1:9464")
+	out := `udpfwd_super_packets_out_total{direction="ingress_to_nic",how=`
+	whole, cut := m[out+`"whole"}`], m[out+`"cut"}`]
+	t.Logf("super-packets toward the NIC: %v whole, %v cut; wire: %v larger than the MTU", whole, cut, m[`udpfwd_wire_packets_total{event="cut"}`])
+	if whole == 0 || cut != 0 {
+		t.Errorf("%v super-packets left whole, %v were cut; want some whole and none cut", whole, cut)
+	}
+}
+
 // TestIngressJumbo forwards from a jumbo-frame link (MTU 9000) to the
 // 1500-byte NIC: TCP's SYNs are clamped to MSS 1460 and the stream goes
 // through intact; an 8000-byte UDP datagram without DF arrives whole, cut

@@ -22,6 +22,7 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 // The metrics; docs/udpfwd.md (METRICS) says what each one counts.
 var (
 	descSuperPackets = desc("super_packets_total", "Super-packets read from the TUN (tun_to_nic), or written to it by GRO, of two packets or more (nic_to_tun).", "direction", "port")
+	descOut          = desc("super_packets_out_total", "Super-packets toward the NIC (with -ingress: either way) larger than one segment, by how they left: whole (the NIC segments them) or cut (into segments here).", "direction", "how")
 	descSegments     = desc("segments_total", "Segments cut and queued for the NIC (tun_to_nic), or valid IP packets received from it (nic_to_tun).", "direction", "port")
 	descPackets      = desc("packets_total", "Packets handed to the NIC, a super-packet the NIC segments counting once (tun_to_nic), or writes into the TUN, a super-packet counting once (nic_to_tun).", "direction", "port")
 	descBytes        = desc("bytes_total", "IP bytes of the segments queued for the NIC (tun_to_nic) or of the packets received from it (nic_to_tun).", "direction", "port")
@@ -42,7 +43,7 @@ var (
 	descTxErrors     = desc("tx_errors_total", "Transmit calls that failed.", "port")
 	descDrops        = desc("drops_total", "Packets dropped, by direction and reason (invalid, oversize, no_frames: super-packets; others: segments or packets).", "direction", "reason")
 	descXSKEvents    = desc("xsk_events_total", "AF_XDP socket events from the kernel (XDP_STATISTICS) and kick failures, and frames the XDP program passed to the kernel instead of the socket, by device (nic or ingress) and RX queue.", "device", "queue", "event")
-	descWire         = desc("wire_packets_total", "With -ingress, packets from a wire (both directions) by what was done: received, cut (larger than the egress MTU), clamped (SYN MSS lowered), too_big (refused, answered with ICMP), bad_checksum, invalid, spoofed (a source on the other side), ttl_exceeded (arrived with TTL or hop limit 1 or less: dropped, answered with ICMP time exceeded).", "event")
+	descWire         = desc("wire_packets_total", "With -ingress, packets from a wire (both directions) by what was done: received, cut (handed on as super-packets, cut here or by the NIC), clamped (SYN MSS lowered), too_big (refused, answered with ICMP), bad_checksum, invalid, spoofed (a source on the other side), ttl_exceeded (arrived with TTL or hop limit 1 or less: dropped, answered with ICMP time exceeded).", "event")
 	descPacketEvents = desc("packet_events_total", "AF_PACKET socket events: frames dropped or refused, the kernel's receive drops and sends retried, by device (nic or ingress) and socket.", "device", "queue", "event")
 	descBudgetUsed   = desc("budget_in_use_bytes", "Truesize bytes charged to the send budget and not yet completed (first TUN queue).")
 	descBudgetLimit  = desc("budget_limit_bytes", "Current send budget limit (first TUN queue).")
@@ -68,7 +69,7 @@ type statsCollector struct {
 // Describe sends every metric's description.
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		descSuperPackets, descSegments, descPackets, descBytes, descCompleted, descTxErrors,
+		descSuperPackets, descOut, descSegments, descPackets, descBytes, descCompleted, descTxErrors,
 		descDrops, descXSKEvents, descBudgetUsed, descBudgetLimit, descBudgetPeak, descQueueDepth,
 		descQueueBytes, descQueuePeak, descQueuePeakB, descStalls, descStallTime, descSegsPerSP, descTxLatency,
 		descGROPass, descGRORefused, descNICUp, descNICMTU, descNICDowns, descAttached, descDetached, descReattached,
@@ -119,6 +120,7 @@ func (e emitter) traffic(s dataplane.GatewayStats) {
 	f, r, port := s.Forward, s.Return, e.port
 	e.counter(descSuperPackets, f.SuperPackets, toNIC, port)
 	e.counter(descSuperPackets, r.SuperPackets, toTUN, port)
+	e.out(f, toNIC)
 	e.counter(descSegments, f.Segments, toNIC, port)
 	e.counter(descSegments, r.Packets, toTUN, port)
 	e.counter(descPackets, s.Port.Sent, toNIC, port)
@@ -130,6 +132,12 @@ func (e emitter) traffic(s dataplane.GatewayStats) {
 	e.gro(r)
 }
 
+// out exports how a forwarder's super-packets left: whole or cut.
+func (e emitter) out(f pipeline.Stats, dir string) {
+	e.counter(descOut, f.Offloaded, dir, "whole")
+	e.counter(descOut, f.Cut, dir, "cut")
+}
+
 // ingress exports the traffic of a gateway with -ingress: forwarders in
 // both directions, from packets received on a wire.
 func (e emitter) ingress(s dataplane.GatewayStats) {
@@ -139,6 +147,7 @@ func (e emitter) ingress(s dataplane.GatewayStats) {
 		sent uint64 // by the port it leaves through
 	}{{"ingress_to_nic", s.Forward, s.Port.Sent}, {"nic_to_ingress", s.Reverse, s.Ingress.Sent}} {
 		e.counter(descSuperPackets, d.f.SuperPackets, d.dir, e.port)
+		e.out(d.f, d.dir)
 		e.counter(descSegments, d.f.Segments, d.dir, e.port)
 		e.counter(descPackets, d.sent, d.dir, e.port)
 		e.counter(descBytes, d.f.Bytes, d.dir, e.port)

@@ -5,59 +5,123 @@ import (
 	"io"
 	"runtime"
 	"testing"
+
+	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/segment"
 )
 
-// steadySource yields the same super-packet, one per Read, and stops at
-// two marks to let the test read the allocation counter: after warm
-// packets and after warm+n.
-type steadySource struct {
-	pkt       []byte
+// marks stops a steady source at two marks to let the test read the
+// allocation counter: after warm packets and after warm+n.
+type marks struct {
 	read      int
 	warm, end int
 	mark      chan struct{} // the source reached a mark
 	resume    chan struct{} // the test read the counter
 }
 
-func (s *steadySource) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
-	if s.read == s.warm || s.read == s.end {
-		s.mark <- struct{}{}
-		<-s.resume
+func newMarks(warm, n int) *marks {
+	return &marks{warm: warm, end: warm + n, mark: make(chan struct{}), resume: make(chan struct{})}
+}
+
+// next waits at a mark and reports whether another packet is due.
+func (m *marks) next() bool {
+	if m.read == m.warm || m.read == m.end {
+		m.mark <- struct{}{}
+		<-m.resume
 	}
-	if s.read == s.end {
+	if m.read == m.end {
+		return false
+	}
+	m.read++
+	return true
+}
+
+// steadySource yields the same super-packet, one per Read.
+type steadySource struct {
+	*marks
+	pkt []byte
+}
+
+func (s *steadySource) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	if !s.next() {
 		return 0, io.EOF
 	}
-	s.read++
 	sizes[0] = copy(bufs[0][offset:], s.pkt)
 	return 1, nil
+}
+
+// steadyReceiver receives the same frame, one per Receive.
+type steadyReceiver struct {
+	*marks
+	frame []byte
+}
+
+func (r *steadyReceiver) Headroom() int { return 14 }
+
+func (r *steadyReceiver) Receive(frames [][]byte) (int, error) {
+	if !r.next() {
+		return 0, io.EOF
+	}
+	frames[0] = r.frame
+	return 1, nil
+}
+
+// allocsPerPacket runs f, whose source counts packets with m, and
+// returns the allocations per packet between m's marks.
+func allocsPerPacket(t *testing.T, f *pipeline.Forwarder, m *marks) float64 {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- f.Run(context.Background()) }()
+	var before, after runtime.MemStats
+	<-m.mark
+	runtime.ReadMemStats(&before)
+	m.resume <- struct{}{}
+	<-m.mark
+	runtime.ReadMemStats(&after)
+	m.resume <- struct{}{}
+	if err := <-done; err == nil {
+		t.Fatal("Run ended without the source's error")
+	}
+	n := m.end - m.warm
+	if st := f.Stats(); st.SuperPackets != uint64(m.end) || st.Drops.Total() != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	t.Logf("%d allocations while forwarding %d super-packets", after.Mallocs-before.Mallocs, n)
+	return float64(after.Mallocs-before.Mallocs) / float64(n)
 }
 
 // TestForwarderAllocs: in steady state, forwarding a 64 KiB super-packet
 // (read, validate, admit, split into 45 frames, queue, transmit, complete,
 // release) allocates nothing.
 func TestForwarderAllocs(t *testing.T) {
-	const warm, n = 200, 2000
-	src := &steadySource{pkt: tcpSuperPacket(64000), warm: warm, end: warm + n, mark: make(chan struct{}), resume: make(chan struct{})}
+	m := newMarks(200, 2000)
 	sink := newMemSink(512, 2048)
 	sink.record = false // nothing grows
+	f, _, _ := newTestForwarder(t, &steadySource{m, tcpSuperPacket(64000)}, sink)
+	if a := allocsPerPacket(t, f, m); a > 0.01 {
+		t.Errorf("%.3f allocations per super-packet, want 0", a)
+	}
+}
+
+// TestWireWholeAllocs: in steady state, a 64 KiB super-packet from a
+// wire that leaves whole (receive, MSS lookup, ForWire, TTL, admit, one
+// large frame, queue, transmit, complete) allocates nothing.
+func TestWireWholeAllocs(t *testing.T) {
+	m := newMarks(200, 2000)
+	frame := wireFrame(tcpSuperPacket(64000)[segment.HeaderSize:])
+	src, err := pipeline.NewWireSource(pipeline.WireConfig{
+		Receiver: &steadyReceiver{m, frame}, MTU: 1500, MSS: pipeline.NewMSSTable(pipeline.MSSConfig{Flows: 64}), Clamp: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &offloadSink{memSink: newMemSink(64, 2048), mode: pipeline.OffloadGSO, large: make([]byte, 1<<16), quiet: true}
+	sink.memSink.record = false
 	f, _, _ := newTestForwarder(t, src, sink)
-	done := make(chan error, 1)
-	go func() { done <- f.Run(context.Background()) }()
-	var before, after runtime.MemStats
-	<-src.mark
-	runtime.ReadMemStats(&before)
-	src.resume <- struct{}{}
-	<-src.mark
-	runtime.ReadMemStats(&after)
-	src.resume <- struct{}{}
-	if err := <-done; err == nil {
-		t.Fatal("Run ended without the source's error")
+	if a := allocsPerPacket(t, f, m); a > 0.01 {
+		t.Errorf("%.3f allocations per super-packet, want 0", a)
 	}
-	st := f.Stats()
-	if st.SuperPackets != warm+n || st.Drops.Total() != 0 {
-		t.Fatalf("stats %+v", st)
-	}
-	t.Logf("%d allocations while forwarding %d super-packets", after.Mallocs-before.Mallocs, n)
-	if perPacket := float64(after.Mallocs-before.Mallocs) / n; perPacket > 0.01 {
-		t.Errorf("%.3f allocations per super-packet (%d in %d), want 0", perPacket, after.Mallocs-before.Mallocs, n)
+	if st := f.Stats(); st.Offloaded != uint64(m.end) || st.Cut != 0 {
+		t.Errorf("%d super-packets left whole, %d cut; want %d and 0", st.Offloaded, st.Cut, m.end)
 	}
 }

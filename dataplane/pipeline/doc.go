@@ -22,11 +22,13 @@
 //
 // A WireSource takes packets from a wire instead, without a virtio-net
 // header, takes one off each one's TTL (hop limit) as a router does and
-// gives it the header that cuts it to the egress MTU; an MSSTable, shared
-// by a gateway's two directions, remembers the MSS each TCP flow's
-// handshake announced, so that no segment exceeds it. A FanIn makes one
-// Receiver of several, for a forwarder that takes the packets of more
-// receive queues than its egress port has transmit queues.
+// gives it the header that cuts it to the egress MTU, or with which an
+// OffloadSink's NIC cuts it whole, with the segment size the receiving
+// kernel gave it where a HeaderReceiver says; an MSSTable, shared by a
+// gateway's two directions, remembers the MSS each TCP flow's handshake
+// announced, so that no segment exceeds it. A FanIn makes one Receiver
+// (and HeaderReceiver) of several, for a forwarder that takes the packets
+// of more receive queues than its egress port has transmit queues.
 //
 // The package is pure Go with no system calls and builds on every OS. It
 // imports only segment, txqueue, internal/icmperr and internal/iphdr;

@@ -3,6 +3,8 @@ package pipeline
 import (
 	"net"
 	"sync"
+
+	"github.com/gsoplane/gsoplane/segment"
 )
 
 // FanIn is one Receiver of the frames of several, such as the queues of
@@ -13,18 +15,20 @@ import (
 // the FanIn's caller is done with it (the frames of a Receiver stay
 // valid until its next Receive) before it receives again. Receive waits
 // for the first batch of any of them. It allocates nothing per batch.
-// A FanIn is a plain Receiver: a HeaderReceiver's headers are not passed
-// on.
+// It passes on the headers of those that are HeaderReceivers (the
+// others' frames get the zero Header).
 type FanIn struct {
 	rs      []Receiver
-	batches chan fanBatch   // the batches handed over, at most one per Receiver
-	release []chan struct{} // per Receiver: its batch is used up
-	done    chan struct{}   // closed by Close
+	hrs     []HeaderReceiver // rs[i], if it is one
+	batches chan fanBatch    // the batches handed over, at most one per Receiver
+	release []chan struct{}  // per Receiver: its batch is used up
+	done    chan struct{}    // closed by Close
 	start   sync.Once
 	wg      sync.WaitGroup
 
 	cur  fanBatch // the batch being handed out, from cur.from
 	off  int      // frames of cur already handed out
+	last int      // the index in cur of the first frame the last Receive returned
 	held bool     // cur is not released yet
 }
 
@@ -44,9 +48,11 @@ func NewFanIn(rs []Receiver) *FanIn {
 		batches: make(chan fanBatch, len(rs)),
 		release: make([]chan struct{}, len(rs)),
 		done:    make(chan struct{}),
+		hrs:     make([]HeaderReceiver, len(rs)),
 	}
 	for i := range f.release {
 		f.release[i] = make(chan struct{}, 1)
+		f.hrs[i], _ = rs[i].(HeaderReceiver)
 	}
 	return f
 }
@@ -77,8 +83,18 @@ func (f *FanIn) Receive(frames [][]byte) (int, error) {
 		f.cur, f.off, f.held = b, 0, true
 	}
 	n := copy(frames, f.cur.frames[f.off:f.cur.n])
+	f.last = f.off
 	f.off += n
 	return n, nil
+}
+
+// Header returns the header of frame i of the last Receive, as its
+// Receiver gave it, or the zero Header if that is not a HeaderReceiver.
+func (f *FanIn) Header(i int) segment.Header {
+	if hr := f.hrs[f.cur.from]; hr != nil {
+		return hr.Header(f.last + i)
+	}
+	return segment.Header{}
 }
 
 // run starts a goroutine per Receiver taking batches of up to size

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/segment"
 )
 
 // TestFanIn reads two Receivers through a FanIn, in batches of up to 4
@@ -89,5 +90,55 @@ func TestFanInAllocs(t *testing.T) {
 	f.Receive(frames)
 	if a := testing.AllocsPerRun(1000, func() { f.Receive(frames) }); a != 0 {
 		t.Errorf("%v allocations per Receive, want 0", a)
+	}
+}
+
+// sizedReceiver is a HeaderReceiver whose frames say their header's
+// gso_size in their second byte.
+type sizedReceiver struct {
+	frameReceiver
+	last [][]byte
+}
+
+func (r *sizedReceiver) Receive(frames [][]byte) (int, error) {
+	if len(r.batches) > 0 {
+		r.last = r.batches[0]
+	}
+	return r.frameReceiver.Receive(frames)
+}
+
+func (r *sizedReceiver) Header(i int) segment.Header {
+	return segment.Header{GSOType: segment.GSOTCPv4, GSOSize: uint16(r.last[i][1])}
+}
+
+// TestFanInHeaders: a FanIn passes on each frame's header from its
+// HeaderReceiver, also when its batch is handed out in pieces, and the
+// zero Header for a plain Receiver's frames.
+func TestFanInHeaders(t *testing.T) {
+	a := &sizedReceiver{frameReceiver: frameReceiver{batches: [][][]byte{{{'a', 1}, {'a', 2}, {'a', 3}}, {{'a', 4}}}}}
+	b := &sizedReceiver{frameReceiver: frameReceiver{batches: [][][]byte{{{'b', 5}, {'b', 6}}}}}
+	c := &frameReceiver{batches: [][][]byte{{{'c', 7}, {'c', 8}}}}
+	f := pipeline.NewFanIn([]pipeline.Receiver{a, b, c})
+	defer f.Close()
+	frames, seen := make([][]byte, 4), 0 // the first Receive sizes the batches
+	for ends := 0; ends < 3; {
+		n, err := f.Receive(frames)
+		if errors.Is(err, net.ErrClosed) {
+			ends++
+		}
+		for i, fr := range frames[:n] {
+			want := segment.Header{GSOType: segment.GSOTCPv4, GSOSize: uint16(fr[1])}
+			if fr[0] == 'c' {
+				want = segment.Header{}
+			}
+			if h := f.Header(i); h != want {
+				t.Errorf("frame %q: header %+v, want %+v", fr, h, want)
+			}
+			seen++
+		}
+		frames = frames[:1+seen%2] // pieces of one and of two frames
+	}
+	if seen != 8 {
+		t.Errorf("%d frames, want 8", seen)
 	}
 }

@@ -156,13 +156,21 @@ func (p *producer) allocLarge(ctx context.Context, size int) (Frame, error) {
 // waitFreed waits until the sink loop completes frames. Without a budget
 // (backpressure off) it does not wait, and it gives up when no frame can
 // come back (the sink has fewer frames than the packet needs): then it
-// returns errNoFrames and the packet is dropped.
+// returns errNoFrames and the packet is dropped. Frames that came back
+// since the caller's failed Alloc (the queue emptied meanwhile) are
+// signalled before the queue shows them gone: then it returns at once,
+// and the caller allocates again.
 func (p *producer) waitFreed(ctx context.Context) error {
 	if p.f.cfg.Budget == nil {
 		return errNoFrames
 	}
 	if st := p.f.cfg.Queue.Stats(); st.Pending == 0 && st.InFlight == 0 {
-		return errNoFrames
+		select {
+		case <-p.f.freed:
+			return nil
+		default:
+			return errNoFrames
+		}
 	}
 	p.f.stats.frameStalls.Add(1)
 	start := time.Now()
@@ -225,7 +233,10 @@ func (p *producer) split(ctx context.Context, pkt []byte, l segment.Layout, fram
 		st.drop(DropOversize, 1)
 		return nil
 	}
-	p.f.stats.segmented(n)
+	st.segmented(n)
+	if n > 1 {
+		st.cut.Add(1)
+	}
 	p.items = p.items[:0]
 	bytes := 0
 	for i := range n {

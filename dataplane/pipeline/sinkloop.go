@@ -105,13 +105,16 @@ func (s *sender) complete() (int, error) {
 	}
 	n, err := s.f.cfg.Sink.Complete()
 	if n > 0 {
+		// The frames are back: say so before the queue shows them gone,
+		// so that a producer that finds the queue empty finds the signal
+		// too (waitFreed).
+		s.f.signalFreed()
 		s.inFlight -= n
 		s.f.stats.completed.Add(uint64(n))
 		s.observe(n)
 		if qerr := s.f.cfg.Queue.Complete(n); qerr != nil && err == nil {
 			err = qerr
 		}
-		s.f.signalFreed()
 	}
 	return n, err
 }

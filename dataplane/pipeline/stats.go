@@ -86,6 +86,7 @@ type Stats struct {
 	Transmitted    uint64        // segments the sink took
 	Completed      uint64        // segments the sink reported gone
 	Offloaded      uint64        // super-packets an OffloadSink took whole (counted once in Transmitted and Completed)
+	Cut            uint64        // super-packets cut here into two segments or more
 	TxErrors       uint64        // Transmit calls that returned an error
 	FrameStalls    uint64        // times the producer waited for free frames
 	FrameStallTime time.Duration // total time it waited
@@ -103,7 +104,7 @@ type Stats struct {
 type counters struct {
 	superPackets, segments, bytes    atomic.Uint64
 	transmitted, completed, txErrors atomic.Uint64
-	offloaded                        atomic.Uint64
+	offloaded, cut                   atomic.Uint64
 	frameStalls, frameStallNanos     atomic.Uint64
 	drops                            [NumDropReasons]atomic.Uint64
 	segHist                          [len(SegmentBounds) + 1]atomic.Uint64
@@ -133,6 +134,7 @@ func (c *counters) snapshot() Stats {
 		Transmitted:  c.transmitted.Load(),
 		Completed:    c.completed.Load(),
 		Offloaded:    c.offloaded.Load(),
+		Cut:          c.cut.Load(),
 		TxErrors:     c.txErrors.Load(),
 		FrameStalls:  c.frameStalls.Load(),
 	}
@@ -159,6 +161,7 @@ func (s Stats) Add(o Stats) Stats {
 	s.Transmitted += o.Transmitted
 	s.Completed += o.Completed
 	s.Offloaded += o.Offloaded
+	s.Cut += o.Cut
 	s.TxErrors += o.TxErrors
 	s.FrameStalls += o.FrameStalls
 	s.FrameStallTime += o.FrameStallTime

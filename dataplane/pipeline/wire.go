@@ -15,7 +15,9 @@ import (
 type WireConfig struct {
 	// Receiver is the ingress port: packets as they arrived on its link,
 	// whole (a multi-buffer AF_XDP socket hands over a 64 KiB GSO frame
-	// from a veth peer, or a jumbo frame, as one packet).
+	// from a veth peer, or a jumbo frame, as one packet). A
+	// HeaderReceiver (AF_PACKET) also says what the kernel knew of each:
+	// see WireSource.
 	Receiver Receiver
 	// MTU is the egress MTU the packets are cut to (SetMTU changes it);
 	// IngressMTU the ingress link's, for Clamp.
@@ -46,7 +48,7 @@ type WireConfig struct {
 // WireStats counts what a WireSource did.
 type WireStats struct {
 	Packets     uint64 // packets read from the Receiver
-	Cut         uint64 // larger than the MTU, handed on to be cut
+	Cut         uint64 // handed on as super-packets (more than one segment): cut by the forwarder or, whole, by the NIC (Stats.Cut, Offloaded)
 	Clamped     uint64 // SYNs whose MSS option was lowered
 	TooBig      uint64 // refused: a router may not cut them (DF, IPv6 other than TCP); answered
 	BadChecksum uint64 // packets with a bad transport checksum: those that fit pass on, those to be cut are dropped
@@ -61,12 +63,29 @@ type WireStats struct {
 // forwarder cut it to the egress MTU the way Linux forwards
 // (segment.ForWire: TCP to the flow's MSS, IPv4 UDP without DF into
 // fragments), and a packet a router must refuse instead is answered and
-// counted. As a router, it takes one off each packet's TTL (hop limit),
-// and drops and answers a packet that arrives with 1 or less. Read waits
-// as its Receiver waits; it copies each packet once, into the
-// forwarder's buffer.
+// counted. The forwarder cuts it, or hands it whole to an OffloadSink
+// whose NIC segments its kind, as Linux hands a GRO packet to a TSO
+// device: with the same header, so that the segments are the same.
+//
+// The TCP segment size is the smallest of the MSS the flow's receiver
+// announced (WireConfig.MSS), the egress MTU less the packet's IP and TCP
+// headers with their options, and, from a HeaderReceiver, the gso_size
+// the receiving kernel gave the packet: the segment size of the sender's
+// TSO or of what GRO merged, with which Linux forwards it. A flow whose
+// SYN was not seen is cut at the smaller of the last two, the egress MTU
+// alone from a plain Receiver (AF_XDP). A HeaderReceiver's USO
+// super-packet stays a run of datagrams of its gso_size
+// (segment.ForWireFrom); from a plain Receiver it cannot be told from one
+// large datagram.
+//
+// As a router, it takes one off each packet's TTL (hop limit), whole
+// super-packets included (their header once: the NIC copies it into
+// every segment), and drops and answers a packet that arrives with 1 or
+// less. Read waits as its Receiver waits; it copies each packet once,
+// into the forwarder's buffer.
 type WireSource struct {
 	cfg    WireConfig
+	hr     HeaderReceiver // cfg.Receiver, if it gives the kernel's headers
 	mtu    atomic.Int64
 	frames [][]byte
 
@@ -88,6 +107,7 @@ func NewWireSource(cfg WireConfig) (*WireSource, error) {
 		cfg.Segmenter = new(segment.Segmenter)
 	}
 	w := &WireSource{cfg: cfg}
+	w.hr, _ = cfg.Receiver.(HeaderReceiver)
 	w.mtu.Store(int64(cfg.MTU))
 	return w, nil
 }
@@ -115,7 +135,7 @@ func (w *WireSource) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	w.packets.Add(uint64(got))
 	head, out := w.cfg.Receiver.Headroom(), 0
 	var terr error
-	for _, f := range w.frames[:got] {
+	for i, f := range w.frames[:got] {
 		pkt := ipPacket(f[min(head, len(f)):])
 		if len(pkt) == 0 {
 			w.invalid.Add(1)
@@ -137,7 +157,7 @@ func (w *WireSource) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 			terr = fmt.Errorf("pipeline: wire packet of %d bytes: %w", len(pkt), ErrPacketTruncated)
 			continue
 		}
-		if m := w.prepare(buf, pkt); m > 0 {
+		if m := w.prepare(buf, pkt, w.from(i)); m > 0 {
 			sizes[out] = m
 			out++
 		}
@@ -145,9 +165,19 @@ func (w *WireSource) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	return out, errors.Join(terr, err)
 }
 
+// from returns the receiving kernel's header of frame i of the last
+// Receive, if the Receiver gives it.
+func (w *WireSource) from(i int) segment.Header {
+	if w.hr == nil {
+		return segment.Header{}
+	}
+	return w.hr.Header(i)
+}
+
 // prepare writes pkt's virtio-net header and pkt into buf and returns
-// their length, or 0 if pkt does not go on.
-func (w *WireSource) prepare(buf, pkt []byte) int {
+// their length, or 0 if pkt does not go on; from is what the receiving
+// kernel said of pkt.
+func (w *WireSource) prepare(buf, pkt []byte, from segment.Header) int {
 	mtu := int(w.mtu.Load())
 	p := buf[segment.HeaderSize : segment.HeaderSize+copy(buf[segment.HeaderSize:], pkt)]
 	if w.cfg.Clamp && segment.Clamp(p, min(mtu, w.ingressMTU(mtu))) {
@@ -158,7 +188,7 @@ func (w *WireSource) prepare(buf, pkt []byte) int {
 		t.Observe(p)
 		mss = t.MSS(p)
 	}
-	h, cs, err := w.cfg.Segmenter.ForWire(p, mtu, mss)
+	h, cs, err := w.cfg.Segmenter.ForWireFrom(p, mtu, mss, from)
 	if cs == segment.CsumBad {
 		w.badCsum.Add(1)
 	}
@@ -175,7 +205,7 @@ func (w *WireSource) prepare(buf, pkt []byte) int {
 		w.invalid.Add(1)
 		return 0
 	}
-	if len(p) > mtu {
+	if h.GSOType != segment.GSONone {
 		w.cut.Add(1)
 	}
 	decrementTTL(p)

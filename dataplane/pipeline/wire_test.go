@@ -290,3 +290,53 @@ func TestWireSourceTTLAllocs(t *testing.T) {
 type discardWriter struct{}
 
 func (discardWriter) Write(bufs [][]byte, offset int) (int, error) { return len(bufs), nil }
+
+// TestWireSourceKernelHeaders: from a HeaderReceiver (AF_PACKET), a TCP
+// super-packet is cut at the gso_size its kernel gave it where that is
+// below the egress MTU's room, and a USO super-packet into its datagrams,
+// not into IP fragments of one datagram; the same USO packet from a plain
+// Receiver is one datagram too big to pass with DF.
+func TestWireSourceKernelHeaders(t *testing.T) {
+	tcp := tcpSuperPacket(12000)[segment.HeaderSize:]
+	uso := udp4(10*1400, true)
+	u := header.UDP(uso[header.IPv4MinimumSize:])
+	ip := header.IPv4(uso)
+	u.SetChecksum(header.PseudoHeaderChecksum(header.UDPProtocolNumber, ip.SourceAddress(), ip.DestinationAddress(), uint16(len(u)))) // partial, as USO leaves it
+	frames := [][]byte{wireFrame(tcp), wireFrame(uso)}
+	kernel := []segment.Header{{GSOType: segment.GSOTCPv4, GSOSize: 1200}, {GSOType: segment.GSOUDPL4, GSOSize: 1400}}
+	for _, c := range []struct {
+		name string
+		recv pipeline.Receiver
+		want []int // lengths of the packets sent
+	}{
+		{"header", &headerReceiver{frameReceiver{batches: [][][]byte{frames}}, kernel}, append(repeat(10, 40+1200), repeat(10, 28+1400)...)},
+		{"plain", &frameReceiver{batches: [][][]byte{frames}}, append(repeat(8, 40+1460), 40+12000-8*1460)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			src, err := pipeline.NewWireSource(pipeline.WireConfig{Receiver: c.recv, MTU: 1500})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sink := newMemSink(256, 2048)
+			f, err := pipeline.NewForwarder(pipeline.ForwarderConfig{Source: src, HeaderSize: segment.HeaderSize, Sink: sink, FrameSize: 2048, Queue: newQueue(t), MTU: 1500})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := runWithin(t, f); !errors.Is(err, net.ErrClosed) {
+				t.Fatalf("Run = %v, want the receiver's net.ErrClosed", err)
+			}
+			if fmt.Sprint(sink.sent) != fmt.Sprint(c.want) {
+				t.Errorf("sent packets of %v bytes, want %v", sink.sent, c.want)
+			}
+		})
+	}
+}
+
+// repeat returns n copies of v.
+func repeat(n, v int) []int {
+	s := make([]int, n)
+	for i := range s {
+		s[i] = v
+	}
+	return s
+}
