@@ -181,3 +181,40 @@ type ReceiverStats struct {
 	PeerErrors  uint64 // errors an ICMP message left on the socket (ECONNREFUSED, EHOSTUNREACH, ...), counted and passed over
 	GRO         bool   // whether the kernel coalesces with UDP_GRO
 }
+
+// Add returns the field-by-field sum of s and o (GSO: whether both use
+// it), for the sinks of several queues.
+func (s SinkStats) Add(o SinkStats) SinkStats {
+	s.Datagrams += o.Datagrams
+	s.Messages += o.Messages
+	s.GSOMessages += o.GSOMessages
+	s.Bytes += o.Bytes
+	s.Syscalls += o.Syscalls
+	s.Dropped += o.Dropped
+	s.Refused += o.Refused
+	s.Unreachable += o.Unreachable
+	s.MsgSize += o.MsgSize
+	s.NoBufs += o.NoBufs
+	s.GSORefused += o.GSORefused
+	s.Other += o.Other
+	s.GSO = s.GSO && o.GSO
+	return s
+}
+
+// Add returns the field-by-field sum of s and o (GRO: whether both use
+// it), for the receivers of several queues.
+func (s ReceiverStats) Add(o ReceiverStats) ReceiverStats {
+	s.Datagrams += o.Datagrams
+	s.Messages += o.Messages
+	s.GROMessages += o.GROMessages
+	s.Syscalls += o.Syscalls
+	s.Short += o.Short
+	s.Refused += o.Refused
+	s.Auth += o.Auth
+	s.Replay += o.Replay
+	s.Malformed += o.Malformed
+	s.Truncated += o.Truncated
+	s.PeerErrors += o.PeerErrors
+	s.GRO = s.GRO && o.GRO
+	return s
+}
