@@ -442,7 +442,7 @@ func TestUDPSinkNoBufs(t *testing.T) {
 
 func TestUDPSinkAllocs(t *testing.T) { // not parallel: AllocsPerRun refuses
 	n := newUskNet(t)
-	s, _, rx := newUskSink(t, n, uskPort, SinkConfig{Frames: 64, Headroom: uskHdrLen, Seal: uskSeal(0)})
+	s, _, rx := newUskSink(t, n, uskPort, SinkConfig{Frames: 64, Headroom: uskHdrLen, Tailroom: 16, Seal: uskSeal(16)})
 	uskSockopt(t, rx, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64<<20)
 	frames := make([]pipeline.Frame, 40)
 	allocs := testing.AllocsPerRun(100, func() {
