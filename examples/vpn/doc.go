@@ -1,6 +1,7 @@
-// Command vpn is an example: a small, complete point-to-point encrypted
+// Package vpn is an example: a small, complete point-to-point encrypted
 // tunnel built only on gsoplane's public API (dataplane/tunnel and its
-// Seal and Open hooks), for a VPN author to read first.
+// Seal and Open hooks), for a VPN author to read first. The command is
+// cmd/vpn; the bench's tunnel scenario runs it through Open.
 //
 // It is NOT a product VPN. There is no handshake and no key rotation:
 // both ends read one pre-shared key from a file, derive a key per
@@ -25,6 +26,7 @@
 // Usage, on each end (as root):
 //
 //	head -c 32 /dev/urandom > vpn.key   # once, copied to both ends
+//	go build ./examples/vpn/cmd/vpn
 //	vpn -key vpn.key -local 198.18.100.1:51820 -peer 198.18.100.2:51820 -tun vpn0
 //	ip addr add 10.0.0.1/24 dev vpn0 && ip link set vpn0 up
-package main
+package vpn

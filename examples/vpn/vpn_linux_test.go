@@ -1,4 +1,4 @@
-package main
+package vpn
 
 import (
 	"context"
@@ -32,7 +32,7 @@ func end(t *testing.T, ns *netlab.NS, local, peer netip.Addr, addr netip.Addr) *
 	args := []string{"-key", key, "-local", netip.AddrPortFrom(local, 51820).String(), "-peer", netip.AddrPortFrom(peer, 51820).String()}
 	var tnl *tunnel.Tunnel
 	var err error
-	ns.Do(t, func() { tnl, err = open(args, io.Discard) })
+	ns.Do(t, func() { tnl, err = Open(args, io.Discard) })
 	netlab.Must(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

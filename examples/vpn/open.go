@@ -1,49 +1,21 @@
-package main
+package vpn
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/gsoplane/gsoplane/dataplane/tunnel"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
-}
-
-// run opens the tunnel, moves packets until ctx ends and prints its
-// counters.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	t, err := open(args, stderr)
-	if err != nil {
-		fmt.Fprintln(stderr, "vpn:", err)
-		return 2
-	}
-	defer t.Close()
-	fmt.Fprintf(stdout, "%s up, inner MTU %d\n", t.Device().Name(), t.MTU())
-	err = t.Run(ctx)
-	st := t.Stats()
-	fmt.Fprintf(stdout, "sent %d datagrams (%.1f per sendmmsg), received %d (%.1f per recvmmsg); dropped: %d bad tag, %d replayed, %d malformed\n",
-		st.Send.Datagrams, st.DatagramsPerSend(), st.Receive.Datagrams, st.DatagramsPerReceive(), st.Receive.Auth, st.Receive.Replay, st.Receive.Malformed)
-	if err != nil {
-		fmt.Fprintln(stderr, "vpn:", err)
-		return 1
-	}
-	return 0
-}
-
-// open parses the flags, reads the key and opens the tunnel with the
-// example's framing, in the calling thread's network namespace.
-func open(args []string, stderr io.Writer) (*tunnel.Tunnel, error) {
+// Open parses the command's flags (args, without the command's name),
+// reads the key and opens the tunnel with the example's framing, in the
+// calling thread's network namespace; stderr takes the flags' usage and
+// the tunnel's warnings.
+func Open(args []string, stderr io.Writer) (*tunnel.Tunnel, error) {
 	fs := flag.NewFlagSet("vpn", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	keyFile := fs.String("key", "", "`FILE` holding the 32-byte pre-shared key")
