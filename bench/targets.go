@@ -43,6 +43,14 @@ var targets = []target{
 		aim: "the AF_XDP ingress port forwards 5× the TUN fast path"},
 	{scenario: "ingress", key: "ingress/kernel", threshold: 0.5,
 		aim: "the ingress port at least half the kernel's forwarding"},
+	{scenario: "tunnel", key: "tunnel/wg-plumbing A→B", threshold: 1.3,
+		aim: "the plaintext Tunnel 1.3× wireguard-go's own plumbing, A→B"},
+	{scenario: "tunnel", key: "tunnel/wg-plumbing B→A", threshold: 1.3,
+		aim: "the same, B→A"},
+	{scenario: "tunnel", key: "vpn/wg-device A→B", threshold: 1.2,
+		aim: "the encrypted example 1.2× a wireguard-go device, A→B"},
+	{scenario: "tunnel", key: "vpn/wg-device B→A", threshold: 1.2,
+		aim: "the same, B→A"},
 }
 
 // isTarget reports whether the ratio key of scenario is a target.
