@@ -52,8 +52,8 @@ func newSealer(key []byte) (*sealer, error) {
 }
 
 // seal is a udp.SealFunc. Counters are taken for the whole batch at once;
-// past maxCounter it seals nothing more (the datagrams go out with a
-// header the peer refuses).
+// past maxCounter it seals nothing more: the datagrams go out all zeros,
+// which the peer refuses, and no plaintext leaves.
 func (s *sealer) seal(dgrams [][]byte) {
 	next := s.counter.Add(uint64(len(dgrams))) - uint64(len(dgrams))
 	s.mu.Lock()
@@ -63,7 +63,7 @@ func (s *sealer) seal(dgrams [][]byte) {
 		ctr := next + uint64(i)
 		hdr, pkt := d[:headerLen], d[headerLen:len(d)-tagLen]
 		if ctr >= maxCounter {
-			clear(hdr)
+			clear(d)
 			continue
 		}
 		binary.LittleEndian.PutUint32(hdr[0:], msgData)

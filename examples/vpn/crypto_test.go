@@ -129,6 +129,24 @@ func TestSealOpen(t *testing.T) {
 	}
 }
 
+// Past the last counter nothing is sealed, and nothing of the packet
+// leaves.
+func TestSealExhausted(t *testing.T) {
+	s, _, err := newCiphers(bytes.Repeat([]byte{7}, keyLen), netip.MustParseAddrPort("1.1.1.1:1"), netip.MustParseAddrPort("2.2.2.2:2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.counter.Store(maxCounter - 1)
+	d := [][]byte{bytes.Repeat([]byte{0xaa}, headerLen+100+tagLen), bytes.Repeat([]byte{0xaa}, headerLen+100+tagLen)}
+	s.seal(d)
+	if binary.LittleEndian.Uint64(d[0][8:]) != maxCounter-1 || bytes.Count(d[0], []byte{0xaa}) > 8 {
+		t.Errorf("the last counter's datagram is not sealed: %x", d[0][:32])
+	}
+	if !bytes.Equal(d[1], make([]byte, len(d[1]))) {
+		t.Errorf("a datagram past the last counter: %x, want zeros", d[1][:32])
+	}
+}
+
 // Fuzzing Open with arbitrary datagrams never panics and accepts none.
 func FuzzOpen(f *testing.F) {
 	f.Add(make([]byte, headerLen+tagLen))
