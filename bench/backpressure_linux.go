@@ -10,14 +10,20 @@ package main
 // line drops.
 //
 // UDP_SEGMENT allows at most 65507 bytes per send, so "64 × 1400 B" cannot
-// be one datagram: the sender sends 46 × 1400 B (64 400 bytes).
+// be one datagram: the sender sends 46 × 1400 B (64 400 bytes). Where
+// the TUN has no USO (before Linux 6.2) the kernel cuts a UDP_SEGMENT send
+// before the TUN, and the drops of its segments at a full TUN ring never
+// reach the sender; there the sender sends one datagram per send, the
+// way a sender there can be held back.
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 
 	"github.com/gsoplane/gsoplane/dataplane"
+	"github.com/gsoplane/gsoplane/internal/netlab"
 )
 
 const (
@@ -30,6 +36,15 @@ const (
 // udpIPOverhead is the IPv4 and UDP header bytes of each datagram: the
 // emulated line counts IP bytes, the receiver counts payload.
 const udpIPOverhead = 28
+
+// bpSendSegs is the datagrams per send: bpSegs where the TUN takes USO
+// super-packets, else 1, with why.
+func bpSendSegs() (int, string) {
+	if err := netlab.VirtioNetUSO(); errors.Is(err, netlab.ErrMissingFeature) {
+		return 1, err.Error()
+	}
+	return bpSegs, ""
+}
 
 func backpressureRows(lineRate int64) []rowSpec {
 	row := func(name string, on bool) rowSpec {
@@ -47,7 +62,8 @@ func backpressureRows(lineRate int64) []rowSpec {
 					if err != nil {
 						return nil, err
 					}
-					s, err := startUDPStream(l, srv4, bpPort, bpSegs, bpSize)
+					segs, _ := bpSendSegs()
+					s, err := startUDPStream(l, srv4, bpPort, segs, bpSize)
 					if err != nil {
 						return nil, errors.Join(err, gw.stop())
 					}
@@ -70,7 +86,8 @@ func backpressureRatios(rows []*rowResult, lineRate int64) []ratio {
 		out = append(out, ratioOf("on/off", "receiver throughput (datagrams), backpressure on/off", on, off, false))
 		mOn, _, _, _ := on.median()
 		mOff, _, _, _ := off.median()
-		q := ratio{Key: "on/off goodput", Text: "message goodput (sends whose 46 datagrams all arrived), backpressure on/off"}
+		segs, _ := bpSendSegs()
+		q := ratio{Key: "on/off goodput", Text: fmt.Sprintf("message goodput (sends whose %d datagrams all arrived), backpressure on/off", segs)}
 		if mOff.GoodputBps > 0 {
 			q.Value = mOn.GoodputBps / mOff.GoodputBps
 		} else {

@@ -101,6 +101,7 @@ type options struct {
 	out        string
 	html       string
 	cpuprofile string
+	link       string      // "veth", or "nics": the real NICs netlab.NICsEnv names
 	flags      []flagValue // every flag, by name
 }
 
@@ -161,6 +162,7 @@ func parseFlags(args []string, stderr io.Writer) (options, int, error) {
 	html := fs.String("html", "", "also write the results as a self-contained HTML report to this file")
 	verbose := fs.Bool("v", false, "verbose: every run's numbers and sar-like CPU details")
 	cpuprofile := fs.String("cpuprofile", "", "write a Go CPU profile of the whole run to this file")
+	link := fs.String("link", "veth", "the wire between the gateway's NIC and the receiver: veth, a veth pair; or nics, two real NICs joined by a wire, named by $GSOPLANE_NICS (e.g. eth0,eth1), which the runs borrow")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: sudo go run ./bench [flags]\n\n")
 		fs.PrintDefaults()
@@ -176,7 +178,7 @@ func parseFlags(args []string, stderr io.Writer) (options, int, error) {
 	}
 	o := options{
 		measure:  measureOpts{warmup: *warmup, duration: *duration, runs: *runs, verbose: *verbose},
-		lineRate: int64(rate), json: *jsonOut, out: *out, html: *html, cpuprofile: *cpuprofile,
+		lineRate: int64(rate), json: *jsonOut, out: *out, html: *html, cpuprofile: *cpuprofile, link: *link,
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -190,6 +192,8 @@ func parseFlags(args []string, stderr io.Writer) (options, int, error) {
 		return o, exitUsage, fmt.Errorf("-runs must be at least 1")
 	case rate <= 0:
 		return o, exitUsage, fmt.Errorf("-line-rate must be positive")
+	case *link != "veth" && *link != "nics":
+		return o, exitUsage, fmt.Errorf("-link %q: veth or nics", *link)
 	}
 	for _, s := range strings.Split(*scen, ",") {
 		s = strings.TrimSpace(s)

@@ -8,6 +8,8 @@ import (
 	"runtime/pprof"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gsoplane/gsoplane/internal/netlab"
 )
 
 // scenarioDef is one scenario: its rows, how to compare them, and what to
@@ -26,8 +28,12 @@ var scenarios = map[string]scenarioDef{
 	"backpressure": {
 		name: "backpressure",
 		title: func(o options) string {
-			return fmt.Sprintf("backpressure: UDP_STREAM A→B through the gateway, %d × %d B per send (UDP_SEGMENT), unlimited sender, TX paced at %s bit/s",
-				bpSegs, bpSize, formatRate(float64(o.lineRate)))
+			per := fmt.Sprintf("%d × %d B per send (UDP_SEGMENT)", bpSegs, bpSize)
+			if segs, why := bpSendSegs(); segs == 1 {
+				per = fmt.Sprintf("one %d B datagram per send (%s)", bpSize, why)
+			}
+			return fmt.Sprintf("backpressure: UDP_STREAM A→B through the gateway, %s, unlimited sender, TX paced at %s bit/s",
+				per, formatRate(float64(o.lineRate)))
 		},
 		rows:   func(o options) []rowSpec { return backpressureRows(o.lineRate) },
 		ratios: func(rows []*rowResult, o options) []ratio { return backpressureRatios(rows, o.lineRate) },
@@ -190,6 +196,14 @@ func execute(ctx context.Context, o options, stdout, stderr io.Writer) (code int
 	}
 	if checkLeftovers(stderr) {
 		return exitUsage
+	}
+	if o.link == "nics" {
+		a, b, err := netlab.EnvNICs()
+		if err != nil {
+			fmt.Fprintf(stderr, "bench: -link nics: %v\n", err)
+			return exitUsage
+		}
+		labNICs = [2]string{a, b}
 	}
 	defer func() {
 		if err := closeAllLabs(); err != nil {

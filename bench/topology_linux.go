@@ -81,13 +81,25 @@ func newPairLab() (*netlab.Pair, error) {
 // newLab builds the topology without a gateway: the caller adds one, or
 // the kernel route (RouteKernel).
 func newLab() (*lab, error) {
-	tp, err := netlab.NewTopology(labTag)
+	tp, err := newTopology()
 	if err != nil {
 		return nil, err
 	}
 	l := &lab{Topology: tp}
 	track(l)
 	return l, nil
+}
+
+// labNICs are the real NICs the labs are built on (-link nics), or none:
+// a veth pair.
+var labNICs [2]string
+
+// newTopology builds the reference topology on the wire -link says.
+func newTopology() (*netlab.Topology, error) {
+	if labNICs[0] != "" {
+		return netlab.NewTopologyOnNICs(labTag, labNICs[0], labNICs[1])
+	}
+	return netlab.NewTopology(labTag)
 }
 
 // close removes the lab (Close) and forgets it.

@@ -12,7 +12,9 @@
 //
 // The MTU the gateway sends is the NIC's, or less where the port cannot
 // send a frame that long: an AF_XDP port sends each packet in one UMEM
-// frame, at most 4082 bytes of IP (4096 less the Ethernet header) in
+// frame, at most 4082 bytes of IP (4096 less the Ethernet header; 4058
+// where the kernel has AF_XDP TX metadata, Linux 6.11, which takes 24
+// bytes of each frame for checksum offload) in
 // generic and native mode alike, and an AF_PACKET port in one of its
 // small frames, sized from the NIC's MTU at open. Segments are held to
 // that MTU, the TUN device's MTU is kept within it (a larger

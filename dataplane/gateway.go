@@ -138,6 +138,11 @@ type XDPOptions struct {
 	// falling back to AF_PACKET says in the log that it is off. A kernel
 	// refusing the socket options fails OpenGateway.
 	BusyPoll time.Duration
+	// DisableTXChecksum makes the port compute every checksum itself (an
+	// ablation). By default, on a kernel with AF_XDP TX metadata (Linux
+	// 6.11) and in copy mode, segments leave with partial checksums that
+	// the kernel or the NIC completes (SocketStats.TXCsumOffload).
+	DisableTXChecksum bool
 }
 
 // XDPMode is how an AF_XDP port's XDP program is attached.
@@ -297,6 +302,9 @@ type SocketStats struct {
 	// in RX too); chains dropped as too long, or as broken (a bad
 	// descriptor, shorter than an Ethernet header).
 	RXMultiBuffer, RXChainTooLong, RXChainBroken uint64
+	// AF_XDP: frames sent with a partial checksum that the kernel or the
+	// NIC completes (XDPOptions.DisableTXChecksum).
+	TXCsumOffload uint64
 	// AF_XDP, from the kernel (XDP_STATISTICS): packets dropped for other
 	// reasons (e.g. too big for a frame), invalid RX descriptors, packets
 	// dropped for a full RX ring, times the fill ring was empty when a

@@ -96,14 +96,14 @@ func openNIC(cfg GatewayConfig, log *slog.Logger) (*nic, error) {
 func openXDP(cfg GatewayConfig, mode xsk.Mode) (*nic, error) {
 	x, err := xsk.Open(xsk.Config{
 		Ifname: cfg.NIC, Mode: mode, ZeroCopy: cfg.XDP.ZeroCopy, Redirect: cfg.Routes, NumFrames: UMEMFrames(cfg.Budget),
-		BusyPoll: cfg.XDP.BusyPoll,
+		BusyPoll: cfg.XDP.BusyPoll, DisableTXChecksum: cfg.XDP.DisableTXChecksum,
 	})
 	if err != nil {
 		return nil, err
 	}
 	n := &nic{port: x, kind: PortXDP, program: "XDP program", detached: xsk.ErrDetached}
 	for _, s := range x.Sockets() {
-		n.maxPacket = s.FrameSize() - ethernet.HeaderLen
+		n.maxPacket = s.MaxTXFrame() - ethernet.HeaderLen
 		n.lanes = append(n.lanes, lane{
 			recv: s.Receiver(), frameSize: s.FrameSize(), frames: s.NumFrames() / 2, // every TX frame is free yet
 			newSink: func() (nicSink, error) { return xsk.NewSink(s, x.Ifindex(), cfg.NextHop) },
@@ -176,7 +176,8 @@ func xskSocketStats(x xsk.Stats) SocketStats {
 		RX: x.RX, TX: x.TX, Completed: x.Completed,
 		Kicks: x.Kicks, KickRetries: x.KickRetries, KickErrors: x.KickErrors, BusyPolls: x.BusyPolls, BadFrames: x.BadFrames,
 		RXMultiBuffer: x.RXMultiBuffer, RXChainTooLong: x.RXChainTooLong, RXChainBroken: x.RXChainBroken,
-		RXDropped: x.RXDropped, RXInvalid: x.RXInvalid, RXRingFull: x.RXRingFull, RXFillEmpty: x.RXFillEmpty,
+		TXCsumOffload: x.TXCsumOffload,
+		RXDropped:     x.RXDropped, RXInvalid: x.RXInvalid, RXRingFull: x.RXRingFull, RXFillEmpty: x.RXFillEmpty,
 		TXInvalid: x.TXInvalid, TXRingEmpty: x.TXRingEmpty,
 		Oversize: x.Oversize, OtherHost: x.OtherHost, NotUnicast: x.NotUnicast, VersionMismatch: x.VersionMismatch,
 	}

@@ -212,6 +212,7 @@ func (e emitter) xsk(dev string, socks []dataplane.SocketStats) {
 		counter(x.RXMultiBuffer, "rx_multi_buffer")
 		counter(x.RXChainTooLong, "rx_chain_too_long")
 		counter(x.RXChainBroken, "rx_chain_broken")
+		counter(x.TXCsumOffload, "tx_csum_offload")
 		counter(x.Oversize, "pass_oversize")
 		counter(x.OtherHost, "pass_other_host")
 		counter(x.NotUnicast, "pass_not_unicast")

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf/link"
@@ -90,4 +91,34 @@ func TestFollowMAC(t *testing.T) {
 	}
 	c := xdpDialUDP(t, n.peer, netip.MustParseAddrPort("198.18.200.9:9100"))
 	xdpCollect(t, p, []*net.UDPConn{c}, 16)
+}
+
+// TestNativeRefusedByVirtioNet: on a virtio-net NIC that cannot turn the
+// host's receive offloads off (make test-kernels -nic-props
+// ctrl_guest_offloads=off), native mode fails naming that cause, and
+// ModeAuto falls back to generic mode. Where native mode attaches, the
+// cause is not named.
+func TestNativeRefusedByVirtioNet(t *testing.T) {
+	tp := netlab.NewTopologyOnNICsT(t, "xsk-virtio")
+	tp.A.Do(t, func() {
+		p, err := Open(Config{Ifname: netlab.NICA, Mode: ModeNative})
+		if err == nil {
+			p.Close()
+			if why := nativeRefusal(netlab.NICA); why != "" {
+				t.Errorf("native XDP attached, yet the refusal is named: %s", why)
+			}
+			t.Skip("native XDP attaches (make test-kernels -nic-props ctrl_guest_offloads=off makes a NIC that refuses it)")
+		}
+		if !strings.Contains(err.Error(), "virtio_net refuses native XDP") {
+			t.Fatalf("native mode: %v, want the virtio_net refusal named", err)
+		}
+		p, err = Open(Config{Ifname: netlab.NICA, Mode: ModeAuto})
+		if err != nil {
+			t.Fatalf("auto mode: %v", err)
+		}
+		defer p.Close()
+		if p.Mode() != ModeGeneric {
+			t.Errorf("auto mode attached %v, want generic", p.Mode())
+		}
+	})
 }

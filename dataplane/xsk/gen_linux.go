@@ -31,7 +31,7 @@ type Generator struct {
 // CAP_NET_RAW. Close it when done.
 func OpenGenerator(cfg GeneratorConfig) (*Generator, error) {
 	xcfg, err := Config{
-		Ifname: cfg.Ifname, Queues: []int{cfg.Queue}, ZeroCopy: cfg.ZeroCopy, MultiBuffer: MultiBufferOff,
+		Ifname: cfg.Ifname, Queues: []int{cfg.Queue}, ZeroCopy: cfg.ZeroCopy, MultiBuffer: MultiBufferOff, DisableTXChecksum: true,
 		FrameSize: cfg.FrameSize, NumFrames: cfg.NumFrames, RingSize: cfg.RingSize,
 	}.withDefaults()
 	if err != nil {
@@ -114,7 +114,7 @@ func (g *Generator) Send() (int, error) {
 	for i, a := range g.addrs[:n] {
 		g.lens[i] = g.frames[int(a>>x.frameShift)-int(x.rxFrames)]
 	}
-	k, err := x.transmit(g.addrs[:n], g.lens[:n])
+	k, err := x.transmit(g.addrs[:n], g.lens[:n], nil)
 	if k < n {
 		x.free(g.addrs[k:n])
 	}

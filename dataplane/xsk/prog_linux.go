@@ -103,6 +103,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/internal/bpfprog"
+	"github.com/gsoplane/gsoplane/internal/ethtool"
 	"github.com/gsoplane/gsoplane/internal/port"
 	"github.com/gsoplane/gsoplane/internal/prefix"
 )
@@ -395,10 +396,31 @@ func (p *xdpProgram) attachMode(link netlink.Link, mode Mode) error {
 	case errors.Is(err, unix.ERANGE) && !p.frags:
 		return fmt.Errorf("xsk: attach XDP program to %s (%s): the driver refuses the MTU %d to a program without multi-buffer (Config.MultiBuffer): %w",
 			link.Attrs().Name, mode, link.Attrs().MTU, err)
+	case mode == ModeNative && errors.Is(err, unix.EOPNOTSUPP) && nativeRefusal(link.Attrs().Name) != "":
+		return fmt.Errorf("xsk: attach XDP program to %s (%s): %s: %w", link.Attrs().Name, mode, nativeRefusal(link.Attrs().Name), err)
 	case errors.Is(err, ebpf.ErrNotSupported):
 		return fmt.Errorf("xsk: attach XDP program to %s: %w: %w", link.Attrs().Name, ErrUnsupported, err)
 	}
 	return fmt.Errorf("xsk: attach XDP program to %s (%s): %w", link.Attrs().Name, mode, err)
+}
+
+// nativeRefusal explains why a driver refused native XDP where the cause
+// is known, or returns "". virtio_net refuses it while the host hands the
+// guest GRO'd or checksum-offloaded packets and the device cannot turn
+// that off: without VIRTIO_NET_F_CTRL_GUEST_OFFLOADS its rx-gro-hw is
+// fixed (on with the host's GRO, off without), and rx-gro-hw or
+// rx-checksum is on.
+func nativeRefusal(ifname string) string {
+	if d, err := ethtool.Driver(ifname); err != nil || d != "virtio_net" {
+		return ""
+	}
+	f, err := ethtool.Features(ifname)
+	if err != nil || f["rx-gro-hw"].Changeable || !f["rx-gro-hw"].Active && !f["rx-checksum"].Active {
+		return ""
+	}
+	return "virtio_net refuses native XDP while the host offloads GRO or checksums to the guest and the device cannot turn that off " +
+		"(no VIRTIO_NET_F_CTRL_GUEST_OFFLOADS: rx-gro-hw is fixed); give the device that feature or turn the host's guest offloads off " +
+		"(QEMU: ctrl_guest_offloads=on, or guest_tso4,guest_tso6,guest_ecn,guest_ufo,guest_csum=off), or use generic mode or the AF_PACKET port"
 }
 
 // detach removes our program from the interface by closing its link: only

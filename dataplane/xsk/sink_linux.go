@@ -10,10 +10,12 @@ import (
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/internal/egress"
 	"github.com/gsoplane/gsoplane/internal/ethernet"
+	"github.com/gsoplane/gsoplane/segment"
 )
 
-// A Sink is a pipeline.Sink.
-var _ pipeline.Sink = (*Sink)(nil)
+// A Sink is a pipeline.OffloadSink: it leaves checksums to the kernel or
+// the NIC where the socket can (Socket.TXChecksum).
+var _ pipeline.OffloadSink = (*Sink)(nil)
 
 const (
 	ethHdrLen  = ethernet.HeaderLen
@@ -35,7 +37,8 @@ type Sink struct {
 	mu    sync.Mutex // the Socket's TX side is single-threaded
 	addrs []uint64
 	lens  []int
-	early int // dropped frames Complete has yet to report
+	csums []uint32 // checksum offload per frame, as Socket.transmit takes it
+	early int      // dropped frames Complete has yet to report
 }
 
 // NewSink returns a Sink transmitting on x, an AF_XDP socket of the
@@ -53,7 +56,7 @@ func NewSink(x *Socket, ifindex int, gateway netip.Addr) (*Sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("xsk: sink: %w", err)
 	}
-	return &Sink{x: x, layer: l, addrs: make([]uint64, sinkFrames), lens: make([]int, sinkFrames)}, nil
+	return &Sink{x: x, layer: l, addrs: make([]uint64, sinkFrames), lens: make([]int, sinkFrames), csums: make([]uint32, sinkFrames)}, nil
 }
 
 // SetReplier sets who answers the senders of packets whose next hop
@@ -77,6 +80,20 @@ func (s *Sink) Close() { s.layer.Close() }
 
 // Headroom is the Ethernet header.
 func (s *Sink) Headroom() int { return ethHdrLen }
+
+// Offload is OffloadCsum for packets whose segments carry a partial
+// checksum, where the socket sends those (Socket.TXChecksum), else
+// OffloadNone. An AF_XDP socket sends no super-packets whole.
+func (s *Sink) Offload(l segment.Layout) pipeline.Offload {
+	if s.x.TXChecksum() && l.SegmentHeader(true).Flags&segment.FlagNeedsCsum != 0 {
+		return pipeline.OffloadCsum
+	}
+	return pipeline.OffloadNone
+}
+
+// AllocLarge has no frame for a whole super-packet: Offload never asks for
+// one.
+func (s *Sink) AllocLarge(int) (pipeline.Frame, bool) { return pipeline.Frame{}, false }
 
 // Alloc takes free TX frames from the UMEM.
 func (s *Sink) Alloc(frames []pipeline.Frame) int {
@@ -158,9 +175,12 @@ func (w *sinkWire) Send(frames []pipeline.Frame) (int, bool, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for i, f := range frames {
-		w.addrs[i], w.lens[i] = f.ID, ethHdrLen+f.Len
+		w.addrs[i], w.lens[i], w.csums[i] = f.ID, ethHdrLen+f.Len, 0
+		if h := f.Header; h.Flags&segment.FlagNeedsCsum != 0 {
+			w.csums[i] = uint32(ethHdrLen+int(h.CsumStart))<<16 | uint32(h.CsumOffset)
+		}
 	}
-	n, err := w.x.transmit(w.addrs[:len(frames)], w.lens[:len(frames)])
+	n, err := w.x.transmit(w.addrs[:len(frames)], w.lens[:len(frames)], w.csums[:len(frames)])
 	return n, n < len(frames), err
 }
 

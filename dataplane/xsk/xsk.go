@@ -208,6 +208,16 @@ type Config struct {
 	// See the package documentation for what it needs from the NIC.
 	// Where the kernel refuses an option, Open fails with ErrNoBusyPoll.
 	BusyPoll time.Duration
+	// DisableTXChecksum turns off TX checksum offload (an ablation; the
+	// Generator has it off). By default a copy-mode socket on a kernel
+	// with AF_XDP TX metadata (Linux 6.11, XDP_UMEM_TX_METADATA_LEN)
+	// sends a Sink's TCP and UDP segments with partial checksums, which
+	// the kernel or the NIC completes (XDP_TXMD_FLAGS_CHECKSUM: the skb
+	// leaves CHECKSUM_PARTIAL), instead of summing each payload here.
+	// Every TX frame then starts TXMetadataLen bytes into its UMEM frame.
+	// Zero-copy sockets leave it off: a driver without TX metadata
+	// support would send the partial checksums as they are.
+	DisableTXChecksum bool
 	// BusyPollBudget is the most packets one busy poll takes
 	// (SO_BUSY_POLL_BUDGET), 1..MaxBusyPollBudget; 0 means
 	// DefaultBusyPollBudget. Only with BusyPoll.
@@ -287,6 +297,8 @@ type Stats struct {
 	RXMultiBuffer  uint64 // chains of two frames or more returned by Receive (counted in RX too)
 	RXChainTooLong uint64 // chains of more than MaxChain frames, dropped
 	RXChainBroken  uint64 // chains with a bad descriptor (counted in BadFrames too) or shorter than an Ethernet header, dropped
+
+	TXCsumOffload uint64 // frames sent with a partial checksum for the kernel or NIC to complete (Config.DisableTXChecksum)
 
 	// From the kernel (XDP_STATISTICS).
 	RXDropped   uint64 // dropped for other reasons (e.g. too big for a frame)

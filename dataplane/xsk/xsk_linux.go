@@ -12,6 +12,7 @@ package xsk
 // and every sendto errno is either a counted retry or a returned error.
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -247,6 +248,8 @@ type Socket struct {
 	chainRoom  int      // the arena bytes a chain may take
 	chain      rxChain  // the chain being received
 	sgErr      error    // why bind refused XDP_USE_SG, if it did
+	txOff      uint64   // where a TX frame's packet starts in its UMEM frame: after the TX metadata, if registered
+	txCsum     bool     // TX frames may ask for checksum offload (Config.DisableTXChecksum)
 	poll       poller   // waits through the Go runtime's netpoller
 	st         xskCounters
 	final      Stats // kernel counters read at close
@@ -256,7 +259,7 @@ type Socket struct {
 
 type xskCounters struct {
 	rx, tx, completed, kicks, kickRetries, kickErrors, badFrames atomic.Uint64
-	busyPolls                                                    atomic.Uint64
+	busyPolls, txCsum                                            atomic.Uint64
 	multiBuffer, chainTooLong, chainBroken                       atomic.Uint64
 }
 
@@ -298,7 +301,7 @@ func (x *Socket) setup(ifindex int, cfg Config, multi bool) error {
 		return fmt.Errorf("UMEM: %w", os.NewSyscallError("mmap", err))
 	}
 	x.umem = umem
-	if err := xskRegisterUMEM(x.fd, umem, cfg.FrameSize); err != nil {
+	if err := x.registerUMEM(cfg); err != nil {
 		return fmt.Errorf("register UMEM (%d bytes; RLIMIT_MEMLOCK without CAP_IPC_LOCK?): %w", len(umem), err)
 	}
 	if err := x.mapRings(uint32(cfg.RingSize)); err != nil {
@@ -308,6 +311,7 @@ func (x *Socket) setup(ifindex int, cfg Config, multi bool) error {
 	if err != nil {
 		return err
 	}
+	x.txCsum = x.txOff > 0 && !x.zeroCopy()
 	x.initFrames(cfg.NumFrames)
 	if sg {
 		x.initChains(cfg.MaxChain)
@@ -322,6 +326,34 @@ func (x *Socket) setup(ifindex int, cfg Config, multi bool) error {
 		x.poll.busy = cfg.BusyPoll
 	}
 	return x.poll.init(x)
+}
+
+// txMetadataLen is the TX metadata in front of every TX frame's packet
+// (struct xsk_tx_metadata: 8 bytes of flags, 16 of request or completion).
+const txMetadataLen = 24
+
+// registerUMEM registers the UMEM, with room for TX metadata unless
+// cfg.DisableTXChecksum; a kernel without TX metadata (before Linux 6.11)
+// refuses the flag (EINVAL), and the UMEM is registered without it.
+func (x *Socket) registerUMEM(cfg Config) error {
+	if !cfg.DisableTXChecksum {
+		err := xskRegisterUMEM(x.fd, x.umem, cfg.FrameSize, txMetadataLen)
+		if err == nil {
+			x.txOff = txMetadataLen
+			return nil
+		}
+		if !errors.Is(err, unix.EINVAL) {
+			return err
+		}
+	}
+	return xskRegisterUMEM(x.fd, x.umem, cfg.FrameSize, 0)
+}
+
+// zeroCopy reports whether the bound socket is in zero-copy mode
+// (XDP_OPTIONS).
+func (x *Socket) zeroCopy() bool {
+	opts, err := unix.GetsockoptInt(x.fd, unix.SOL_XDP, unix.XDP_OPTIONS)
+	return err == nil && opts&unix.XDP_OPTIONS_ZEROCOPY != 0
 }
 
 // mapRings sizes and maps the four rings.
@@ -453,6 +485,15 @@ func (x *Socket) enter() bool {
 // FrameSize returns the UMEM frame size.
 func (x *Socket) FrameSize() int { return x.frameSize }
 
+// MaxTXFrame returns the longest frame the socket transmits, its Ethernet
+// header included: FrameSize, less the TX metadata in front of it
+// (Config.DisableTXChecksum).
+func (x *Socket) MaxTXFrame() int { return x.frameSize - int(x.txOff) }
+
+// TXChecksum reports whether the socket sends partial checksums for the
+// kernel or the NIC to complete (Config.DisableTXChecksum).
+func (x *Socket) TXChecksum() bool { return x.txCsum }
+
 // NumFrames returns the number of UMEM frames, half of them for TX.
 func (x *Socket) NumFrames() int { return 2 * int(x.rxFrames) }
 
@@ -510,8 +551,8 @@ func (x *Socket) txFreeCount() int {
 	return len(x.txFree)
 }
 
-// frame returns the memory of the frame at addr (from alloc or receive),
-// FrameSize bytes; nil for an address that is not a frame or once the
+// frame returns the memory of the TX frame at addr (from alloc),
+// MaxTXFrame bytes; nil for an address that is not a frame or once the
 // socket is closed. The slice must not be used after Close.
 func (x *Socket) frame(addr uint64) []byte {
 	if !x.enter() {
@@ -522,18 +563,22 @@ func (x *Socket) frame(addr uint64) []byte {
 		return nil
 	}
 	end := addr + uint64(x.frameSize)
-	return x.umem[addr:end:end]
+	return x.umem[addr+x.txOff : end : end]
 }
 
 // transmit puts frames from alloc, with the packet lengths lens, on the TX
 // ring, as many as fit, and returns how many it took (the caller keeps the
-// rest). It wakes the kernel with sendto(MSG_DONTWAIT) when the ring asks
+// rest). csum, if not nil, asks for checksum offload per frame: where
+// csum[i] is not zero, its high 16 bits are where the checksummed bytes
+// start in the frame and its low 16 bits where the checksum goes after
+// that (the frame carries the pseudo-header sum there); only where
+// TXChecksum. It wakes the kernel with sendto(MSG_DONTWAIT) when the ring asks
 // for it; EAGAIN, EBUSY, ENOBUFS, EINTR and ENETDOWN only mean "try again" and are
 // counted (KickRetries) and retried by the next transmit or complete.
 // Other errors are returned, wrapped. A frame that is not an allocated TX
 // frame or a length outside 1..FrameSize stops the batch there with
 // ErrBadFrame. After Close it returns ErrClosed.
-func (x *Socket) transmit(addrs []uint64, lens []int) (int, error) {
+func (x *Socket) transmit(addrs []uint64, lens []int, csum []uint32) (int, error) {
 	if !x.enter() {
 		return 0, ErrClosed
 	}
@@ -544,14 +589,19 @@ func (x *Socket) transmit(addrs []uint64, lens []int) (int, error) {
 	i := 0
 	for ; i < n; i++ {
 		f, ok := x.frameIndex(addrs[i])
-		if !ok || f < x.rxFrames || x.state[f] != xskFrameUser || lens[i] <= 0 || lens[i] > x.frameSize {
+		if !ok || f < x.rxFrames || x.state[f] != xskFrameUser || lens[i] <= 0 || lens[i] > x.MaxTXFrame() {
 			x.st.badFrames.Add(1)
 			err = fmt.Errorf("xsk: transmit: frame %#x length %d: %w", addrs[i], lens[i], ErrBadFrame)
 			break
 		}
 		x.state[f] = xskFrameKernel
 		d := &x.tx.descs[(x.tx.local+uint32(i))&x.tx.mask]
-		d.Addr, d.Len, d.Options = addrs[i], uint32(lens[i]), 0
+		d.Addr, d.Len, d.Options = addrs[i]+x.txOff, uint32(lens[i]), 0
+		if csum != nil && csum[i] != 0 && x.txCsum {
+			x.txMetadata(addrs[i], csum[i])
+			d.Options = unix.XDP_TX_METADATA
+			x.st.txCsum.Add(1)
+		}
 	}
 	if i > 0 {
 		x.tx.local += uint32(i)
@@ -565,6 +615,15 @@ func (x *Socket) transmit(addrs []uint64, lens []int) (int, error) {
 		err, x.txErr = errors.Join(err, x.txErr), nil
 	}
 	return i, err
+}
+
+// txMetadata writes the TX metadata of the frame at addr, in front of its
+// packet: checksum offload, from csum as transmit takes it.
+func (x *Socket) txMetadata(addr uint64, csum uint32) {
+	m := x.umem[addr : addr+txMetadataLen]
+	binary.NativeEndian.PutUint64(m, unix.XDP_TXMD_FLAGS_CHECKSUM)
+	binary.NativeEndian.PutUint16(m[8:], uint16(csum>>16))
+	binary.NativeEndian.PutUint16(m[10:], uint16(csum))
 }
 
 // kickTX wakes the kernel up if the TX ring has entries it has not taken
@@ -617,7 +676,7 @@ func (x *Socket) complete() int {
 	prod := x.comp.loadProducer()
 	n := prod - x.comp.local
 	for i := range n {
-		a := x.comp.descs[(x.comp.local+i)&x.comp.mask]
+		a := x.comp.descs[(x.comp.local+i)&x.comp.mask] - x.txOff
 		f, ok := x.frameIndex(a)
 		if !ok || f < x.rxFrames || x.state[f] != xskFrameKernel {
 			x.st.badFrames.Add(1)
@@ -648,7 +707,7 @@ func (x *Socket) Stats() Stats {
 	s.Kicks, s.KickRetries, s.KickErrors = x.st.kicks.Load(), x.st.kickRetries.Load(), x.st.kickErrors.Load()
 	s.BadFrames, s.BusyPolls = x.st.badFrames.Load(), x.st.busyPolls.Load()
 	s.RXMultiBuffer, s.RXChainTooLong = x.st.multiBuffer.Load(), x.st.chainTooLong.Load()
-	s.RXChainBroken = x.st.chainBroken.Load()
+	s.RXChainBroken, s.TXCsumOffload = x.st.chainBroken.Load(), x.st.txCsum.Load()
 	return s
 }
 

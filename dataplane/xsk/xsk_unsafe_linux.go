@@ -124,12 +124,16 @@ func xskGetsockopt(fd, opt int, val unsafe.Pointer, size uintptr) error {
 }
 
 // xskRegisterUMEM registers umem (page aligned, from mmap) with the socket
-// (XDP_UMEM_REG), in aligned-chunk mode without headroom.
-func xskRegisterUMEM(fd int, umem []byte, frameSize int) error {
+// (XDP_UMEM_REG), in aligned-chunk mode without headroom, with txMeta
+// bytes of TX metadata in front of each TX frame's packet if not 0.
+func xskRegisterUMEM(fd int, umem []byte, frameSize, txMeta int) error {
 	reg := unix.XDPUmemReg{
 		Addr: uint64(uintptr(unsafe.Pointer(&umem[0]))),
 		Len:  uint64(len(umem)),
 		Size: uint32(frameSize),
+	}
+	if txMeta > 0 {
+		reg.Flags, reg.Tx_metadata_len = unix.XDP_UMEM_TX_METADATA_LEN, uint32(txMeta)
 	}
 	return xskSetsockopt(fd, unix.XDP_UMEM_REG, unsafe.Pointer(&reg), unsafe.Sizeof(reg))
 }

@@ -66,6 +66,20 @@ func Features(ifname string) (map[string]Feature, error) {
 	return d.features(), nil
 }
 
+// Driver returns the name of the device's driver ("virtio_net", "veth").
+func Driver(ifname string) (string, error) {
+	s, err := open(ifname)
+	if err != nil {
+		return "", err
+	}
+	defer s.close()
+	info, err := unix.IoctlGetEthtoolDrvinfo(s.fd, ifname)
+	if err != nil {
+		return "", s.fail("ETHTOOL_GDRVINFO", err)
+	}
+	return unix.ByteSliceToString(info.Driver[:]), nil
+}
+
 // SetFeatures switches the features named in want on (true) or off
 // (false) with one ETHTOOL_SFEATURES request, leaving all others alone,
 // and then reads them back. Keys are kernel feature names or the aliases

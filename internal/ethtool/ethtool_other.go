@@ -12,6 +12,9 @@ var errUnsupported = errors.New("ethtool: not supported on " + runtime.GOOS)
 // Features fails: it needs Linux.
 func Features(ifname string) (map[string]Feature, error) { return nil, errUnsupported }
 
+// Driver fails: it needs Linux.
+func Driver(ifname string) (string, error) { return "", errUnsupported }
+
 // SetFeatures fails: it needs Linux.
 func SetFeatures(ifname string, want map[string]bool) error { return errUnsupported }
 

@@ -225,3 +225,21 @@ func checkVirtioNet(t *testing.T, m *Modules, name string) []string {
 	}
 	return order
 }
+
+// TestFeatureExpected: a feature is expected from its release on, by
+// major and minor number.
+func TestFeatureExpected(t *testing.T) {
+	f := Feature{Name: "tcx", Since: "6.6"}
+	for release, want := range map[string]bool{
+		"6.1.0-57-cloud-amd64": false, "6.6.0": true, "6.12.118+deb13-cloud-amd64": true,
+		"7.3.4+deb13-cloud-amd64": true, "5.15.0": false, "6.18.44-fc-v1045": true,
+	} {
+		if got := f.Expected(release); got != want {
+			t.Errorf("Expected(%q) = %v, want %v", release, got, want)
+		}
+	}
+	rep := &Report{Kernels: []Kernel{{Release: "6.1.0", Smoke: &Smoke{Features: []Feature{f, {Name: "uso", Since: "6.2", Present: true}}}}}}
+	if n := rep.Disagreements(); n != 1 {
+		t.Errorf("Disagreements = %d, want 1 (USO present on 6.1)", n)
+	}
+}

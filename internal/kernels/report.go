@@ -18,6 +18,7 @@ type Kernel struct {
 	// (its deadline, a crash before the last step).
 	Guest    string        `json:"guest,omitempty"`
 	Accel    string        `json:"accel,omitempty"` // "kvm" or "tcg"
+	Wire     string        `json:"wire,omitempty"`  // what joins the guest's NICs
 	Duration time.Duration `json:"duration,omitempty"`
 	Smoke    *Smoke        `json:"smoke,omitempty"`
 	Results  []Result      `json:"results,omitempty"`
@@ -71,9 +72,12 @@ func (rep *Report) Write(w io.Writer) error {
 			fmt.Fprintf(w, "guest: %s\n", k.Guest)
 		}
 		if s := k.Smoke; s != nil {
-			fmt.Fprintf(w, "network smoke check:\n")
+			fmt.Fprintf(w, "network smoke check (NICs joined by %s):\n", dash(k.Wire))
 			for _, n := range s.NICs {
 				fmt.Fprintf(w, "  %s: driver %s", n.Name, n.Driver)
+				if n.Offloads != "" {
+					fmt.Fprintf(w, ", offloads %s", n.Offloads)
+				}
 				if n.XDP != "" {
 					fmt.Fprintf(w, ", XDP %s", n.XDP)
 				}
@@ -82,12 +86,52 @@ func (rep *Report) Write(w io.Writer) error {
 			if s.Frame != "" {
 				fmt.Fprintf(w, "  frame %s\n", s.Frame)
 			}
+			writeFeatures(w, k.Release, s.Features)
 		}
 		for _, r := range k.Results {
 			writeDetails(w, &r)
 		}
 	}
 	return nil
+}
+
+// writeFeatures lists the probed features and whether each agrees with
+// the release the README's requirements table gives it.
+func writeFeatures(w io.Writer, release string, fs []Feature) {
+	if len(fs) > 0 {
+		fmt.Fprintln(w, "kernel features (README: needs Linux N):")
+	}
+	for _, f := range fs {
+		state := "present"
+		if !f.Present {
+			state = "absent"
+		}
+		agree := "as the README says"
+		if f.Present != f.Expected(release) {
+			agree = "DISAGREES with the README's requirements table"
+		}
+		fmt.Fprintf(w, "  %s (Linux %s): %s, %s\n", f.Name, f.Since, state, agree)
+		if f.Error != "" && f.Present == f.Expected(release) && f.Expected(release) {
+			fmt.Fprintf(w, "    %s\n", f.Error)
+		}
+	}
+}
+
+// Disagreements counts the probed features of the report's kernels
+// whose presence disagrees with the README's requirements table.
+func (rep *Report) Disagreements() int {
+	n := 0
+	for _, k := range rep.Kernels {
+		if k.Smoke == nil {
+			continue
+		}
+		for _, f := range k.Smoke.Features {
+			if f.Present != f.Expected(k.Release) {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 func writeDetails(w io.Writer, r *Result) {

@@ -3,6 +3,7 @@ package kernels
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"regexp"
 	"strings"
@@ -220,6 +221,32 @@ type Smoke struct {
 	// Frame says whether an Ethernet frame sent on the first virtio-net
 	// NIC arrived on the second, through QEMU.
 	Frame string `json:"frame,omitempty"`
+	// Features are the kernel features the tests probe for
+	// (netlab.Probes), found or not.
+	Features []Feature `json:"features,omitempty"`
+}
+
+// Feature is one probed kernel feature.
+type Feature struct {
+	Name    string `json:"name"`
+	Since   string `json:"since"` // the release the README names ("6.6")
+	Present bool   `json:"present"`
+	Error   string `json:"error,omitempty"` // why not, or the probe's failure
+}
+
+// Expected reports whether a kernel of release ("6.1.0-57-cloud-amd64")
+// should have the feature, by its Since.
+func (f Feature) Expected(release string) bool {
+	return versionAtLeast(release, f.Since)
+}
+
+// versionAtLeast compares the major and minor numbers of a release with
+// "MAJOR.MINOR".
+func versionAtLeast(release, since string) bool {
+	var rMaj, rMin, sMaj, sMin int
+	fmt.Sscanf(release, "%d.%d", &rMaj, &rMin)
+	fmt.Sscanf(since, "%d.%d", &sMaj, &sMin)
+	return rMaj > sMaj || rMaj == sMaj && rMin >= sMin
 }
 
 // NIC is one network device of the guest with a driver behind it.
@@ -229,6 +256,9 @@ type NIC struct {
 	// XDP says whether an XDP program attached in native (driver) mode,
 	// for virtio-net NICs: "native" or the error.
 	XDP string `json:"xdp,omitempty"`
+	// Offloads are the NIC's segmentation and receive offloads that are
+	// on ("tx-tcp-segmentation rx-gro-hw ..."), before XDP.
+	Offloads string `json:"offloads,omitempty"`
 }
 
 // Line is s as one console line: SmokePrefix and s in JSON.

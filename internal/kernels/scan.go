@@ -2,10 +2,13 @@ package kernels
 
 import (
 	"bytes"
+	"compress/gzip"
 	"debug/elf"
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -15,7 +18,9 @@ import (
 // themselves, for a kernel package unpacked without installing it (depmod
 // has not run, so there is no modules.dep): each module's .modinfo section
 // names its dependencies ("depends=") and aliases ("alias="). Compressed
-// modules cannot be read this way. modules.builtin is read if present.
+// modules (.ko.xz, .ko.zst, .ko.gz, as newer kernel packages ship them) are
+// decompressed to be read, with the xz and zstd commands for the first two.
+// modules.builtin is read if present.
 func ScanModules(dir string) (*Modules, error) {
 	m := &Modules{Dir: dir, deps: map[string][]string{}, files: map[string]string{}, builtin: map[string]bool{}}
 	depNames := map[string][]string{} // file → its dependencies' names
@@ -28,9 +33,6 @@ func ScanModules(dir string) (*Modules, error) {
 		}
 		rel, _ := filepath.Rel(dir, p)
 		rel = filepath.ToSlash(rel)
-		if !strings.HasSuffix(rel, ".ko") {
-			return fmt.Errorf("%s: compressed, and no modules.dep: cannot index", rel)
-		}
 		info, err := modinfo(p)
 		if err != nil {
 			return fmt.Errorf("%s: %w", rel, err)
@@ -83,11 +85,14 @@ func ScanModules(dir string) (*Modules, error) {
 // modinfo returns the NUL-separated "key=value" strings of the module's
 // .modinfo section.
 func modinfo(file string) ([]string, error) {
-	f, err := elf.Open(file)
+	obj, err := readModule(file)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	f, err := elf.NewFile(bytes.NewReader(obj))
+	if err != nil {
+		return nil, err
+	}
 	sec := f.Section(".modinfo")
 	if sec == nil {
 		return nil, fmt.Errorf("no .modinfo section")
@@ -101,6 +106,37 @@ func modinfo(file string) ([]string, error) {
 		if len(s) > 0 {
 			out = append(out, string(s))
 		}
+	}
+	return out, nil
+}
+
+// readModule returns the module in file, decompressed.
+func readModule(file string) ([]byte, error) {
+	var tool string
+	switch {
+	case strings.HasSuffix(file, ".ko"):
+		return os.ReadFile(file)
+	case strings.HasSuffix(file, ".ko.gz"):
+		f, err := os.Open(file)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		z, err := gzip.NewReader(f)
+		if err != nil {
+			return nil, err
+		}
+		return io.ReadAll(z)
+	case strings.HasSuffix(file, ".ko.xz"):
+		tool = "xz"
+	case strings.HasSuffix(file, ".ko.zst"):
+		tool = "zstd"
+	default:
+		return nil, fmt.Errorf("not a module (.ko, .ko.xz, .ko.zst, .ko.gz)")
+	}
+	out, err := exec.Command(tool, "-dc", file).Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s -dc: %w (the compressed modules are read with %s)", tool, err, tool)
 	}
 	return out, nil
 }

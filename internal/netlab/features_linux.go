@@ -11,6 +11,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -41,6 +42,41 @@ func Lacks(t TB, probe func() error) error {
 	return err
 }
 
+// Probe is a kernel feature the tests and the ports look for.
+type Probe struct {
+	Name   string       // what it is
+	Since  string       // the first Linux release that has it ("6.6")
+	Row    string       // the start of its row in the README's requirements table
+	Detect func() error // nil if the kernel has it; ErrMissingFeature if not
+}
+
+// The features probed.
+var (
+	probeAFXDPMultiBuffer = Probe{Name: "AF_XDP multi-buffer (XDP_USE_SG)", Since: "6.6", Row: "AF_XDP multi-buffer receive"}
+	probeVirtioNetUSO     = Probe{Name: "UDP segmentation offload in the virtio-net header (TUN_F_USO4/6, VIRTIO_NET_HDR_GSO_UDP_L4)", Since: "6.2", Row: "TUN super-packets: UDP (USO)"}
+	probeTCX              = Probe{Name: "tcx", Since: "6.6", Row: "AF_PACKET ingress filter through tcx"}
+	probeAFXDPTXMetadata  = Probe{Name: "AF_XDP TX metadata (XDP_UMEM_TX_METADATA_LEN)", Since: "6.11", Row: "AF_XDP TX checksum offload"}
+)
+
+// Probes are the features probed, each with its detector, for the kernel
+// matrix's report.
+var Probes = []Probe{
+	withDetect(probeAFXDPMultiBuffer, AFXDPMultiBuffer),
+	withDetect(probeVirtioNetUSO, VirtioNetUSO),
+	withDetect(probeTCX, TCX),
+	withDetect(probeAFXDPTXMetadata, AFXDPTXMetadata),
+}
+
+func withDetect(p Probe, detect func() error) Probe {
+	p.Detect = detect
+	return p
+}
+
+// missing is the error of a probe that did not find its feature.
+func missing(p Probe) error {
+	return fmt.Errorf("%w: %s needs Linux %s", ErrMissingFeature, p.Name, p.Since)
+}
+
 // AFXDPMultiBuffer reports whether AF_XDP sockets bind with XDP_USE_SG
 // (multi-buffer, Linux 6.6). Before, bind refuses the flag (EINVAL)
 // before it looks at the device; since, binding to ifindex 0 fails with
@@ -54,7 +90,7 @@ var AFXDPMultiBuffer = sync.OnceValue(func() error {
 	err = unix.Bind(fd, &unix.SockaddrXDP{Flags: unix.XDP_USE_SG | unix.XDP_COPY})
 	switch {
 	case errors.Is(err, unix.EINVAL):
-		return fmt.Errorf("%w: AF_XDP multi-buffer (XDP_USE_SG) needs Linux 6.6", ErrMissingFeature)
+		return missing(probeAFXDPMultiBuffer)
 	case errors.Is(err, unix.ENODEV):
 		return nil
 	}
@@ -66,6 +102,33 @@ const (
 	tunFUSO4 = 0x20
 	tunFUSO6 = 0x40
 )
+
+// AFXDPTXMetadata reports whether an AF_XDP UMEM registers with room for
+// TX metadata (XDP_UMEM_TX_METADATA_LEN, Linux 6.11; checksum offload
+// on transmit). Before, the kernel refuses the flag (EINVAL).
+var AFXDPTXMetadata = sync.OnceValue(func() error {
+	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("probe AF_XDP TX metadata: %w", os.NewSyscallError("socket AF_XDP", err))
+	}
+	defer unix.Close(fd)
+	const size = 2 * 4096
+	umem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return fmt.Errorf("probe AF_XDP TX metadata: %w", os.NewSyscallError("mmap", err))
+	}
+	defer unix.Munmap(umem)
+	reg := unix.XDPUmemReg{Addr: uint64(uintptr(unsafe.Pointer(&umem[0]))), Len: size, Size: 4096,
+		Flags: unix.XDP_UMEM_TX_METADATA_LEN, Tx_metadata_len: 24}
+	_, _, e := unix.Syscall6(unix.SYS_SETSOCKOPT, uintptr(fd), unix.SOL_XDP, unix.XDP_UMEM_REG, uintptr(unsafe.Pointer(&reg)), unsafe.Sizeof(reg), 0)
+	switch e {
+	case 0:
+		return nil
+	case unix.EINVAL:
+		return missing(probeAFXDPTXMetadata)
+	}
+	return fmt.Errorf("probe AF_XDP TX metadata: %w", os.NewSyscallError("setsockopt XDP_UMEM_REG", e))
+})
 
 // VirtioNetUSO reports whether the kernel takes UDP segmentation offload
 // in the virtio-net header (VIRTIO_NET_HDR_GSO_UDP_L4, Linux 6.2): a TUN
@@ -106,7 +169,7 @@ func probeTUNUSO() error {
 	err = unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, unix.TUN_F_CSUM|tunFUSO4|tunFUSO6)
 	switch {
 	case errors.Is(err, unix.EINVAL):
-		return fmt.Errorf("%w: UDP segmentation offload in the virtio-net header (TUN_F_USO4/6, VIRTIO_NET_HDR_GSO_UDP_L4) needs Linux 6.2", ErrMissingFeature)
+		return missing(probeVirtioNetUSO)
 	case err != nil:
 		return fmt.Errorf("probe TUN USO: %w", os.NewSyscallError("ioctl TUNSETOFFLOAD", err))
 	}
@@ -120,7 +183,7 @@ var TCX = sync.OnceValue(func() error {
 	_, err := link.QueryPrograms(link.QueryOptions{Target: 1, Attach: ebpf.AttachTCXIngress})
 	switch {
 	case errors.Is(err, unix.EINVAL):
-		return fmt.Errorf("%w: tcx needs Linux 6.6", ErrMissingFeature)
+		return missing(probeTCX)
 	case err != nil:
 		return fmt.Errorf("probe tcx: query lo's tcx ingress: %w", err)
 	}

@@ -2,13 +2,16 @@ package netlab
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
 	"github.com/gsoplane/gsoplane/internal/ethtool"
@@ -106,6 +109,60 @@ func TestFeatureProbes(t *testing.T) {
 		t.Logf("%s: %v", name, err)
 		if err != nil && !errors.Is(err, ErrMissingFeature) {
 			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// TestTopologyOnNICs: two devices of this namespace joined by a wire (a
+// veth pair here, the guest's virtio-net NICs in make test-kernels) carry
+// the topology, and come back under their own names, also after a
+// failed build.
+func TestTopologyOnNICs(t *testing.T) {
+	RequireRoot(t)
+	nicA, nicB := fmt.Sprintf("gsopl%d-a", os.Getpid()%100000), fmt.Sprintf("gsopl%d-b", os.Getpid()%100000)
+	Must(t, netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: nicA}, PeerName: nicB}))
+	t.Cleanup(func() {
+		if l, err := netlink.LinkByName(nicA); err == nil {
+			netlink.LinkDel(l)
+		}
+	})
+	t.Setenv(NICsEnv, nicA+","+nicB)
+	for range 2 {
+		tp := NewTopologyOnNICsT(t, "nics")
+		Must(t, tp.RouteKernel())
+		TCPTransfer(t, tp.A, tp.B, netip.AddrPortFrom(Srv4, 7), 1<<20, false)
+		Must(t, tp.Close())
+		for _, n := range []string{nicA, nicB} {
+			if _, err := netlink.LinkByName(n); err != nil {
+				t.Fatalf("%s not back after Close: %v", n, err)
+			}
+		}
+	}
+	if _, err := NewTopologyOnNICs("nics", nicA, "gsoplane-none"); err == nil {
+		t.Fatal("a topology on a device that does not exist was built")
+	}
+	if _, err := netlink.LinkByName(nicA); err != nil {
+		t.Fatalf("%s not back after a failed build: %v", nicA, err)
+	}
+}
+
+// TestProbesMatchREADME: the README's requirements table gives each
+// probed feature the release its probe names.
+func TestProbesMatchREADME(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	Must(t, err)
+	for _, p := range Probes {
+		var row string
+		for _, line := range strings.Split(string(readme), "\n") {
+			if strings.HasPrefix(line, "| "+p.Row) {
+				row = line
+			}
+		}
+		cells := strings.Split(row, "|")
+		if len(cells) < 3 {
+			t.Errorf("README: no requirements row starting %q", p.Row)
+		} else if !strings.Contains(cells[2], "Linux "+p.Since) {
+			t.Errorf("README: %q needs %q, the probe of %s says Linux %s", p.Row, strings.TrimSpace(cells[2]), p.Name, p.Since)
 		}
 	}
 }

@@ -54,6 +54,20 @@ func NewTopologyT(t TB, tag string) *Topology {
 	return closeInCleanup(t, tp, err)
 }
 
+// NewTopologyOnNICsT builds the reference topology on the pair of real
+// NICs NICsEnv names, for a test, and gives them back in t.Cleanup. It
+// skips the test unless root and unless the pair is named.
+func NewTopologyOnNICsT(t TB, tag string) *Topology {
+	t.Helper()
+	RequireRoot(t)
+	a, b, err := EnvNICs()
+	if err != nil {
+		t.Skip(err)
+	}
+	tp, err := NewTopologyOnNICs(tag, a, b)
+	return closeInCleanup(t, tp, err)
+}
+
 // closeInCleanup fails the test if err is not nil, and otherwise closes
 // c in t.Cleanup.
 func closeInCleanup[C interface{ Close() error }](t TB, c C, err error) C {

@@ -59,6 +59,8 @@ var (
 type Topology struct {
 	A, B *NS
 	C    *NS // the application's namespace, after AddIngress
+
+	release func() error // gives back what the topology borrowed, before the namespaces go
 }
 
 // NewTopology builds the namespaces, the veth pair and B's side; the
@@ -67,7 +69,13 @@ func NewTopology(tag string) (*Topology, error) { return NewTopologyQueues(tag, 
 
 // NewTopologyQueues is NewTopology with a veth pair of the given number
 // of queues.
-func NewTopologyQueues(tag string, queues int) (tp *Topology, err error) {
+func NewTopologyQueues(tag string, queues int) (*Topology, error) {
+	return newTopology(tag, func(tp *Topology) error { return AddVeth(tp.A, NICA, tp.B, NICB, queues) })
+}
+
+// newTopology builds the topology with wire, which joins NICA in A to
+// NICB in B.
+func newTopology(tag string, wire func(tp *Topology) error) (tp *Topology, err error) {
 	tp = &Topology{}
 	defer func() {
 		if err != nil {
@@ -80,7 +88,7 @@ func NewTopologyQueues(tag string, queues int) (tp *Topology, err error) {
 	if tp.B, err = New(tag + "-b"); err != nil {
 		return tp, err
 	}
-	if err = AddVeth(tp.A, NICA, tp.B, NICB, queues); err != nil {
+	if err = wire(tp); err != nil {
 		return tp, err
 	}
 	a, b := tp.A, tp.B
@@ -106,9 +114,14 @@ func NewTopologyQueues(tag string, queues int) (tp *Topology, err error) {
 	return tp, nil
 }
 
-// Close deletes both namespaces and everything in them.
+// Close deletes both namespaces and everything in them (real NICs go back
+// first).
 func (tp *Topology) Close() error {
 	var errs []error
+	if tp.release != nil {
+		errs = append(errs, tp.release())
+		tp.release = nil
+	}
 	for _, ns := range []*NS{tp.A, tp.B, tp.C} {
 		if ns != nil {
 			errs = append(errs, ns.Close())

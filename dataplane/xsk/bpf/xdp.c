@@ -210,12 +210,27 @@ static __always_inline enum outcome parse(const struct frame *f, enum outcome si
 	return PASS;
 }
 
-/* parse_copy parses a copy of the first bytes of a frame of len bytes. */
+/* The copy's buffer: HDR_LEN rounded up to a power of two. */
+#define COPY_LEN 64
+_Static_assert(HDR_LEN <= COPY_LEN && (COPY_LEN & (COPY_LEN - 1)) == 0, "COPY_LEN");
+
+/*
+ * parse_copy parses a copy of the first bytes of a frame of len bytes.
+ * For a loader without CAP_PERFMON the verifier also walks the paths a
+ * mispredicted branch would take (Spectre v1), where the min below does
+ * not bound n; older kernels (Debian 13's 6.12) refuse the program for
+ * them where newer ones (6.18) fence the branch. The mask bounds n on
+ * those paths too, and
+ * changes nothing on the real one (n <= HDR_LEN <= COPY_LEN); the empty
+ * asm keeps the compiler from dropping it as such.
+ */
 static __always_inline enum outcome parse_copy(struct xdp_md *ctx, __u64 len, enum outcome size)
 {
-	__u8 buf[HDR_LEN] __attribute__((aligned(8))) = {};
+	__u8 buf[COPY_LEN] __attribute__((aligned(8))) = {};
 	__u64 n = len < HDR_LEN ? len : HDR_LEN;
 
+	asm volatile("" : "+r"(n));
+	n &= COPY_LEN - 1;
 	if (n < ETH_HLEN + 2 || bpf_xdp_load_bytes(ctx, 0, buf, n))
 		return PASS;
 	struct frame f = {.data = buf, .len = len, .copy = 1};

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/internal/kernels"
+	"github.com/gsoplane/gsoplane/internal/netlab"
 )
 
 func main() {
@@ -98,11 +99,14 @@ func run() error {
 	if err := linkUp("lo"); err != nil {
 		return fmt.Errorf("lo: %w", err)
 	}
+	env := []string{"PATH=/bin:/sbin:/usr/bin:/usr/sbin", "HOME=/root", "TMPDIR=/tmp", "USER=root"}
 	if plan.Smoke {
-		smoke()
+		if nics := smoke(); nics != "" {
+			env = append(env, netlab.NICsEnv+"="+nics)
+		}
 	}
 	for _, s := range plan.Steps {
-		r := runStep(plan, s)
+		r := runStep(plan, s, env)
 		fmt.Println(r.Line())
 	}
 	fmt.Println(kernels.DonePrefix)
@@ -132,12 +136,12 @@ func numCPU() int {
 
 // runStep runs one binary of the plan, its output on the console as it
 // comes, and returns what it did.
-func runStep(plan *kernels.Plan, s kernels.Step) kernels.Result {
+func runStep(plan *kernels.Plan, s kernels.Step, env []string) kernels.Result {
 	r := kernels.Result{Kernel: plan.Kernel, Name: s.Name, Tests: s.GoTest}
 	fmt.Printf("kinit: === %s: %s %s\n", s.Name, s.Binary, strings.Join(s.Args, " "))
 	cmd := exec.Command(s.Binary, s.Args...)
 	cmd.Dir = s.Dir
-	cmd.Env = []string{"PATH=/bin:/sbin:/usr/bin:/usr/sbin", "HOME=/root", "TMPDIR=/tmp", "USER=root"}
+	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	pr, pw, err := os.Pipe()
 	if err != nil {

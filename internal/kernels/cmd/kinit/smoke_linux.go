@@ -15,7 +15,9 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
+	"github.com/gsoplane/gsoplane/internal/ethtool"
 	"github.com/gsoplane/gsoplane/internal/kernels"
+	"github.com/gsoplane/gsoplane/internal/netlab"
 )
 
 // smokeEtherType is the local experimental EtherType (IEEE 802) of the
@@ -23,9 +25,10 @@ import (
 const smokeEtherType = 0x88b5
 
 // smoke lists the NICs with their drivers, sends a frame from the first
-// virtio-net NIC to the second (QEMU joins them on one hub) and tries a
-// native XDP program on each virtio-net NIC; it prints one line.
-func smoke() {
+// virtio-net NIC to the second (QEMU joins them) and tries a native XDP
+// program on each virtio-net NIC; it prints one line, and returns the two
+// NICs as netlab.NICsEnv names them when the frame crossed, else "".
+func smoke() (nics string) {
 	var s kernels.Smoke
 	var virtio []string
 	devs, _ := filepath.Glob("/sys/class/net/*/device/driver")
@@ -47,16 +50,50 @@ func smoke() {
 		}
 	}
 	if len(virtio) >= 2 {
-		s.Frame = crossFrame(virtio[0], virtio[1])
+		if s.Frame = crossFrame(virtio[0], virtio[1]); strings.HasSuffix(s.Frame, ": received") {
+			nics = virtio[0] + "," + virtio[1]
+		}
 	} else {
 		s.Frame = fmt.Sprintf("not tried: %d virtio-net NICs", len(virtio))
 	}
 	for i := range s.NICs {
 		if s.NICs[i].Driver == "virtio_net" {
+			s.NICs[i].Offloads = offloads(s.NICs[i].Name)
 			s.NICs[i].XDP = attachXDP(s.NICs[i].Name)
 		}
 	}
+	for _, p := range netlab.Probes {
+		f := kernels.Feature{Name: p.Name, Since: p.Since}
+		if err := p.Detect(); err == nil {
+			f.Present = true
+		} else {
+			f.Error = err.Error()
+		}
+		s.Features = append(s.Features, f)
+	}
 	fmt.Println(s.Line())
+	return nics
+}
+
+// offloadNames are the features offloads reports.
+var offloadNames = []string{"tx-checksum-ip-generic", "tx-tcp-segmentation", "tx-tcp6-segmentation", "tx-udp-segmentation", "rx-gro-hw", "rx-checksum"}
+
+// offloads lists the offloads of offloadNames that are on for the NIC.
+func offloads(name string) string {
+	f, err := ethtool.Features(name)
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	var on []string
+	for _, n := range offloadNames {
+		if f[n].Active {
+			on = append(on, n)
+		}
+	}
+	if len(on) == 0 {
+		return "none"
+	}
+	return strings.Join(on, " ")
 }
 
 // crossFrame sends a broadcast frame on from and waits for it on to.

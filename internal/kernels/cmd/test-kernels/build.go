@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -134,6 +135,14 @@ func (b *binaries) plan(o *options, img *image) *kernels.Plan {
 			}
 		} else {
 			s.Args = []string{"-scenario", o.bench, "-duration", "1s", "-runs", "1"}
+			if o.smoke {
+				// The bench again, on the guest's two virtio-net NICs
+				// (kinit names them in netlab.NICsEnv).
+				nics := s
+				nics.Name, nics.Args = bin.name+"-virtio-net", append(slices.Clip(s.Args), "-link", "nics")
+				p.Steps = append(p.Steps, s, nics)
+				continue
+			}
 		}
 		p.Steps = append(p.Steps, s)
 	}

@@ -6,11 +6,13 @@
 //	go run ./internal/kernels/cmd/test-kernels -packages segment,dataplane/xsk -run 'XDP'
 //	go run ./internal/kernels/cmd/test-kernels -short -packages dataplane/xsk,dataplane/afpacket,dataplane/tun,dataplane/udp,segment
 //
-// The kernels: debian12, Debian 12's cloud kernel (linux-image-cloud-amd64,
-// Linux 6.1), fetched with `apt-get download` and unpacked with
-// `dpkg-deb -x` into the cache directory; and host, the running kernel, when
-// an image of it is found (/boot/vmlinuz-RELEASE or
-// /lib/modules/RELEASE/vmlinuz). The test binaries, the bench, udpfwd and
+// The kernels: Debian's cloud kernels (linux-image-cloud-amd64) of
+// debian12 (bookworm, Linux 6.1), debian13 (trixie, Linux 6.12) and
+// debian13-backports (trixie-backports, the newest kernel Debian packages),
+// fetched from deb.debian.org with `apt-get download` through an apt
+// configuration of the cache's own and unpacked with `dpkg-deb -x` into the
+// cache directory; and host, the running kernel, when an image of it is
+// found (/boot/vmlinuz-RELEASE or /lib/modules/RELEASE/vmlinuz). The test binaries, the bench, udpfwd and
 // the guest's init (internal/kernels/cmd/kinit) are built without cgo,
 // packed with the kernel's network, virtio, crypto and library modules into
 // a gzip'd newc initramfs, and booted with qemu-system-x86_64: with KVM when
@@ -27,7 +29,9 @@
 //
 // Without QEMU, or without any kernel, it says so in one line and exits 0,
 // unless -require is given. It exits 1 when a test failed, a binary timed
-// out or a guest did not finish.
+// out, a guest did not finish, or a kernel feature the tests probe for
+// (netlab.Probes) is present where the README's requirements table says it
+// is not, or absent where it says it is.
 package main
 
 import (
@@ -68,6 +72,7 @@ type options struct {
 	total    time.Duration
 	cache    string
 	memory   string
+	nicProps string // extra virtio-net-pci properties
 	cpus     int
 	require  bool
 	verbose  bool
@@ -76,7 +81,7 @@ type options struct {
 func main() {
 	var o options
 	var kernelList, pkgList string
-	flag.StringVar(&kernelList, "kernels", "debian12,host", "the kernels to run, comma-separated: debian12, host")
+	flag.StringVar(&kernelList, "kernels", strings.Join(kernelNames, ","), "the kernels to run, comma-separated: "+strings.Join(kernelNames, ", "))
 	flag.StringVar(&pkgList, "packages", strings.Join(packages, ","), "the packages whose tests run, comma-separated; empty for none")
 	flag.StringVar(&o.run, "run", "", "run only the tests matching this regular expression (-test.run)")
 	flag.StringVar(&o.skip, "skip", "", "skip the tests matching this regular expression (-test.skip)")
@@ -87,6 +92,7 @@ func main() {
 	flag.DurationVar(&o.total, "total", 3*time.Hour, "the deadline of each guest")
 	flag.StringVar(&o.cache, "cache", defaultCache(), "the directory of the kernels, the builds, the logs and the report")
 	flag.StringVar(&o.memory, "m", "2G", "the guest's memory (QEMU -m)")
+	flag.StringVar(&o.nicProps, "nic-props", "", "extra properties of the guest's virtio-net-pci NICs, comma-separated (e.g. ctrl_guest_offloads=off: the NIC cannot turn its receive offloads off for XDP)")
 	flag.IntVar(&o.cpus, "smp", 2, "the guest's CPUs (QEMU -smp)")
 	flag.BoolVar(&o.require, "require", false, "fail instead of skipping when QEMU or a kernel is missing")
 	flag.BoolVar(&o.verbose, "v", false, "copy the guests' consoles to stderr")
@@ -182,8 +188,12 @@ func run(o *options) (int, error) {
 	return exitCode(rep), nil
 }
 
-// exitCode is 1 when a guest did not finish or a step did not end well.
+// exitCode is 1 when a guest did not finish, a step did not end well or
+// a probed feature disagrees with the README.
 func exitCode(rep *kernels.Report) int {
+	if rep.Disagreements() > 0 {
+		return 1
+	}
 	for _, k := range rep.Kernels {
 		if k.Guest != "" {
 			return 1

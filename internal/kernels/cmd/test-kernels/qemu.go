@@ -16,18 +16,18 @@ import (
 
 // qemuArgs is the command line that boots img with initrd: the serial
 // console on stdio, no reboot (a panic or the init's power-off ends QEMU),
-// and two virtio-net NICs on one QEMU hub, so that what one sends the
-// other receives (without option ROMs: the kernel boots directly).
-func qemuArgs(o *options, accel string, img *image, initrd string) []string {
+// and two virtio-net NICs joined by a wire (netdevArgs: on taps or a hub),
+// so that what one sends the other receives (without option ROMs: the
+// kernel boots directly).
+func qemuArgs(o *options, accel string, img *image, initrd string, tap bool) []string {
 	args := []string{
 		"-accel", accel,
 		"-m", o.memory, "-smp", fmt.Sprint(o.cpus),
 		"-nographic", "-no-reboot", "-nodefaults", "-serial", "stdio",
 		"-kernel", img.vmlinuz, "-initrd", initrd,
 		"-append", "console=ttyS0 panic=-1 loglevel=4 rdinit=/init",
-		"-netdev", "hubport,id=nic0,hubid=0", "-device", "virtio-net-pci,netdev=nic0,mac=52:54:00:12:34:01,romfile=",
-		"-netdev", "hubport,id=nic1,hubid=0", "-device", "virtio-net-pci,netdev=nic1,mac=52:54:00:12:34:02,romfile=",
 	}
+	args = append(args, netdevArgs(tap, o.nicProps)...)
 	if accel == "kvm" {
 		args = append(args, "-cpu", "host")
 	} else {
@@ -35,6 +35,26 @@ func qemuArgs(o *options, accel string, img *image, initrd string) []string {
 		args = append(args, "-cpu", "max")
 	}
 	return args
+}
+
+// startQEMU starts QEMU with its NICs on taps (see startWired), else on a
+// hub, its output to w; it returns it and what joins the NICs.
+func startQEMU(o *options, qemu, accel string, img *image, initrd string, w io.Writer) (*exec.Cmd, string, error) {
+	command := func(tap bool) *exec.Cmd {
+		args := qemuArgs(o, accel, img, initrd, tap)
+		fmt.Fprintf(os.Stderr, "test-kernels: %s: %s %s\n", img.name, qemu, strings.Join(args, " "))
+		cmd := exec.Command(qemu, args...)
+		cmd.Stdout, cmd.Stderr = w, w
+		return cmd
+	}
+	cmd := command(true)
+	why, err := startWired(cmd)
+	if why == "" {
+		return cmd, "taps with virtio-net headers on a bridge (offloads on)", err
+	}
+	fmt.Fprintf(os.Stderr, "test-kernels: %s: the NICs are on a QEMU hub, without offloads: %s\n", img.name, why)
+	cmd = command(false)
+	return cmd, "a QEMU hub (no offloads: " + why + ")", cmd.Start()
 }
 
 // boot runs the guest of img to its end or to o.total and collects what
@@ -49,17 +69,14 @@ func boot(o *options, qemu, accel string, img *image, initrd string, plan *kerne
 	}
 	defer logf.Close()
 
-	args := qemuArgs(o, accel, img, initrd)
-	fmt.Fprintf(os.Stderr, "test-kernels: %s: %s %s\n", img.name, qemu, strings.Join(args, " "))
-	cmd := exec.Command(qemu, args...)
-	cmd.Stdin = nil
 	pr, pw := io.Pipe()
-	cmd.Stdout, cmd.Stderr = pw, pw
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
+	cmd, wire, err := startQEMU(o, qemu, accel, img, initrd, pw)
+	if err != nil {
 		k.Guest = "qemu: " + err.Error()
 		return k
 	}
+	k.Wire = wire
+	start := time.Now()
 	var timedOut atomic.Bool
 	timer := time.AfterFunc(o.total, func() {
 		timedOut.Store(true)
