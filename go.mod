@@ -9,6 +9,7 @@ require (
 	github.com/tailscale/wireguard-go v0.0.0-20260821191448-23d18d66172c
 	github.com/vishvananda/netlink v1.3.1
 	github.com/vishvananda/netns v0.0.5
+	golang.org/x/crypto v0.57.0
 	golang.org/x/net v0.59.0
 	golang.org/x/sys v0.50.0
 	golang.org/x/time v0.7.0

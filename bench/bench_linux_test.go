@@ -84,6 +84,7 @@ func TestSmoke(t *testing.T) {
 		"xdphook/none", "xdphook/noop", "xdphook/inspect", "xdphook/generator", "xdphook/tun",
 		"ingress/ingress", "ingress/kernel", "ingress/tun",
 		"peers/gsoplane", "peers/wireguard-go", "peers/tailscale-split",
+		"tunnel/kernel", "tunnel/tunnel", "tunnel/wg-plumbing", "tunnel/vpn", "tunnel/wg-device",
 	} {
 		if _, ok := rows[want]; !ok {
 			t.Errorf("no row %s", want)

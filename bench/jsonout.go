@@ -59,6 +59,9 @@ type jsonRow struct {
 	Lost          *int64             `json:"lost,omitempty"`
 	SegsPerRead   float64            `json:"segments_per_read,omitempty"`
 	WritesPerPkt  float64            `json:"writes_per_packet,omitempty"`
+	ReverseBps    float64            `json:"reverse_bps,omitempty"`
+	DgramsPerSend float64            `json:"datagrams_per_send,omitempty"`
+	DgramsPerRecv float64            `json:"datagrams_per_receive,omitempty"`
 	CPU           []CoreUsage        `json:"cpu"`
 	Extra         map[string]float64 `json:"extra,omitempty"`
 	Runs          []runResult        `json:"runs"`
@@ -132,6 +135,7 @@ func rowJSON(scenario string, row *rowResult) jsonRow {
 		ThroughputBps: med.ThroughputBps, PPS: med.PPS,
 		Sent: med.Sent, SentUnit: row.spec.units.sent, Received: med.Received, ReceivedUnit: row.spec.units.received,
 		Drops: med.Drops, SendErrors: med.SendErrors, Lost: med.Lost, SegsPerRead: med.SegsPerRead, WritesPerPkt: med.WritesPerPkt,
+		ReverseBps: med.ReverseBps, DgramsPerSend: med.DgramsPerSend, DgramsPerRecv: med.DgramsPerRecv,
 		CPU: rowCPU(row), Extra: med.Extra, Runs: row.runs, Errors: row.errs,
 	}
 	if row.spec.ppsMain {

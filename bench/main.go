@@ -27,6 +27,10 @@
 //	              gateway's ingress port, vs the kernel forwarding, vs the TUN
 //	peers         TCP stream with wireguard-go's TUN reader and Tailscale's
 //	              GSOSplit in place of gsoplane's reader and segmenter
+//	tunnel        a VPN between two namespaces, a TCP stream each way:
+//	              gsoplane's Tunnel vs wireguard-go's TUN and StdNetBind
+//	              (plaintext), examples/vpn vs a wireguard-go device
+//	              (encrypted), the kernel alone
 //
 // Every row is measured -runs times (interleaved with the other rows of its
 // scenario), each run for -duration after -warmup; tables show the median
@@ -86,7 +90,7 @@ const (
 )
 
 // scenarioNames lists the scenarios in the order they run.
-var scenarioNames = []string{"backpressure", "gso", "gro", "queues", "hook", "xdphook", "ingress", "peers"}
+var scenarioNames = []string{"backpressure", "gso", "gro", "queues", "hook", "xdphook", "ingress", "peers", "tunnel"}
 
 // options are the parsed flags.
 type options struct {

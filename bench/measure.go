@@ -31,6 +31,11 @@ type counters struct {
 	Retrans    uint64 // TCP retransmissions of the sender (TCP_INFO)
 	RetPackets uint64 // packets the gateway's return path took from the NIC
 	RetWrites  uint64 // its writes into the TUN (a GRO super-packet counts once)
+	RxBytesRev uint64 // of RxBytes, those of the reverse stream (B→A), in rows that run one each way
+	TxDgrams   uint64 // tunnel rows: UDP datagrams sent by both ends
+	TxCalls    uint64 // the calls that sent them (sendmmsg, or Bind.Send)
+	RxDgrams   uint64 // UDP datagrams received by both ends
+	RxCalls    uint64 // the calls that received them (recvmmsg, or a ReceiveFunc)
 
 	BudgetInFlight, BudgetLimit int64 // the send budget, bytes
 }
@@ -78,6 +83,9 @@ type runResult struct {
 	Retransmits   uint64             `json:"retransmits"`
 	SegsPerRead   float64            `json:"segments_per_read,omitempty"`
 	WritesPerPkt  float64            `json:"writes_per_packet,omitempty"`
+	ReverseBps    float64            `json:"reverse_bps,omitempty"`
+	DgramsPerSend float64            `json:"datagrams_per_send,omitempty"`
+	DgramsPerRecv float64            `json:"datagrams_per_receive,omitempty"`
 	Lost          *int64             `json:"lost,omitempty"`
 	CPU           []CoreUsage        `json:"cpu"`
 	Extra         map[string]float64 `json:"extra,omitempty"`
@@ -89,6 +97,15 @@ func (r runResult) main(pps bool) float64 {
 		return r.PPS
 	}
 	return r.ThroughputBps
+}
+
+// direction is r's throughput A→B, or B→A (rev), of a row that runs a
+// stream each way (rowSpec tunnel rows; ReverseBps is the B→A part).
+func (r runResult) direction(rev bool) float64 {
+	if rev {
+		return r.ReverseBps
+	}
+	return r.ThroughputBps - r.ReverseBps
 }
 
 // rowResult collects the runs of one row.
@@ -234,6 +251,13 @@ func measureOnce(ctx context.Context, spec rowSpec, opts measureOpts, label stri
 	if d.RetPackets > 0 {
 		rr.WritesPerPkt = float64(d.RetWrites) / float64(d.RetPackets)
 	}
+	rr.ReverseBps = float64(d.RxBytesRev) * 8 / secs
+	if d.TxCalls > 0 {
+		rr.DgramsPerSend = float64(d.TxDgrams) / float64(d.TxCalls)
+	}
+	if d.RxCalls > 0 {
+		rr.DgramsPerRecv = float64(d.RxDgrams) / float64(d.RxCalls)
+	}
 	if spec.ppsAtB {
 		rr.PPS = float64(d.Received) / secs // no userspace dataplane: the receiving NIC's count
 	}
@@ -261,6 +285,8 @@ func diff(b, a counters) counters {
 		Segments: sub(b.Segments, a.Segments), Reads: sub(b.Reads, a.Reads),
 		Drops: sub(b.Drops, a.Drops), Retrans: sub(b.Retrans, a.Retrans),
 		RetPackets: sub(b.RetPackets, a.RetPackets), RetWrites: sub(b.RetWrites, a.RetWrites),
+		RxBytesRev: sub(b.RxBytesRev, a.RxBytesRev), TxDgrams: sub(b.TxDgrams, a.TxDgrams), TxCalls: sub(b.TxCalls, a.TxCalls),
+		RxDgrams: sub(b.RxDgrams, a.RxDgrams), RxCalls: sub(b.RxCalls, a.RxCalls),
 	}
 }
 

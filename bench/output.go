@@ -329,6 +329,10 @@ func columnsFor(scenario string) []column {
 		return []column{name, sent, errs, msgs, recv, mbps, good, drops, lost, cpu}
 	case "hook", "xdphook":
 		return []column{name, mpps, mbps, sent, errs, recv, drops, cpu}
+	case "tunnel":
+		return []column{name, mbps, direction("A→B Mbit/s", false), direction("B→A Mbit/s", true), retrans,
+			perCall("dgrams/send", func(m runResult) float64 { return m.DgramsPerSend }),
+			perCall("dgrams/recv", func(m runResult) float64 { return m.DgramsPerRecv }), coresPerGbps, cpu}
 	case "gro":
 		spr.head = "pkts/write"
 		return []column{name, mbps, retrans, mpps, spr, wpp, drops, cpu}
@@ -336,6 +340,34 @@ func columnsFor(scenario string) []column {
 		return []column{name, mbps, retrans, mpps, spr, wpp, drops, cpu}
 	}
 }
+
+// direction is the column of a tunnel row's throughput one way.
+func direction(head string, rev bool) column {
+	return column{head, func(_ *rowResult, m runResult, _, _ float64) string { return fmt.Sprintf("%.0f", m.direction(rev)/1e6) }}
+}
+
+// perCall is a column of datagrams per system call, "—" where unknown.
+func perCall(head string, f func(runResult) float64) column {
+	return column{head, func(_ *rowResult, m runResult, _, _ float64) string {
+		if f(m) == 0 {
+			return "—"
+		}
+		return fmt.Sprintf("%.1f", f(m))
+	}}
+}
+
+// coresPerGbps is the CPU the median run kept busy (all cores, the
+// whole machine) per Gbit/s it moved.
+var coresPerGbps = column{"cores/Gbit/s", func(_ *rowResult, m runResult, _, _ float64) string {
+	busy := 0.0
+	for _, c := range m.CPU {
+		busy += c.Busy() / 100
+	}
+	if m.ThroughputBps == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f", busy/(m.ThroughputBps/1e9))
+}}
 
 // count formats n with its unit.
 func count(n uint64, unit string) string {

@@ -25,7 +25,7 @@ func syntheticReport() *report {
 	lost, msgs := int64(0), uint64(5710)
 	run := func(bps float64) runResult {
 		return runResult{Seconds: 1, ThroughputBps: bps, PPS: bps / 12000, Sent: 100, SendErrors: 3, Received: 4600,
-			RxMessages: msgs, GoodputBps: bps, Drops: 1, Retransmits: 2, SegsPerRead: 44.9, WritesPerPkt: 0.032, Lost: &lost,
+			RxMessages: msgs, GoodputBps: bps, Drops: 1, Retransmits: 2, SegsPerRead: 44.9, WritesPerPkt: 0.032, ReverseBps: bps / 2, DgramsPerSend: 30, DgramsPerRecv: 60, Lost: &lost,
 			CPU: []CoreUsage{{CPU: "cpu0", Idle: 80}}, Extra: map[string]float64{"datagrams_sent": 262676}}
 	}
 	row := func(scenario, name string, retrans bool, bps ...float64) *rowResult {

@@ -156,6 +156,26 @@ var scenarios = map[string]scenarioDef{
 			"  (WireSource into the forwarder's buffer, then into the sink's large frame): four copies per super-packet, the kernel none.",
 		},
 	},
+	"tunnel": {
+		name: "tunnel",
+		title: func(o options) string {
+			return "tunnel: a VPN's data path between two namespaces over a veth of MTU 1500, one TCP stream each way at once — gsoplane's Tunnel vs wireguard-go's plumbing (plaintext), examples/vpn vs a wireguard-go device (encrypted), the kernel alone"
+		},
+		rows:   func(o options) []rowSpec { return tunnelRows() },
+		ratios: func(rows []*rowResult, o options) []ratio { return tunnelRatios(rows) },
+		notes: []string{
+			"Mbit/s = both streams' bytes read by their receivers; A→B and B→A each stream's; retrans = both senders' tcpi_total_retrans;",
+			"dgrams/send and dgrams/recv = UDP datagrams per system call, both ends: sendmmsg and recvmmsg for gsoplane's rows,",
+			"  Bind.Send and ReceiveFunc calls for wg-plumbing (each one sendmmsg or recvmmsg); a wireguard-go device does not say.",
+			"cores/Gbit/s = the whole machine's busy cores (both ends, senders, receivers, the kernel) per Gbit/s moved.",
+			"tunnel = dataplane/tunnel with every default, configured exactly as the README's recipe (TestREADMETunnel runs the",
+			"  recipe itself as written): readme/tunnel is 1 by construction. Inner MTU 1456 (16-byte header), wg-plumbing 1472",
+			"  (no header), vpn 1440 (header and tag), wg-device 1420 (wg-quick's).",
+			"wg-plumbing = golang.zx2c4.com/wireguard tun.CreateTUN (offloads: Read splits, Write coalesces) and conn.StdNetBind",
+			"  (UDP_SEGMENT, UDP_GRO) wired by a read/send loop and a receive/write loop, no crypto, no header.",
+			"wg-device = golang.zx2c4.com/wireguard/device configured with IpcSet (no wg binary): the userspace WireGuard VPN.",
+		},
+	},
 	"peers": {
 		name: "peers",
 		title: func(o options) string {

@@ -45,6 +45,14 @@ var targets = []target{
 		aim: "the ingress port at least half the kernel's forwarding"},
 	{scenario: "ingress", key: "packet/kernel", threshold: 0.7,
 		aim: "AF_PACKET ingress, super-packets leaving whole, at least 0.7× the kernel's forwarding"},
+	{scenario: "tunnel", key: "tunnel/wg-plumbing A→B", threshold: 1.3,
+		aim: "the plaintext Tunnel 1.3× wireguard-go's own plumbing, A→B"},
+	{scenario: "tunnel", key: "tunnel/wg-plumbing B→A", threshold: 1.3,
+		aim: "the same, B→A"},
+	{scenario: "tunnel", key: "vpn/wg-device A→B", threshold: 1.2,
+		aim: "the encrypted example 1.2× a wireguard-go device, A→B"},
+	{scenario: "tunnel", key: "vpn/wg-device B→A", threshold: 1.2,
+		aim: "the same, B→A"},
 }
 
 // isTarget reports whether the ratio key of scenario is a target.

@@ -41,11 +41,41 @@ type lab struct {
 	bpf []io.Closer
 }
 
-// liveLabs are the labs not yet closed, removed by closeAllLabs on the way
-// out (also after a failure or an interrupt).
+// liveLabs are the labs not yet closed (the reference topology, or a
+// pair for the tunnel scenario), removed by closeAllLabs on the way out
+// (also after a failure or an interrupt).
 var liveLabs struct {
 	sync.Mutex
-	m map[*lab]bool
+	m map[io.Closer]bool
+}
+
+// track records a lab as live.
+func track(c io.Closer) {
+	liveLabs.Lock()
+	defer liveLabs.Unlock()
+	if liveLabs.m == nil {
+		liveLabs.m = make(map[io.Closer]bool)
+	}
+	liveLabs.m[c] = true
+}
+
+// closeLab removes a lab and forgets it.
+func closeLab(c io.Closer) error {
+	liveLabs.Lock()
+	delete(liveLabs.m, c)
+	liveLabs.Unlock()
+	return c.Close()
+}
+
+// newPairLab builds two namespaces over a veth (netlab.Pair), tracked
+// as a lab.
+func newPairLab() (*netlab.Pair, error) {
+	p, err := netlab.NewPair(labTag)
+	if err != nil {
+		return nil, err
+	}
+	track(p)
+	return p, nil
 }
 
 // newLab builds the topology without a gateway: the caller adds one, or
@@ -56,12 +86,7 @@ func newLab() (*lab, error) {
 		return nil, err
 	}
 	l := &lab{Topology: tp}
-	liveLabs.Lock()
-	if liveLabs.m == nil {
-		liveLabs.m = make(map[*lab]bool)
-	}
-	liveLabs.m[l] = true
-	liveLabs.Unlock()
+	track(l)
 	return l, nil
 }
 
@@ -77,12 +102,12 @@ func newTopology() (*netlab.Topology, error) {
 	return netlab.NewTopology(labTag)
 }
 
-// close detaches and closes the bench's BPF programs and deletes the
+// close removes the lab (Close) and forgets it.
+func (l *lab) close() error { return closeLab(l) }
+
+// Close detaches and closes the bench's BPF programs and deletes the
 // namespaces (and with them every device inside).
-func (l *lab) close() error {
-	liveLabs.Lock()
-	delete(liveLabs.m, l)
-	liveLabs.Unlock()
+func (l *lab) Close() error {
 	var errs []error
 	for i := len(l.bpf) - 1; i >= 0; i-- {
 		errs = append(errs, l.bpf[i].Close())
@@ -94,14 +119,14 @@ func (l *lab) close() error {
 // closeAllLabs removes every lab still open.
 func closeAllLabs() error {
 	liveLabs.Lock()
-	labs := make([]*lab, 0, len(liveLabs.m))
+	labs := make([]io.Closer, 0, len(liveLabs.m))
 	for l := range liveLabs.m {
 		labs = append(labs, l)
 	}
 	liveLabs.Unlock()
 	var errs []error
 	for _, l := range labs {
-		errs = append(errs, l.close())
+		errs = append(errs, closeLab(l))
 	}
 	return errors.Join(errs...)
 }

@@ -4,29 +4,22 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gsoplane/gsoplane/internal/docrecipe"
 )
 
 // recipe returns the first sh block after the heading title in the
 // markdown file path, as a reader copies it.
 func recipe(t *testing.T, path, title string) string {
 	t.Helper()
-	b, err := os.ReadFile(path)
+	b, err := docrecipe.Block(path, title, "sh")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, after, ok := strings.Cut(string(b), "\n"+title+"\n")
-	if !ok {
-		t.Fatalf("%s has no heading %q", path, title)
-	}
-	m := regexp.MustCompile("(?s)```sh\n(.*?)```").FindStringSubmatch(after)
-	if m == nil {
-		t.Fatalf("%s: no sh block under %q", path, title)
-	}
-	return m[1]
+	return b
 }
 
 // TestDocsQuickStart runs docs/udpfwd.md's quick start as written, with

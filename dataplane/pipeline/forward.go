@@ -159,14 +159,17 @@ func NewForwarder(cfg ForwarderConfig) (*Forwarder, error) {
 func (f *Forwarder) SetMTU(mtu int) { f.mtu.Store(int64(max(mtu, 0))) }
 
 // Run forwards until ctx ends, the source fails or the sink fails. Then it
-// stops reading, lets the sink loop transmit what was queued (for up to
-// DrainTime) and returns the error that ended it (nil when ctx ended).
-// Run does not interrupt a Source.Read in progress: to stop a forwarder
-// whose source blocks, cancel ctx and close the source (the gateway's Run
-// does). After Run, Queue.Close releases whatever is still charged.
+// stops reading, lets the sink loop transmit what was queued (until the
+// queue is empty, for at most DrainTime) and returns the error that ended
+// it (nil when ctx ended). A Source.Read in progress is woken when ctx
+// ends if the Source is a ReadDeadliner (tun.Queue is), and otherwise
+// must return within a short while by itself: Run then returns as soon
+// as the queue has drained (tested at 100 ms, idle and under load). After
+// Run, Queue.Close releases whatever is still charged.
 func (f *Forwarder) Run(ctx context.Context) error {
 	prodCtx, stopProd := context.WithCancel(ctx)
 	defer stopProd()
+	defer wakeOnDone(prodCtx, f.cfg.Source)() // a failed sink wakes the producer too
 	sinkCtx, stopSink := context.WithCancel(context.Background())
 	var sinkErr error
 	sinkDone := make(chan struct{})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync/atomic"
+	"time"
 
 	"github.com/gsoplane/gsoplane/internal/iphdr"
 	"github.com/gsoplane/gsoplane/segment"
@@ -117,6 +118,16 @@ func (w *WireSource) SetMTU(mtu int) {
 	if mtu >= segment.MinMTU {
 		w.mtu.Store(int64(mtu))
 	}
+}
+
+// SetReadDeadline sets the read deadline of the Receiver, if it is a
+// ReadDeadliner (see ReadDeadliner); otherwise its Receive waits only a
+// short while by itself and there is nothing to wake.
+func (w *WireSource) SetReadDeadline(t time.Time) error {
+	if d, ok := w.cfg.Receiver.(ReadDeadliner); ok {
+		return d.SetReadDeadline(t)
+	}
+	return nil
 }
 
 // Read receives a batch and writes each packet it passes on behind its

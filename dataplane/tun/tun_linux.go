@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -358,6 +359,12 @@ func (q *Queue) Read(bufs [][]byte, sizes []int, offset int) (n int, err error) 
 	}
 	return n, nil
 }
+
+// SetReadDeadline sets the deadline of Read: once it has passed, a Read in
+// progress or to come returns an error wrapping os.ErrDeadlineExceeded; a
+// zero t means none. A pipeline.Forwarder sets it to stop promptly
+// (pipeline.ReadDeadliner).
+func (q *Queue) SetReadDeadline(t time.Time) error { return q.file.SetReadDeadline(t) }
 
 // Write writes bufs[i][offset:], a virtio-net header followed by a packet,
 // for each i in order. The kernel processes each packet inside the write

@@ -5,6 +5,7 @@ package tun
 import (
 	"fmt"
 	"runtime"
+	"time"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 )
@@ -38,3 +39,4 @@ func (*Device) Close() error                          { return errNotSupported }
 func (*Queue) Read([][]byte, []int, int) (int, error) { return 0, errNotSupported }
 func (*Queue) Write([][]byte, int) (int, error)       { return 0, errNotSupported }
 func (*Queue) WriteVectors([][][]byte) (int, error)   { return 0, errNotSupported }
+func (*Queue) SetReadDeadline(time.Time) error        { return errNotSupported }

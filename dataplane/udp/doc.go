@@ -8,6 +8,14 @@
 //
 //	TUN → Forwarder → Sink ==== UDP ==== Receiver → ReturnPath (GRO) → TUN
 //
+// A VPN's framing and crypto plug in as batch hooks that work in place:
+// SinkConfig.Seal seals a batch of datagrams (Headroom bytes of header
+// room, the packet, Tailroom bytes of trailer room) before sendmmsg,
+// ReceiverConfig.Open opens a batch after recvmmsg and gives each a
+// Verdict, the drops counted by reason. The Receiver is a
+// pipeline.ReadDeadliner, so a ReturnPath stops promptly on cancel.
+// dataplane/tunnel wires both for one peer with fast defaults.
+//
 // It needs Linux (UDP_SEGMENT since 4.18, UDP_GRO since 5.0); on other
 // systems NewSink and NewReceiver return errors. It imports pipeline and,
 // for the receiver's recvmmsg(2) batches, internal/mmsg.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -26,17 +27,23 @@ var _ pipeline.Receiver = (*Receiver)(nil)
 // super-packets and written into the TUN one super-packet per write.
 //
 // Receive blocks (through the Go runtime poller) until a datagram comes;
-// closing the socket ends it with an error wrapping net.ErrClosed. A
-// Receiver is used from one goroutine.
+// a read deadline (SetReadDeadline, the socket's) ends it with an error
+// wrapping os.ErrDeadlineExceeded, and closing the socket with one
+// wrapping net.ErrClosed. A Receiver is used from one goroutine.
 type Receiver struct {
+	conn     *net.UDPConn
 	rc       syscall.RawConn
 	headroom int
-	decap    func(hdr, pkt []byte) bool
+	tailroom int
+	openFn   OpenFunc
 	bufs     [][]byte
 	oob      [][]byte
 	msgs     *mmsg.Batch
 	pending  [][]byte // datagrams of the last recvmmsg not handed out yet
 	next     int
+	toOpen   [][]byte              // the pending datagrams long enough to open
+	openIdx  []int                 // their index in pending
+	verdicts []Verdict             // Open's, for toOpen
 	recvFn   func(fd uintptr) bool // made once, so that Receive does not allocate
 	got      int                   // messages of the last recvmmsg
 	errno    unix.Errno
@@ -44,8 +51,9 @@ type Receiver struct {
 }
 
 type receiverCounters struct {
-	datagrams, messages, groMessages, syscalls, short, refused, truncated, peerErrors atomic.Uint64
-	gro                                                                               atomic.Bool
+	datagrams, messages, groMessages, syscalls, short, truncated, peerErrors atomic.Uint64
+	refused                                                                  [numVerdicts]atomic.Uint64
+	gro                                                                      atomic.Bool
 }
 
 // NewReceiver returns a Receiver on conn, a UDP socket bound to the
@@ -61,6 +69,8 @@ func NewReceiver(conn *net.UDPConn, cfg ReceiverConfig) (*Receiver, error) {
 		return nil, fmt.Errorf("udp: receiver: %w: no connection", pipeline.ErrInvalidConfig)
 	case cfg.Headroom < 12 || cfg.Headroom > 1024:
 		return nil, fmt.Errorf("udp: receiver: %w: headroom %d, want 12 to 1024 (room for a virtio-net header)", pipeline.ErrInvalidConfig, cfg.Headroom)
+	case cfg.Tailroom < 0 || cfg.Tailroom > 1024:
+		return nil, fmt.Errorf("udp: receiver: %w: tailroom %d, want 0 to 1024", pipeline.ErrInvalidConfig, cfg.Tailroom)
 	case cfg.Messages < 1 || cfg.Messages > maxReceiverMessages:
 		return nil, fmt.Errorf("udp: receiver: %w: %d messages, want 1 to %d", pipeline.ErrInvalidConfig, cfg.Messages, maxReceiverMessages)
 	}
@@ -68,7 +78,7 @@ func NewReceiver(conn *net.UDPConn, cfg ReceiverConfig) (*Receiver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("udp: receiver: %w", err)
 	}
-	r := &Receiver{rc: rc, headroom: cfg.Headroom, decap: cfg.Decap, msgs: mmsg.New(cfg.Messages)}
+	r := &Receiver{conn: conn, rc: rc, headroom: cfg.Headroom, tailroom: cfg.Tailroom, openFn: cfg.Open, msgs: mmsg.New(cfg.Messages)}
 	r.bufs, r.oob = make([][]byte, cfg.Messages), make([][]byte, cfg.Messages)
 	oobLen := unix.CmsgSpace(4) // one UDP_GRO control message
 	mem, oob := make([]byte, cfg.Messages*rxBufSize), make([]byte, cfg.Messages*oobLen)
@@ -78,7 +88,8 @@ func NewReceiver(conn *net.UDPConn, cfg ReceiverConfig) (*Receiver, error) {
 		r.msgs.Set(i, r.bufs[i])
 		r.msgs.SetControl(i, r.oob[i])
 	}
-	r.pending = make([][]byte, 0, cfg.Messages*udpGROMaxSegments)
+	most := cfg.Messages * udpGROMaxSegments
+	r.pending, r.toOpen, r.openIdx, r.verdicts = make([][]byte, 0, most), make([][]byte, 0, most), make([]int, 0, most), make([]Verdict, most)
 	r.recvFn = r.recv
 	var serr error
 	if err := rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_GRO, 1) }); err != nil {
@@ -91,11 +102,15 @@ func NewReceiver(conn *net.UDPConn, cfg ReceiverConfig) (*Receiver, error) {
 // Headroom is the encapsulation header, ReceiverConfig.Headroom.
 func (r *Receiver) Headroom() int { return r.headroom }
 
+// SetReadDeadline sets the socket's read deadline (pipeline.ReadDeadliner):
+// a ReturnPath wakes Receive with it when its context ends.
+func (r *Receiver) SetReadDeadline(t time.Time) error { return r.conn.SetReadDeadline(t) }
+
 // Receive hands out up to len(frames) datagrams: frame i is an
 // encapsulation header of Headroom bytes and the inner packet behind it,
-// decapsulated, a view valid until the next Receive. A datagram that is
-// too short or that Decap refused comes back with an empty packet (the
-// return path counts it as invalid).
+// opened and without its tailroom, a view valid until the next Receive.
+// A datagram that is too short or that Open refused comes back with an
+// empty packet (the return path counts it as invalid).
 func (r *Receiver) Receive(frames [][]byte) (int, error) {
 	if r.next == len(r.pending) {
 		if err := r.fill(); err != nil {
@@ -104,24 +119,37 @@ func (r *Receiver) Receive(frames [][]byte) (int, error) {
 	}
 	n := copy(frames, r.pending[r.next:])
 	r.next += n
-	for i, f := range frames[:n] {
-		frames[i] = r.open(f)
-	}
 	r.st.datagrams.Add(uint64(n))
 	return n, nil
 }
 
-// open decapsulates one datagram; a refused one keeps only its headroom.
-func (r *Receiver) open(f []byte) []byte {
-	switch {
-	case len(f) < r.headroom:
-		r.st.short.Add(1)
-	case r.decap != nil && !r.decap(f[:r.headroom], f[r.headroom:]):
-		r.st.refused.Add(1)
-	default:
-		return f
+// open opens the pending datagrams, in one call of Open, and leaves each
+// as its headroom and inner packet; a short or refused one keeps only its
+// headroom, an empty packet.
+func (r *Receiver) open() {
+	r.toOpen, r.openIdx = r.toOpen[:0], r.openIdx[:0]
+	for i, d := range r.pending {
+		if len(d) < r.headroom+r.tailroom {
+			r.st.short.Add(1)
+			r.pending[i] = d[:r.headroom] // within its 64 KiB buffer
+			continue
+		}
+		r.toOpen, r.openIdx = append(r.toOpen, d), append(r.openIdx, i)
 	}
-	return f[:r.headroom] // within its 64 KiB buffer: an empty packet
+	verdicts := r.verdicts[:len(r.toOpen)]
+	clear(verdicts)
+	if r.openFn != nil && len(r.toOpen) > 0 {
+		r.openFn(r.toOpen, verdicts)
+	}
+	for k, i := range r.openIdx {
+		d := r.pending[i]
+		if v := verdicts[k]; v != Accept {
+			r.st.refused[min(v, DropMalformed)].Add(1)
+			d = d[:r.headroom+r.tailroom]
+		}
+		r.pending[i] = d[:len(d)-r.tailroom]
+	}
+	clear(r.toOpen) // keep no views of the buffers
 }
 
 // fill waits for messages and cuts them into datagrams.
@@ -140,6 +168,7 @@ func (r *Receiver) fill() error {
 			r.split(k)
 		}
 	}
+	r.open()
 	return nil
 }
 
@@ -214,9 +243,12 @@ func groSize(oob []byte) int {
 // Stats returns a snapshot of the receiver's counters.
 func (r *Receiver) Stats() ReceiverStats {
 	c := &r.st
-	return ReceiverStats{
+	s := ReceiverStats{
 		Datagrams: c.datagrams.Load(), Messages: c.messages.Load(), GROMessages: c.groMessages.Load(),
-		Syscalls: c.syscalls.Load(), Short: c.short.Load(), Refused: c.refused.Load(),
-		Truncated: c.truncated.Load(), PeerErrors: c.peerErrors.Load(), GRO: c.gro.Load(),
+		Syscalls: c.syscalls.Load(), Short: c.short.Load(), Truncated: c.truncated.Load(),
+		PeerErrors: c.peerErrors.Load(), GRO: c.gro.Load(),
+		Auth: c.refused[DropAuth].Load(), Replay: c.refused[DropReplay].Load(), Malformed: c.refused[DropMalformed].Load(),
 	}
+	s.Refused = s.Auth + s.Replay + s.Malformed
+	return s
 }

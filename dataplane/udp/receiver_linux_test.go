@@ -13,19 +13,29 @@ import (
 // TestUDPReceiverGRO: datagrams sent one by one and a UDP_SEGMENT
 // super-packet come out of the Receiver as the datagrams they were, the
 // super-packet as one UDP_GRO message (its control message read from the
-// receive batch's control buffer); receiving them allocates nothing.
+// receive batch's control buffer), opened whole by Open and handed on
+// without their trailer; receiving them allocates nothing.
 func TestUDPReceiverGRO(t *testing.T) { // not parallel: AllocsPerRun refuses
 	const (
 		segSize = 100
 		segs    = 10
 		single  = 3
+		tail    = 4 // a trailer, cut off by the Receiver
 	)
 	n := newUskNet(t)
 	rx := uskListen(t, n.b, uskAP(uskAddrB, uskPort))
 	tx := uskDial(t, n.a, uskAP(uskAddrB, uskPort))
 	txGSO := uskDial(t, n.a, uskAP(uskAddrB, uskPort))
 	uskSockopt(t, txGSO, unix.SOL_UDP, unix.UDP_SEGMENT, segSize)
-	r, err := NewReceiver(rx, ReceiverConfig{Headroom: uskHdrLen, Messages: 4})
+	opened := 0 // datagrams Open saw whole
+	open := func(dgrams [][]byte, _ []Verdict) {
+		for _, d := range dgrams {
+			if len(d) == segSize || len(d) == 2*segSize {
+				opened++
+			}
+		}
+	}
+	r, err := NewReceiver(rx, ReceiverConfig{Headroom: uskHdrLen, Tailroom: tail, Messages: 4, Open: open})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,9 +62,9 @@ func TestUDPReceiverGRO(t *testing.T) { // not parallel: AllocsPerRun refuses
 			}
 			for _, f := range frames[:k] {
 				switch {
-				case bytes.Equal(f, dgram):
+				case bytes.Equal(f, dgram[:len(dgram)-tail]):
 					one++
-				case len(f) == segSize && f[0] == byte(seg) && f[segSize-1] == byte(seg):
+				case len(f) == segSize-tail && f[0] == byte(seg) && f[segSize-tail-1] == byte(seg):
 					seg++
 				default:
 					t.Fatalf("%d bytes starting %#x, want segment %d of the super-packet or a datagram", len(f), f[:min(len(f), 1)], seg)
@@ -67,8 +77,8 @@ func TestUDPReceiverGRO(t *testing.T) { // not parallel: AllocsPerRun refuses
 	}
 	round()
 	st := r.Stats()
-	if st.Datagrams != segs+single || st.Truncated != 0 || st.Short != 0 || st.GRO && st.GROMessages != 1 {
-		t.Errorf("stats %+v: want %d datagrams, the super-packet as one UDP_GRO message", st, segs+single)
+	if st.Datagrams != segs+single || st.Truncated != 0 || st.Short != 0 || st.GRO && st.GROMessages != 1 || opened != segs+single {
+		t.Errorf("stats %+v, %d opened: want %d datagrams, the super-packet as one UDP_GRO message, all opened", st, opened, segs+single)
 	}
 	t.Logf("stats %+v", st)
 	if allocs := testing.AllocsPerRun(20, round); allocs != 0 {

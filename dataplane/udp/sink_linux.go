@@ -53,18 +53,22 @@ var _ pipeline.Sink = (*Sink)(nil)
 // not allocate. Alloc and Free may run concurrently with Transmit,
 // Complete and Wait, which one goroutine (the sink loop) calls.
 type Sink struct {
-	pc        batchWriter
-	headroom  int
-	frameSize int
-	encap     func(hdr, pkt []byte)
-	pool      *framepool.Pool // every frame, allocated once
+	pc         batchWriter
+	headroom   int
+	tailroom   int
+	frameSize  int
+	seal       SealFunc
+	onFallback func(Fallback, error)
+	pool       *framepool.Pool // every frame, allocated once
 
 	txMu      sync.Mutex // Transmit
 	msgs      []ipv4.Message
 	iovs      [][]byte      // one per frame of the chunk at hand
 	oob       [][]byte      // one UDP_SEGMENT control message per message
 	first     []int         // first frame of each message; first[m] ends the last
-	sealed    []atomic.Bool // frame i went through Encap since Alloc handed it out
+	sealed    []atomic.Bool // frame i went through Seal since Alloc handed it out
+	toSeal    [][]byte      // the datagrams of the chunk at hand not sealed yet
+	fellBack  [FallbackMsgSize + 1]bool
 	gso       bool
 	gsoTooBig int // smallest datagram size refused with EMSGSIZE in a UDP_SEGMENT message; 0: none
 
@@ -103,24 +107,28 @@ func NewSink(conn *net.UDPConn, cfg SinkConfig) (*Sink, error) {
 		return nil, errors.New("udp: sink: no connection")
 	case cfg.Frames < 0 || cfg.Frames > maxUDPSinkFrames:
 		return nil, fmt.Errorf("udp: sink: %d frames, want 1 to %d", cfg.Frames, maxUDPSinkFrames)
-	case cfg.Headroom < 0 || cfg.FrameSize <= cfg.Headroom || cfg.FrameSize > cfg.Headroom+1<<16:
-		return nil, fmt.Errorf("udp: sink: frame size %d with headroom %d", cfg.FrameSize, cfg.Headroom)
+	case cfg.Headroom < 0 || cfg.Tailroom < 0 || cfg.FrameSize <= cfg.Headroom+cfg.Tailroom ||
+		cfg.FrameSize > cfg.Headroom+cfg.Tailroom+1<<16:
+		return nil, fmt.Errorf("udp: sink: frame size %d with headroom %d and tailroom %d", cfg.FrameSize, cfg.Headroom, cfg.Tailroom)
 	}
 	v6, gso, err := udpSocketInfo(conn)
 	if err != nil {
 		return nil, err
 	}
 	s := &Sink{
-		headroom:  cfg.Headroom,
-		frameSize: cfg.FrameSize,
-		encap:     cfg.Encap,
-		pool:      framepool.New(cfg.Frames, cfg.FrameSize, 0, 0),
-		msgs:      make([]ipv4.Message, udpSinkChunk),
-		iovs:      make([][]byte, udpSinkChunk),
-		oob:       make([][]byte, udpSinkChunk),
-		first:     make([]int, udpSinkChunk+1),
-		sealed:    make([]atomic.Bool, cfg.Frames),
-		gso:       gso,
+		headroom:   cfg.Headroom,
+		tailroom:   cfg.Tailroom,
+		frameSize:  cfg.FrameSize,
+		seal:       cfg.Seal,
+		onFallback: cfg.OnFallback,
+		pool:       framepool.New(cfg.Frames, cfg.FrameSize, 0, 0),
+		msgs:       make([]ipv4.Message, udpSinkChunk),
+		iovs:       make([][]byte, udpSinkChunk),
+		oob:        make([][]byte, udpSinkChunk),
+		first:      make([]int, udpSinkChunk+1),
+		sealed:     make([]atomic.Bool, cfg.Frames),
+		toSeal:     make([][]byte, 0, udpSinkChunk),
+		gso:        gso,
 	}
 	if v6 {
 		s.pc = ipv6.NewPacketConn(conn)
@@ -184,17 +192,20 @@ func putUDPSegmentCmsg(b []byte, size uint16) {
 // Headroom is the encapsulation header's room, SinkConfig.Headroom.
 func (s *Sink) Headroom() int { return s.headroom }
 
-// FrameSize is the size of each frame, headroom included: the Forwarder's
-// FrameSize.
+// FrameSize is the size of each frame, headroom and tailroom included:
+// the Forwarder's FrameSize.
 func (s *Sink) FrameSize() int { return s.frameSize }
 
 // Frames is the size of the frame pool.
 func (s *Sink) Frames() int { return s.pool.Small() }
 
-// Alloc takes free frames from the pool.
+// Alloc takes free frames from the pool. Each frame's Buf ends Tailroom
+// bytes before the frame does: the room is the trailer's.
 func (s *Sink) Alloc(frames []pipeline.Frame) int {
 	n := s.pool.Alloc(frames)
-	for _, f := range frames[:n] {
+	for i := range frames[:n] {
+		f := &frames[i]
+		f.Buf = f.Buf[:s.frameSize-s.tailroom]
 		s.sealed[f.ID].Store(false)
 	}
 	return n
@@ -276,9 +287,11 @@ func (s *Sink) send(chunk []pipeline.Frame) (taken int, more bool, err error) {
 			s.st.gsoRefused.Add(1)
 			s.gso = false
 			s.st.gso.Store(false)
+			s.fallBack(FallbackGSORefused, err)
 			return s.first[k], true, nil
 		case segs > 1 && errno == unix.EMSGSIZE: // a datagram is over the path MTU
 			s.st.msgSize.Add(1)
+			s.fallBack(FallbackMsgSize, err)
 			if s.gsoTooBig == 0 || size < s.gsoTooBig {
 				s.gsoTooBig = size
 			}
@@ -290,6 +303,17 @@ func (s *Sink) send(chunk []pipeline.Frame) (taken int, more bool, err error) {
 		k++
 	}
 	return len(chunk), true, nil
+}
+
+// fallBack reports the first fall-back of each kind to OnFallback.
+func (s *Sink) fallBack(f Fallback, err error) {
+	if s.fellBack[f] {
+		return
+	}
+	s.fellBack[f] = true
+	if s.onFallback != nil {
+		s.onFallback(f, fmt.Errorf("udp: sink: %s: %w", f, err))
+	}
 }
 
 // udpFatal reports whether a send error means the socket is unusable: it
@@ -319,16 +343,17 @@ func (s *Sink) lost(errno syscall.Errno, segs int) {
 
 // build lays chunk out as messages: runs of equal-length frames (the last
 // may be shorter) become UDP_SEGMENT messages while GSO is on, every
-// other frame a message of its own. Frames not yet encapsulated go
-// through Encap. It returns the number of messages.
+// other frame a message of its own. Frames not yet sealed go through
+// Seal first. It returns the number of messages.
 func (s *Sink) build(chunk []pipeline.Frame) int {
+	s.sealChunk(chunk)
 	m := 0
 	for i := 0; i < len(chunk); m++ {
-		size := s.headroom + chunk[i].Len
+		size := s.datagramLen(chunk[i])
 		j := i + 1
 		if s.gso && (s.gsoTooBig == 0 || size < s.gsoTooBig) {
 			for total := size; j < len(chunk) && j-i < udpGSOMaxSegments; {
-				next := s.headroom + chunk[j].Len
+				next := s.datagramLen(chunk[j])
 				if next > size || total+next > udpMaxPayload {
 					break
 				}
@@ -340,12 +365,7 @@ func (s *Sink) build(chunk []pipeline.Frame) int {
 			}
 		}
 		for x := i; x < j; x++ {
-			f := chunk[x]
-			if s.encap != nil && !s.sealed[f.ID].Load() {
-				s.encap(f.Buf[:s.headroom], f.Buf[s.headroom:s.headroom+f.Len])
-				s.sealed[f.ID].Store(true)
-			}
-			s.iovs[x] = f.Buf[:s.headroom+f.Len]
+			s.iovs[x] = s.datagram(chunk[x])
 		}
 		msg := &s.msgs[m]
 		msg.Buffers, msg.OOB, msg.Addr = s.iovs[i:j], nil, nil
@@ -359,6 +379,31 @@ func (s *Sink) build(chunk []pipeline.Frame) int {
 	s.first[m] = len(chunk)
 	return m
 }
+
+// sealChunk seals, in one call of Seal, the frames of chunk that were not
+// sealed yet.
+func (s *Sink) sealChunk(chunk []pipeline.Frame) {
+	if s.seal == nil {
+		return
+	}
+	s.toSeal = s.toSeal[:0]
+	for _, f := range chunk {
+		if !s.sealed[f.ID].Load() {
+			s.toSeal = append(s.toSeal, s.datagram(f))
+			s.sealed[f.ID].Store(true)
+		}
+	}
+	if len(s.toSeal) > 0 {
+		s.seal(s.toSeal)
+	}
+	clear(s.toSeal) // keep no views of frames
+}
+
+// datagram is the UDP payload of frame f: headroom, packet, tailroom,
+// within the frame (Buf ends before the tailroom, its capacity does not).
+func (s *Sink) datagram(f pipeline.Frame) []byte { return f.Buf[:s.datagramLen(f)] }
+
+func (s *Sink) datagramLen(f pipeline.Frame) int { return s.headroom + f.Len + s.tailroom }
 
 // sent counts messages [from, to) of the last build as sent.
 func (s *Sink) sent(from, to int) {

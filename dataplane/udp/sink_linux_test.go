@@ -1,6 +1,7 @@
 package udp
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -42,7 +43,7 @@ const (
 	uskHdrLen = 16     // a WireGuard-style data header: type, receiver index, counter
 	uskType   = 4      // WireGuard's transport data message type
 	uskIndex  = 0x1234 // the receiver index the test's encapsulation writes
-	uskTUNMTU = 1440   // inner MTU: 1440 + 16 + 28 fits the veth's 1500
+	uskTUNMTU = 1440   // inner MTU: 1440 + 16 + 16 (the trailer) + 28 fits the veth's 1500
 	uskWait   = 5 * time.Second
 )
 
@@ -105,15 +106,19 @@ func uskSockopt(t *testing.T, c syscall.Conn, level, opt, v int) {
 	}
 }
 
-// uskEncap returns an Encap that writes a WireGuard-style data header
-// with a counter that counts up from 0, one per datagram.
-func uskEncap() func(hdr, pkt []byte) {
+// uskSeal returns a SealFunc that writes a WireGuard-style data header
+// with a counter that counts up from 0, one per datagram, and a copy of
+// the header as the trailer in the last tail bytes.
+func uskSeal(tail int) SealFunc {
 	var ctr uint64
-	return func(hdr, _ []byte) {
-		binary.LittleEndian.PutUint32(hdr[0:], uskType)
-		binary.LittleEndian.PutUint32(hdr[4:], uskIndex)
-		binary.LittleEndian.PutUint64(hdr[8:], ctr)
-		ctr++
+	return func(dgrams [][]byte) {
+		for _, d := range dgrams {
+			binary.LittleEndian.PutUint32(d[0:], uskType)
+			binary.LittleEndian.PutUint32(d[4:], uskIndex)
+			binary.LittleEndian.PutUint64(d[8:], ctr)
+			copy(d[len(d)-tail:], d[:tail])
+			ctr++
+		}
 	}
 }
 
@@ -243,7 +248,7 @@ func TestUDPSinkConfig(t *testing.T) {
 // and that every datagram arrives whole, in order, encapsulated once.
 func TestUDPSinkCoalescing(t *testing.T) {
 	n := newUskNet(t)
-	s, _, rx := newUskSink(t, n, uskPort, SinkConfig{Frames: 256, Headroom: uskHdrLen, Encap: uskEncap()})
+	s, _, rx := newUskSink(t, n, uskPort, SinkConfig{Frames: 256, Headroom: uskHdrLen, Seal: uskSeal(0)})
 	var seq, rseq uint32
 	var ctr uint64
 
@@ -282,7 +287,7 @@ func TestUDPSinkCoalescing(t *testing.T) {
 // good, without losing a frame or encapsulating one twice.
 func TestUDPSinkGSORefused(t *testing.T) {
 	n := newUskNet(t)
-	s, tx, rx := newUskSink(t, n, uskPort, SinkConfig{Frames: 64, Headroom: uskHdrLen, Encap: uskEncap()})
+	s, tx, rx := newUskSink(t, n, uskPort, SinkConfig{Frames: 64, Headroom: uskHdrLen, Seal: uskSeal(0)})
 	uskSockopt(t, tx, unix.SOL_SOCKET, unix.SO_NO_CHECK, 1)
 	var seq, rseq uint32
 	var ctr uint64
@@ -361,7 +366,7 @@ func TestUDPSinkBlocks(t *testing.T) {
 	if err := n.a.Netlink().QdiscAdd(tbf); err != nil {
 		t.Fatalf("tbf: %v", err)
 	}
-	s, tx, rx := newUskSink(t, n, uskPort, SinkConfig{Frames: 256, Headroom: uskHdrLen, Encap: uskEncap()})
+	s, tx, rx := newUskSink(t, n, uskPort, SinkConfig{Frames: 256, Headroom: uskHdrLen, Seal: uskSeal(0)})
 	uskSockopt(t, tx, unix.SOL_SOCKET, unix.SO_SNDBUF, 4096) // the kernel's minimum: one message at a time
 	uskSockopt(t, rx, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64<<20)
 	var seq, rseq uint32
@@ -401,7 +406,7 @@ func TestUDPSinkNoBufs(t *testing.T) {
 	if err := n.a.Netlink().QdiscAdd(tbf); err != nil {
 		t.Fatalf("tbf: %v", err)
 	}
-	s, tx, rx := newUskSink(t, n, uskPort, SinkConfig{Frames: 512, Headroom: uskHdrLen, Encap: uskEncap()})
+	s, tx, rx := newUskSink(t, n, uskPort, SinkConfig{Frames: 512, Headroom: uskHdrLen, Seal: uskSeal(0)})
 	uskSockopt(t, tx, unix.SOL_IP, unix.IP_RECVERR, 1)
 	uskSockopt(t, rx, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64<<20)
 	var seq, rseq uint32
@@ -437,7 +442,7 @@ func TestUDPSinkNoBufs(t *testing.T) {
 
 func TestUDPSinkAllocs(t *testing.T) { // not parallel: AllocsPerRun refuses
 	n := newUskNet(t)
-	s, _, rx := newUskSink(t, n, uskPort, SinkConfig{Frames: 64, Headroom: uskHdrLen, Encap: uskEncap()})
+	s, _, rx := newUskSink(t, n, uskPort, SinkConfig{Frames: 64, Headroom: uskHdrLen, Tailroom: 16, Seal: uskSeal(16)})
 	uskSockopt(t, rx, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64<<20)
 	frames := make([]pipeline.Frame, 40)
 	allocs := testing.AllocsPerRun(100, func() {
@@ -472,7 +477,7 @@ func uskRace() bool {
 //
 //	TUN → Forwarder → Sink ==== UDP ==== Receiver → ReturnPath (GRO) → TUN
 //
-// Each side's Decap checks every datagram: the tunnel header and its
+// Each side's Open checks every datagram: the tunnel header, trailer and
 // counter (nothing lost or reordered), the inner IPv4 and transport
 // checksums, and the sequence numbers of a UDP stream. UDP_SEGMENT
 // super-packets go from A to B, and a TCP stream each way, SHA-256
@@ -608,10 +613,10 @@ func newTunnelEnd(t *testing.T, ns *netlab.NS, tunName, addr, route, local, remo
 	}
 	t.Cleanup(func() { e.conn.Close() })
 	uskSockopt(t, e.conn, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 32<<20)
-	if e.sink, err = NewSink(e.conn, SinkConfig{Frames: 2048, FrameSize: 2048, Headroom: uskHdrLen, Encap: uskEncap()}); err != nil {
+	if e.sink, err = NewSink(e.conn, SinkConfig{Frames: 2048, FrameSize: 2048, Headroom: uskHdrLen, Tailroom: uskHdrLen, Seal: uskSeal(uskHdrLen)}); err != nil {
 		t.Fatal(err)
 	}
-	if e.recv, err = NewReceiver(e.conn, ReceiverConfig{Headroom: uskHdrLen, Decap: e.dec.decap}); err != nil {
+	if e.recv, err = NewReceiver(e.conn, ReceiverConfig{Headroom: uskHdrLen, Tailroom: uskHdrLen, Open: e.dec.open}); err != nil {
 		t.Fatal(err)
 	}
 	size := txqueue.Truesize(e.sink.FrameSize())
@@ -748,6 +753,21 @@ func (d *uskDecap) failure() string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.fail
+}
+
+// open checks a batch of datagrams: each trailer is a copy of its
+// header (uskSeal), and decap checks the rest.
+func (d *uskDecap) open(dgrams [][]byte, verdicts []Verdict) {
+	for i, dg := range dgrams {
+		tail := dg[len(dg)-uskHdrLen:]
+		switch {
+		case !bytes.Equal(tail, dg[:uskHdrLen]):
+			d.failf("datagram %d: trailer %x, header %x", d.ctr, tail, dg[:uskHdrLen])
+			verdicts[i] = DropAuth
+		case !d.decap(dg[:uskHdrLen], dg[uskHdrLen:len(dg)-uskHdrLen]):
+			verdicts[i] = DropMalformed
+		}
+	}
 }
 
 // decap checks the tunnel header and its counter, and the inner packet's

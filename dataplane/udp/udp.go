@@ -32,22 +32,86 @@ type SinkConfig struct {
 	// Segmenter says otherwise), and more to keep the socket busy while
 	// it cuts the next one: size it from the budget's limit.
 	Frames int
-	// FrameSize is the size of each frame, Headroom included; 0 means
-	// DefaultSinkFrameSize. Give the same value to the Forwarder.
+	// FrameSize is the size of each frame, Headroom and Tailroom
+	// included; 0 means DefaultSinkFrameSize. Give the same value to the
+	// Forwarder.
 	FrameSize int
 	// Headroom is the room before each packet for an encapsulation
 	// header, such as a VPN's 16-byte data header; 0 sends bare packets.
-	// Each datagram's payload is the headroom followed by the packet.
 	Headroom int
-	// Encap, if set, fills in the encapsulation header: hdr is the frame's
-	// Headroom bytes and pkt the IP packet behind them. It runs once per
-	// frame, in transmit order, on the goroutine that calls Transmit (the
-	// forwarder's sink loop), just before the frame is first handed to
-	// the kernel. It may rewrite hdr and pkt in place (a counter, a MAC,
-	// in-place encryption) but not change their lengths, and must not
-	// keep them. Without Encap the headroom is sent as it is (zeros
-	// unless the embedder writes it elsewhere).
-	Encap func(hdr, pkt []byte)
+	// Tailroom is the room after each packet for a trailer, such as an
+	// AEAD's 16-byte tag: the frames a Forwarder cuts into end Tailroom
+	// bytes before FrameSize. Each datagram's payload is the headroom,
+	// the packet and the tailroom.
+	Tailroom int
+	// Seal, if set, frames and seals datagrams in place (see SealFunc).
+	// Without it the headroom and tailroom are sent as they are.
+	Seal SealFunc
+	// OnFallback, if set, is called the first time the sink stops using
+	// UDP_SEGMENT for a reason (once per Fallback), on the goroutine that
+	// calls Transmit. SinkStats counts every occurrence.
+	OnFallback func(f Fallback, err error)
+}
+
+// A SealFunc seals a batch of datagrams in place. dgrams[i] is a whole
+// datagram: Headroom bytes of header room, the inner IP packet, Tailroom
+// bytes of trailer room; it may rewrite all of it (a header with a
+// counter, the packet encrypted, a tag) but not change its length, and
+// must not keep it. The sink calls it once per batch, in transmit order,
+// on the goroutine that calls Transmit (the forwarder's sink loop), just
+// before the datagrams are first handed to the kernel; every datagram is
+// sealed once, even one offered again after ENOBUFS.
+type SealFunc func(dgrams [][]byte)
+
+// An OpenFunc opens a batch of received datagrams in place. dgrams[i] is
+// a whole datagram as its peer's SealFunc left it; the inner IP packet
+// is to be left at dgrams[i][Headroom:len(dgrams[i])-Tailroom] (an IP
+// packet shorter than that room is trimmed to its IP length). It sets
+// verdicts[i], which come in as Accept, to say why a datagram is
+// dropped; it must not keep dgrams. The receiver calls it once per
+// recvmmsg batch, on the goroutine that calls Receive, with only the
+// datagrams long enough to hold the headroom and the tailroom.
+type OpenFunc func(dgrams [][]byte, verdicts []Verdict)
+
+// A Verdict is what an OpenFunc says of a datagram: Accept, or why it is
+// dropped. ReceiverStats counts the drops by verdict.
+type Verdict uint8
+
+// The verdicts.
+const (
+	Accept        Verdict = iota // an inner packet, handed on
+	DropAuth                     // the authentication (AEAD tag, MAC) failed
+	DropReplay                   // a counter seen before or below the replay window
+	DropMalformed                // not a data message of the tunnel
+	numVerdicts
+)
+
+// A Fallback is why a Sink stopped sending some datagrams with
+// UDP_SEGMENT.
+type Fallback int
+
+// The fall-backs.
+const (
+	// FallbackGSORefused: the kernel refused UDP_SEGMENT (EIO or EINVAL:
+	// no support, a socket with SO_NO_CHECK, or a segment larger than the
+	// route's MTU): every datagram goes in a message of its own from then
+	// on.
+	FallbackGSORefused Fallback = iota + 1
+	// FallbackMsgSize: a UDP_SEGMENT message's datagrams were over the
+	// path MTU (EMSGSIZE): datagrams that large go one by one (the kernel
+	// fragments them). The inner MTU is too large for the path.
+	FallbackMsgSize
+)
+
+// String names f.
+func (f Fallback) String() string {
+	switch f {
+	case FallbackGSORefused:
+		return "UDP_SEGMENT refused"
+	case FallbackMsgSize:
+		return "UDP_SEGMENT datagrams over the path MTU"
+	}
+	return "no fall-back"
 }
 
 // SinkStats is a snapshot of a Sink's counters. Every frame that
@@ -64,9 +128,9 @@ type SinkStats struct {
 	// Errors by kind, counted per failed message (one sendmmsg error).
 	Refused     uint64 // ECONNREFUSED: the peer's port was unreachable (an earlier ICMP error); the message is dropped
 	Unreachable uint64 // EHOSTUNREACH, ENETUNREACH, EHOSTDOWN, ENETDOWN: the message is dropped
-	MsgSize     uint64 // EMSGSIZE: a UDP_SEGMENT message is sent again as single datagrams; a single datagram is dropped
+	MsgSize     uint64 // EMSGSIZE: a UDP_SEGMENT message is sent again as single datagrams (FallbackMsgSize); a single datagram is dropped
 	NoBufs      uint64 // ENOBUFS: Transmit stopped and the rest is offered again
-	GSORefused  uint64 // EIO or EINVAL on a UDP_SEGMENT message: GSO is turned off, the frames sent one by one
+	GSORefused  uint64 // EIO or EINVAL on a UDP_SEGMENT message: GSO is turned off, the frames sent one by one (FallbackGSORefused)
 	Other       uint64 // any other non-fatal error: the message is dropped
 
 	GSO bool // whether UDP_SEGMENT is (still) used
@@ -89,14 +153,14 @@ type ReceiverConfig struct {
 	// Headroom is the encapsulation header in front of each inner packet,
 	// such as a VPN's 16-byte data header: at least as long as a
 	// virtio-net header, which the return path writes there once the
-	// datagram has been decapsulated.
+	// datagram has been opened.
 	Headroom int
-	// Decap, if set, checks and decodes one datagram in place: hdr is its
-	// Headroom bytes and pkt the inner packet (decryption, a counter, a
-	// MAC). It returns false to drop the datagram. It runs on the
-	// goroutine that calls Receive (the return path's) and must not keep
-	// hdr or pkt.
-	Decap func(hdr, pkt []byte) bool
+	// Tailroom is the trailer after each inner packet, such as an AEAD's
+	// 16-byte tag: it is cut off the packet handed on.
+	Tailroom int
+	// Open, if set, opens each batch of datagrams in place (see
+	// OpenFunc); without it every datagram long enough is accepted.
+	Open OpenFunc
 	// Messages is the most messages one recvmmsg call takes, each with a
 	// 64 KiB buffer allocated once; 0 means DefaultReceiverMessages.
 	Messages int
@@ -108,9 +172,49 @@ type ReceiverStats struct {
 	Messages    uint64 // messages received: a datagram, or several coalesced by UDP_GRO
 	GROMessages uint64 // messages of two datagrams or more
 	Syscalls    uint64 // recvmmsg calls that received something
-	Short       uint64 // datagrams shorter than Headroom, dropped
-	Refused     uint64 // datagrams Decap refused, dropped
+	Short       uint64 // datagrams shorter than Headroom and Tailroom, dropped
+	Refused     uint64 // datagrams Open refused, dropped: the sum of the three below
+	Auth        uint64 // of which DropAuth
+	Replay      uint64 // of which DropReplay
+	Malformed   uint64 // of which DropMalformed (and verdicts Open does not name)
 	Truncated   uint64 // messages larger than their buffer, dropped
 	PeerErrors  uint64 // errors an ICMP message left on the socket (ECONNREFUSED, EHOSTUNREACH, ...), counted and passed over
 	GRO         bool   // whether the kernel coalesces with UDP_GRO
+}
+
+// Add returns the field-by-field sum of s and o (GSO: whether both use
+// it), for the sinks of several queues.
+func (s SinkStats) Add(o SinkStats) SinkStats {
+	s.Datagrams += o.Datagrams
+	s.Messages += o.Messages
+	s.GSOMessages += o.GSOMessages
+	s.Bytes += o.Bytes
+	s.Syscalls += o.Syscalls
+	s.Dropped += o.Dropped
+	s.Refused += o.Refused
+	s.Unreachable += o.Unreachable
+	s.MsgSize += o.MsgSize
+	s.NoBufs += o.NoBufs
+	s.GSORefused += o.GSORefused
+	s.Other += o.Other
+	s.GSO = s.GSO && o.GSO
+	return s
+}
+
+// Add returns the field-by-field sum of s and o (GRO: whether both use
+// it), for the receivers of several queues.
+func (s ReceiverStats) Add(o ReceiverStats) ReceiverStats {
+	s.Datagrams += o.Datagrams
+	s.Messages += o.Messages
+	s.GROMessages += o.GROMessages
+	s.Syscalls += o.Syscalls
+	s.Short += o.Short
+	s.Refused += o.Refused
+	s.Auth += o.Auth
+	s.Replay += o.Replay
+	s.Malformed += o.Malformed
+	s.Truncated += o.Truncated
+	s.PeerErrors += o.PeerErrors
+	s.GRO = s.GRO && o.GRO
+	return s
 }

@@ -45,3 +45,4 @@ func (*Sink) Stats() SinkStats                       { return SinkStats{} }
 func (*Receiver) Headroom() int                      { return 0 }
 func (*Receiver) Receive([][]byte) (int, error)      { return 0, errNotSupported }
 func (*Receiver) Stats() ReceiverStats               { return ReceiverStats{} }
+func (*Receiver) SetReadDeadline(time.Time) error    { return errNotSupported }

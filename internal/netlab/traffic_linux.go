@@ -3,10 +3,12 @@ package netlab
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -150,5 +152,58 @@ func echo(t TB, c net.Conn, proto string, addr netip.Addr, wait time.Duration) {
 	c.Write([]byte(msg))
 	if k, err := c.Read(buf); err != nil || string(buf[:k]) != msg {
 		t.Errorf("%s echo from %v: %q, %v", proto, addr, buf[:k], err)
+	}
+}
+
+// UDPSequence sends count datagrams of size bytes (at least 8), each
+// starting with its sequence number, from client to a socket on addr in
+// server, at most window ahead of what arrived, and checks that they all
+// arrive once and in order. It fails the test on a gap, a duplicate, a
+// reordering, or when the datagrams stop coming for two seconds.
+func UDPSequence(t TB, client, server *NS, addr netip.AddrPort, count, size, window int) {
+	t.Helper()
+	var srv, c *net.UDPConn
+	var err error
+	server.Do(t, func() { srv, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(addr)) })
+	Must(t, err)
+	defer srv.Close()
+	client.Do(t, func() { c, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(addr)) })
+	Must(t, err)
+	defer c.Close()
+	var got atomic.Int64
+	fail := make(chan string, 1)
+	go func() {
+		buf := make([]byte, size+1)
+		for next := uint64(0); next < uint64(count); next++ {
+			srv.SetReadDeadline(time.Now().Add(2 * time.Second))
+			k, err := srv.Read(buf)
+			if err != nil || k != size {
+				fail <- fmt.Sprintf("datagram %d: %d bytes, %v", next, k, err)
+				return
+			}
+			if seq := binary.BigEndian.Uint64(buf); seq != next {
+				fail <- fmt.Sprintf("datagram %d where %d was due", seq, next)
+				return
+			}
+			got.Add(1)
+		}
+		fail <- ""
+	}()
+	buf := make([]byte, size)
+	for i := range count {
+		for int(got.Load()) < i-window {
+			select {
+			case f := <-fail:
+				t.Fatalf("UDP to %v: %s", addr, f)
+			case <-time.After(100 * time.Microsecond):
+			}
+		}
+		binary.BigEndian.PutUint64(buf, uint64(i))
+		if _, err := c.Write(buf); err != nil {
+			t.Fatalf("UDP to %v: send %d: %v", addr, i, err)
+		}
+	}
+	if f := <-fail; f != "" {
+		t.Fatalf("UDP to %v: %s (%d of %d arrived in order)", addr, f, got.Load(), count)
 	}
 }

@@ -1,0 +1,233 @@
+package main
+
+// Scenario "tunnel": a VPN's data path between two namespaces over a
+// veth of MTU 1500 (netlab.Pair), one TCP stream each way at once,
+// through:
+//
+//	kernel        nothing: the streams run between the veth's addresses
+//	tunnel        gsoplane's dataplane/tunnel, plaintext, configured as
+//	              the README's recipe is (a name, the local and the peer's
+//	              addresses: every default)
+//	wg-plumbing   wireguard-go's own plumbing, plaintext: its TUN device
+//	              (CreateTUN, offloads) and conn.StdNetBind (UDP GSO and
+//	              GRO) wired by loops of reads and writes, no crypto
+//	vpn           examples/vpn: the tunnel with ChaCha20-Poly1305
+//	wg-device     a real wireguard-go device (userspace WireGuard,
+//	              configured with IpcSet, no wg binary)
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"path/filepath"
+
+	"github.com/gsoplane/gsoplane/dataplane/tunnel"
+	"github.com/gsoplane/gsoplane/examples/vpn"
+	"github.com/gsoplane/gsoplane/internal/netlab"
+)
+
+// The tunnel rows' device and inner addresses (in 198.19.0.0/24, behind
+// the pair's outer 198.18.100.0/24).
+const (
+	tnlName = "tnl0"
+	tnlPort = 51820
+)
+
+var (
+	tnlInnerA = netip.MustParseAddr("198.19.0.1")
+	tnlInnerB = netip.MustParseAddr("198.19.0.2")
+)
+
+// tunnelEnd is one end of a tunnel under test, running.
+type tunnelEnd interface {
+	// datagrams reports the datagrams sent and received and the calls
+	// that moved them (0 where the implementation does not say).
+	datagrams() (sent, sends, received, receives uint64)
+	stop() error
+}
+
+// openTunnelEnd opens one end in ns, from local to peer: its TUN device
+// is tnlName, which the caller addresses and brings up.
+type openTunnelEnd func(ns *netlab.NS, local, peer netip.Addr) (tunnelEnd, error)
+
+func tunnelRows() []rowSpec {
+	row := func(name string, open openTunnelEnd) rowSpec {
+		return rowSpec{name: name, units: units{sent: "bytes", received: "—"}, retrans: true, start: func(ctx context.Context) (trial, error) {
+			return startTunnelTrial(open)
+		}}
+	}
+	return []rowSpec{
+		row("kernel", nil),
+		row("tunnel", openGsoTunnel),
+		row("wg-plumbing", openWGPlumbing),
+		row("vpn", openVPN),
+		row("wg-device", openWGDevice),
+	}
+}
+
+// tunnelTrial is a pair with a tunnel end in each namespace (none for the
+// kernel row) and a TCP stream each way.
+type tunnelTrial struct {
+	p        *netlab.Pair
+	ends     []tunnelEnd
+	fwd, rev *tcpStream // A→B, B→A
+}
+
+// startTunnelTrial builds the pair, the two ends and the streams.
+func startTunnelTrial(open openTunnelEnd) (trial, error) {
+	p, err := newPairLab()
+	if err != nil {
+		return nil, err
+	}
+	t := &tunnelTrial{p: p}
+	if err := t.start(open); err != nil {
+		return nil, errors.Join(err, t.close())
+	}
+	return t, nil
+}
+
+func (t *tunnelTrial) start(open openTunnelEnd) (err error) {
+	dstA, dstB := t.p.AddrA, t.p.AddrB
+	if open != nil {
+		dstA, dstB = tnlInnerA, tnlInnerB
+		for _, e := range []struct {
+			ns          *netlab.NS
+			local, peer netip.Addr
+			inner       netip.Addr
+		}{{t.p.A, t.p.AddrA, t.p.AddrB, tnlInnerA}, {t.p.B, t.p.AddrB, t.p.AddrA, tnlInnerB}} {
+			end, err := open(e.ns, e.local, e.peer)
+			if err != nil {
+				return err
+			}
+			t.ends = append(t.ends, end)
+			if err := errors.Join(e.ns.AddAddr(tnlName, e.inner.String()+"/24"), e.ns.LinkUp(tnlName)); err != nil {
+				return err
+			}
+		}
+	}
+	if t.fwd, err = startStream(t.p.A, t.p.B, dstB, tcpPort); err != nil {
+		return err
+	}
+	t.rev, err = startStream(t.p.B, t.p.A, dstA, tcpPort+1)
+	return err
+}
+
+func (t *tunnelTrial) snapshot() counters {
+	var c, rev counters
+	t.fwd.counters(&c)
+	t.rev.counters(&rev)
+	c.Sent, c.RxBytes, c.Retrans = c.Sent+rev.Sent, c.RxBytes+rev.RxBytes, c.Retrans+rev.Retrans
+	c.RxBytesRev = rev.RxBytes
+	for _, e := range t.ends {
+		s, ss, r, rs := e.datagrams()
+		c.TxDgrams, c.TxCalls, c.RxDgrams, c.RxCalls = c.TxDgrams+s, c.TxCalls+ss, c.RxDgrams+r, c.RxCalls+rs
+	}
+	return c
+}
+
+func (t *tunnelTrial) finish() (final, error) { return final{}, t.close() }
+
+// close stops the streams and the ends and removes the pair.
+func (t *tunnelTrial) close() error {
+	var errs []error
+	for _, s := range []*tcpStream{t.fwd, t.rev} {
+		if s != nil {
+			errs = append(errs, s.stop())
+		}
+	}
+	for _, e := range t.ends {
+		errs = append(errs, e.stop())
+	}
+	return errors.Join(append(errs, closeLab(t.p))...)
+}
+
+// gsoTunnel is a dataplane/tunnel end, running.
+type gsoTunnel struct {
+	t      *tunnel.Tunnel
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// openGsoTunnel opens the README recipe's tunnel: every default.
+func openGsoTunnel(ns *netlab.NS, local, peer netip.Addr) (tunnelEnd, error) {
+	return runTunnel(ns, func() (*tunnel.Tunnel, error) {
+		return tunnel.Open(tunnel.Config{
+			Name:  tnlName,
+			Local: netip.AddrPortFrom(local, tnlPort),
+			Peer:  netip.AddrPortFrom(peer, tnlPort),
+		})
+	})
+}
+
+// openVPN opens examples/vpn's tunnel with a key file of its own.
+func openVPN(ns *netlab.NS, local, peer netip.Addr) (tunnelEnd, error) {
+	dir, err := os.MkdirTemp("", "gsoplane-bench-vpn-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir) // read by Open
+	key := filepath.Join(dir, "vpn.key")
+	if err := os.WriteFile(key, []byte("gsoplane bench, not a secret key"), 0o600); err != nil {
+		return nil, err
+	}
+	args := []string{"-key", key, "-tun", tnlName,
+		"-local", netip.AddrPortFrom(local, tnlPort).String(), "-peer", netip.AddrPortFrom(peer, tnlPort).String()}
+	return runTunnel(ns, func() (*tunnel.Tunnel, error) { return vpn.Open(args, os.Stderr) })
+}
+
+// runTunnel opens a tunnel in ns and runs it.
+func runTunnel(ns *netlab.NS, open func() (*tunnel.Tunnel, error)) (tunnelEnd, error) {
+	var t *tunnel.Tunnel
+	if err := ns.Run(func() (err error) { t, err = open(); return err }); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	g := &gsoTunnel{t: t, cancel: cancel, done: make(chan error, 1)}
+	go func() { g.done <- t.Run(ctx) }()
+	return g, nil
+}
+
+func (g *gsoTunnel) datagrams() (sent, sends, received, receives uint64) {
+	st := g.t.Stats()
+	return st.Send.Datagrams, st.Send.Syscalls, st.Receive.Datagrams, st.Receive.Syscalls
+}
+
+func (g *gsoTunnel) stop() error {
+	g.cancel()
+	return errors.Join(<-g.done, g.t.Close())
+}
+
+func tunnelRatios(rows []*rowResult) []ratio {
+	specs := []ratioSpec{
+		{"tunnel", "wg-plumbing", "TCP both ways, gsoplane's Tunnel / wireguard-go's TUN and StdNetBind, plaintext"},
+		{"vpn", "wg-device", "TCP both ways, examples/vpn (ChaCha20-Poly1305) / a wireguard-go device"},
+		{"tunnel", "kernel", "TCP both ways, gsoplane's Tunnel / the kernel alone over the veth (upper bound)"},
+		{"vpn", "tunnel", "TCP both ways, the cost of the crypto: examples/vpn / the plaintext Tunnel"},
+	}
+	out := throughputRatios(rows, specs)
+	for _, dir := range []struct {
+		name string
+		rev  bool
+	}{{"A→B", false}, {"B→A", true}} {
+		for _, c := range specs[:2] {
+			if a, b := findRow(rows, c.a), findRow(rows, c.b); a != nil && b != nil {
+				out = append(out, directionRatio(c.a+"/"+c.b+" "+dir.name, "TCP "+dir.name+" alone of the same runs", a, b, dir.rev))
+			}
+		}
+	}
+	return out
+}
+
+// directionRatio is a's throughput in one direction (rev: B→A) over b's,
+// from their median runs (ranked by the throughput both ways).
+func directionRatio(key, text string, a, b *rowResult, rev bool) ratio {
+	ma, _, _, _ := a.median()
+	mb, _, _, _ := b.median()
+	va, vb := ma.direction(rev), mb.direction(rev)
+	q := ratio{Key: key, Text: text, A: operand{a.spec.name, va, "bit/s"}, B: operand{b.spec.name, vb, "bit/s"}}
+	if vb > 0 {
+		q.Value = va / vb
+	}
+	return q
+}

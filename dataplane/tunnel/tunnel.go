@@ -1,0 +1,110 @@
+package tunnel
+
+import (
+	"log/slog"
+	"net"
+	"net/netip"
+
+	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/tun"
+	"github.com/gsoplane/gsoplane/dataplane/udp"
+)
+
+// DefaultHeadroom is Config.Headroom when 0: a WireGuard-sized data
+// header. The receive side needs at least MinHeadroom.
+const DefaultHeadroom = 16
+
+// MinHeadroom is the smallest Config.Headroom: the return path writes a
+// virtio-net header there once a datagram is opened.
+const MinHeadroom = 12
+
+// Outer header sizes, for InnerMTU.
+const (
+	ipv4HeaderLen = 20
+	ipv6HeaderLen = 40
+	udpHeaderLen  = 8
+)
+
+// Config configures a Tunnel. The zero value of every field but the
+// peer's address is a fast default.
+type Config struct {
+	// Device is an open TUN device (with offloads, tun.Config.Offload)
+	// whose queues the tunnel uses; the caller keeps it and closes it
+	// after the tunnel. Nil: Open opens one named Name with Queues
+	// queues and closes it on Close.
+	Device *tun.Device
+	Name   string
+	Queues int
+	// Conn is a UDP socket connected to the peer (net.DialUDP); the
+	// caller keeps it and closes it after the tunnel. Nil: Open dials
+	// Peer from Local (the zero Local: any address, a port the kernel
+	// picks) and closes that socket on Close.
+	Conn        *net.UDPConn
+	Local, Peer netip.AddrPort
+	// MTU is the inner MTU, set on the TUN device; 0 derives it from the
+	// path MTU to the peer (InnerMTU), as WireGuard's 1420 is derived
+	// from 1500.
+	MTU int
+	// Headroom and Tailroom are the room the VPN's framing needs around
+	// each inner packet in a datagram: a header (Headroom, 0 means
+	// DefaultHeadroom, at least MinHeadroom) and a trailer such as an
+	// AEAD tag (Tailroom).
+	Headroom, Tailroom int
+	// Seal and Open are the VPN's framing and crypto, run on batches in
+	// place (udp.SealFunc, udp.OpenFunc); each queue calls them from
+	// its own goroutines (Seal from its forwarder, Open from its return
+	// path). Nil sends the headroom and tailroom as they are and
+	// accepts every datagram: a plaintext tunnel.
+	Seal udp.SealFunc
+	Open udp.OpenFunc
+	// SocketBuffer is the size asked for the socket's send and receive
+	// buffers (SO_SNDBUFFORCE, SO_RCVBUFFORCE; without CAP_NET_ADMIN,
+	// SO_SNDBUF and SO_RCVBUF, which net.core.wmem_max and rmem_max
+	// cap); 0 sizes them for the batches (socketBuffer).
+	SocketBuffer int
+	// Inside are the prefixes behind the TUN device: a packet from the
+	// peer whose source lies in one of them is dropped
+	// (pipeline.DropSpoofed).
+	Inside []netip.Prefix
+	// Logger takes the warnings (a buffer smaller than asked for,
+	// UDP_SEGMENT or UDP_GRO refused), each once; nil: slog.Default().
+	Logger *slog.Logger
+}
+
+// InnerMTU is the largest inner packet that fits, with the
+// encapsulation's overhead (outer IPv4 or IPv6 header, UDP header,
+// headroom and tailroom), in one datagram on a path of pathMTU bytes:
+// 1500 − 20 − 8 − 16 − 16 = 1440 for WireGuard's framing over IPv4,
+// 1420 over IPv6.
+func InnerMTU(pathMTU int, v6 bool, headroom, tailroom int) int {
+	outer := ipv4HeaderLen
+	if v6 {
+		outer = ipv6HeaderLen
+	}
+	return pathMTU - outer - udpHeaderLen - headroom - tailroom
+}
+
+// Stats is a snapshot of a Tunnel's counters, summed over its queues.
+type Stats struct {
+	Forward pipeline.Stats       // TUN → datagrams: super-packets, segments, drops by reason
+	Send    udp.SinkStats        // datagrams sent, per sendmmsg and UDP_SEGMENT message, send errors
+	Receive udp.ReceiverStats    // datagrams received, per recvmmsg and UDP_GRO message, Open's drops by verdict
+	Return  pipeline.ReturnStats // datagrams → TUN: packets, writes, GRO, drops by reason
+	// Fallbacks counts the times the kernel refused UDP_SEGMENT or
+	// UDP_GRO or the sink gave UDP_SEGMENT up for datagrams over the path
+	// MTU: each costs a system call per datagram.
+	Fallbacks uint64
+}
+
+// DatagramsPerSend is the mean number of datagrams per sendmmsg call.
+func (s Stats) DatagramsPerSend() float64 { return ratio(s.Send.Datagrams, s.Send.Syscalls) }
+
+// DatagramsPerReceive is the mean number of datagrams per recvmmsg call.
+func (s Stats) DatagramsPerReceive() float64 { return ratio(s.Receive.Datagrams, s.Receive.Syscalls) }
+
+func ratio(a, b uint64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}

@@ -1,0 +1,31 @@
+//go:build !linux
+
+package tunnel
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"runtime"
+
+	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/tun"
+)
+
+// Tunnel is a point-to-point tunnel; there is none on this system.
+type Tunnel struct{}
+
+var errNotSupported = fmt.Errorf("tunnel: %w on %s", pipeline.ErrNotSupported, runtime.GOOS)
+
+// Open returns an error: the tunnel needs Linux's TUN, UDP_SEGMENT and
+// UDP_GRO.
+func Open(cfg Config) (*Tunnel, error) { return nil, errNotSupported }
+
+// The methods Tunnel has on Linux, so that programs using it build on any
+// system.
+func (*Tunnel) Run(context.Context) error { return errNotSupported }
+func (*Tunnel) Close() error              { return errNotSupported }
+func (*Tunnel) MTU() int                  { return 0 }
+func (*Tunnel) Device() *tun.Device       { return nil }
+func (*Tunnel) LocalAddr() netip.AddrPort { return netip.AddrPort{} }
+func (*Tunnel) Stats() Stats              { return Stats{} }
