@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/internal/ethtool"
 	"github.com/gsoplane/gsoplane/internal/port"
 )
 
@@ -278,9 +279,22 @@ func newXSK(ifname string, ifindex, queue int, cfg Config, multi bool) (*Socket,
 	}
 	x := newSocket(fd, queue, cfg)
 	if err := x.setup(ifindex, cfg, multi); err != nil {
-		return nil, errors.Join(fmt.Errorf("xsk: socket on %s queue %d: %w", ifname, queue, err), x.close())
+		return nil, errors.Join(fmt.Errorf("xsk: socket on %s queue %d: %w", ifname, queue, withDriver(ifname, err)), x.close())
 	}
 	return x, nil
+}
+
+// withDriver names the interface's driver in a zero-copy refusal: the
+// driver is what decides, and what to look up.
+func withDriver(ifname string, err error) error {
+	if !errors.Is(err, ErrZeroCopy) {
+		return err
+	}
+	d, derr := ethtool.Driver(ifname)
+	if derr != nil {
+		d = fmt.Sprintf("unknown (%v)", derr)
+	}
+	return fmt.Errorf("driver %s: %w", d, err)
 }
 
 // newSocket returns the socket on fd of queue, its frame layout set.
