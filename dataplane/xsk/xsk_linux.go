@@ -36,10 +36,11 @@ const xskBindBusyWait = 2 * time.Second
 // Port is an XDP program on an interface with one AF_XDP socket per
 // bound RX queue. Create it with Open; Close it when done.
 type Port struct {
-	base  *port.Port[*Socket] // the interface, namespace, sockets and lock
-	mode  Mode
-	prog  *xdpProgram
-	multi bool // multi-buffer receive is on
+	base     *port.Port[*Socket] // the interface, namespace, sockets and lock
+	mode     Mode
+	prog     *xdpProgram
+	multi    bool // multi-buffer receive is on
+	zeroCopy bool // the sockets are bound with XDP_ZEROCOPY
 }
 
 // Open loads the XDP program, opens and registers one socket per queue,
@@ -65,7 +66,7 @@ func Open(cfg Config) (*Port, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Port{}
+	p := &Port{zeroCopy: cfg.ZeroCopy}
 	p.base, err = port.New(port.Config[*Socket]{
 		Pkg: "xsk", Ifname: cfg.Ifname, Ifindex: link.Attrs().Index, MaxPrefixes: xdpMaxPrefixes,
 		ErrClosed: ErrClosed, ErrDetached: ErrDetached,
@@ -179,6 +180,10 @@ func (p *Port) Sockets() []*Socket { return p.base.Sockets() }
 
 // Mode returns the effective attach mode (native or generic).
 func (p *Port) Mode() Mode { return p.mode }
+
+// ZeroCopy reports whether the sockets are bound in zero-copy mode
+// (Config.ZeroCopy: Open fails where the driver refuses it).
+func (p *Port) ZeroCopy() bool { return p.zeroCopy }
 
 // MultiBuffer reports whether the port receives packets longer than one
 // UMEM frame (as chains of up to Config.MaxChain frames): Config asked
