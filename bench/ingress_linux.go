@@ -23,15 +23,15 @@ import (
 func ingressRows() []rowSpec {
 	return []rowSpec{
 		ingressTCPRow("ingress", false, func(l *lab) (dataplaneUnderTest, error) {
-			g, err := startGateway(l, ingressConfig(dataplane.XDPModeGeneric, nil))
+			g, err := startGateway(l, ingressConfig(dataplane.PortXDP, dataplane.XDPModeGeneric, nil))
 			if err != nil {
 				return nil, err
 			}
 			return gwDataplane{gateway: g}, nil
-		}),
+		}).copying(forwardCopies + chainCopies),
 		ingressTCPRow("kernel", true, func(l *lab) (dataplaneUnderTest, error) {
 			return nil, errors.Join(l.A.Sysctl("net/ipv4/ip_forward", "1"), l.RouteKernel())
-		}),
+		}).copying(kernelCopies),
 		gatewayTCPRow("tun", xdpTUNConfig(true)),
 	}
 }
