@@ -137,7 +137,7 @@ func hookRatios(rows []*rowResult) []ratio {
 		}
 	}
 	out = append(out, throughputRatios(rows, []ratioSpec{
-		{"packet", "none", "forwarding rate (pps), AF_PACKET / AF_XDP copy mode, no hook"},
+		{"packet", "none", "forwarding rate (pps), AF_PACKET port(s) / AF_XDP copy mode, no hook"},
 	})...)
 	// The hooks' own cost, measured in isolation, and the most it can take
 	// from the no-hook rate.

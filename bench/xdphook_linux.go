@@ -118,7 +118,6 @@ func xdphookRatios(rows []*rowResult) []ratio {
 	}
 	return append(out, throughputRatios(rows, []ratioSpec{
 		{"none", "tun", "forwarding rate (pps), AF_XDP ingress / the TUN fast path (the hook scenario's no-hook row)"},
-		{"packet", "none", "forwarding rate (pps), AF_PACKET ports / AF_XDP copy-mode ports, no hook"},
 		{"none", "generator", "forwarding rate (pps) / what the generator alone pushes into gw-c (the ceiling)"},
 	})...)
 }
