@@ -32,7 +32,7 @@ func TestPortChoice(t *testing.T) {
 		{"auto/no-offloads", map[string]bool{"tx": false}, PortAuto, XDPZeroCopyAuto, PortPacket, "NIC port: AF_PACKET full", noZC},
 		{"auto/zero-copy-off", nil, PortAuto, XDPZeroCopyOff, PortPacket, "NIC port: AF_PACKET offload", "zero-copy off"},
 		{"xdp", nil, PortXDP, XDPZeroCopyAuto, PortXDP, "NIC port: AF_XDP copy mode", "asked for; " + noZC},
-		{"xdp/zero-copy-off", nil, PortXDP, XDPZeroCopyOff, PortXDP, "NIC port: AF_XDP copy mode", "asked for, zero-copy off"},
+		{"xdp/zero-copy-off", nil, PortXDP, XDPZeroCopyOff, PortXDP, "NIC port: AF_XDP copy mode", "asked for; zero-copy off"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var log bytes.Buffer

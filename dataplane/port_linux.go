@@ -98,39 +98,42 @@ const copyModeMeasured = "AF_XDP copy mode measured at 0.5× AF_PACKET offload (
 // openAuto opens AF_XDP with zero-copy sockets where the driver takes
 // them, else AF_PACKET.
 func openAuto(cfg GatewayConfig, log *slog.Logger) (*nic, error) {
-	why := "zero-copy off"
-	switch {
-	case cfg.XDP.ZeroCopy == XDPZeroCopyOff:
-	case cfg.XDP.Mode == XDPModeGeneric:
-		why = "zero-copy needs the XDP program in the driver, not generic mode"
-	default:
-		n, err := openXDP(cfg, log, true, "the driver takes AF_XDP zero-copy")
-		if err == nil || fatal(err) || cfg.XDP.ZeroCopy == XDPZeroCopyOn {
-			return n, err
-		}
-		why = noZeroCopy(cfg.NIC, err)
+	n, whyNot, err := openZeroCopy(cfg, log, "the driver takes AF_XDP zero-copy")
+	if n != nil || err != nil {
+		return n, err
 	}
 	if cfg.XDP.BusyPoll != 0 {
 		log.Warn("busy polling is off: it is for AF_XDP sockets", "nic", cfg.NIC, "busy_poll", cfg.XDP.BusyPoll)
 	}
-	return openPacket(cfg, log, why+"; "+copyModeMeasured)
+	return openPacket(cfg, log, whyNot+"; "+copyModeMeasured)
 }
 
 // openXDPAsked opens the AF_XDP port PortXDP asks for: with zero-copy
-// sockets, or in copy mode when zero-copy is off or, under
-// XDPZeroCopyAuto, where the driver refuses it.
+// sockets, else in copy mode.
 func openXDPAsked(cfg GatewayConfig, log *slog.Logger) (*nic, error) {
-	if cfg.XDP.ZeroCopy == XDPZeroCopyOff {
-		return openXDP(cfg, log, false, "asked for, zero-copy off")
-	}
-	if cfg.XDP.Mode == XDPModeGeneric {
-		return openXDP(cfg, log, false, "asked for; zero-copy needs the XDP program in the driver, not generic mode")
-	}
-	n, err := openXDP(cfg, log, true, "asked for")
-	if err == nil || fatal(err) || cfg.XDP.ZeroCopy == XDPZeroCopyOn {
+	n, whyNot, err := openZeroCopy(cfg, log, "asked for")
+	if n != nil || err != nil {
 		return n, err
 	}
-	return openXDP(cfg, log, false, "asked for; "+noZeroCopy(cfg.NIC, err))
+	return openXDP(cfg, log, false, "asked for; "+whyNot)
+}
+
+// openZeroCopy opens AF_XDP with zero-copy sockets, logging why (why),
+// unless they are off or cannot be (generic mode). Where it opens
+// nothing and that is no error (zero-copy was not insisted on, and the
+// failure is one another port or mode escapes), it says why not.
+func openZeroCopy(cfg GatewayConfig, log *slog.Logger, why string) (n *nic, whyNot string, err error) {
+	switch {
+	case cfg.XDP.ZeroCopy == XDPZeroCopyOff:
+		return nil, "zero-copy off", nil
+	case cfg.XDP.Mode == XDPModeGeneric:
+		return nil, "zero-copy needs the XDP program in the driver, not generic mode", nil
+	}
+	n, err = openXDP(cfg, log, true, why)
+	if err == nil || fatal(err) || cfg.XDP.ZeroCopy == XDPZeroCopyOn {
+		return n, "", err
+	}
+	return nil, noZeroCopy(cfg.NIC, err), nil
 }
 
 // fatal reports whether an AF_XDP port failed for a reason no other
@@ -156,9 +159,9 @@ func noZeroCopy(ifname string, err error) string {
 // openXDP opens an AF_XDP port, with zero-copy sockets (the program in
 // the driver) or in copy mode, and logs it and why.
 func openXDP(cfg GatewayConfig, log *slog.Logger, zeroCopy bool, why string) (*nic, error) {
-	mode, copyMode := cfg.XDP.Mode, "copy mode"
+	mode, how := cfg.XDP.Mode, "copy mode"
 	if zeroCopy {
-		mode, copyMode = xsk.ModeNative, "zero-copy"
+		mode, how = xsk.ModeNative, "zero-copy"
 	}
 	x, err := xsk.Open(xsk.Config{
 		Ifname: cfg.NIC, Mode: mode, ZeroCopy: zeroCopy, Redirect: cfg.Routes, NumFrames: UMEMFrames(cfg.Budget),
@@ -167,7 +170,7 @@ func openXDP(cfg GatewayConfig, log *slog.Logger, zeroCopy bool, why string) (*n
 	if err != nil {
 		return nil, err
 	}
-	log.Info("NIC port: AF_XDP "+copyMode, "nic", cfg.NIC, "why", why, "xdp_mode", x.Mode().String(), "busy_poll", cfg.XDP.BusyPoll)
+	log.Info("NIC port: AF_XDP "+how, "nic", cfg.NIC, "why", why, "xdp_mode", x.Mode().String(), "busy_poll", cfg.XDP.BusyPoll)
 	n := &nic{port: x, kind: PortXDP, program: "XDP program", detached: xsk.ErrDetached}
 	for _, s := range x.Sockets() {
 		n.maxPacket = s.MaxTXFrame() - ethernet.HeaderLen
