@@ -67,8 +67,8 @@ func TestStartFailures(t *testing.T) {
 }
 
 // TestSecondSignal checks that a second signal during the stop exits at
-// once with 128+N and leaves no XDP program behind (and, on the way, that
-// /debug/pprof/ is off without -pprof).
+// once with 128+N and leaves no program of its port behind (and, on the
+// way, that /debug/pprof/ is off without -pprof).
 func TestSecondSignal(t *testing.T) {
 	requireRoot(t)
 	a, _ := newLab(t)
