@@ -250,9 +250,11 @@ const (
 	// zero-copy sockets where the driver takes them (XDPOptions.ZeroCopy
 	// not off), else AF_PACKET, which hands whole super-packets to a NIC
 	// that segments them (PacketGSOAuto). AF_XDP in copy mode, one skb
-	// per segment, was not measured ahead of AF_PACKET for any traffic
-	// (half its TCP throughput on a veth; small packets within the
-	// noise): only PortXDP opens it. The gateway logs the choice and why.
+	// per segment, forwards half AF_PACKET offload's TCP throughput on a
+	// veth and is ahead of AF_PACKET only forward on a NIC that segments
+	// nothing (by about a quarter), where AF_PACKET keeps the kernel's
+	// GRO on the way back: only PortXDP opens it. The gateway logs the
+	// choice and why.
 	PortAuto   PortKind = iota
 	PortXDP             // AF_XDP (dataplane/xsk)
 	PortPacket          // AF_PACKET (dataplane/afpacket)
