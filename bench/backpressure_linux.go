@@ -55,6 +55,7 @@ func backpressureRows(lineRate int64) []rowSpec {
 				return withLab(func(l *lab) (*labTrial, error) {
 					gw, err := startGateway(l, dataplane.GatewayConfig{
 						TUN:                 dataplane.TUNOptions{TxQueueLen: bpTUNRing},
+						Port:                dataplane.PortXDP,
 						DisableBackpressure: !on,
 						DisableGRO:          true,
 						TxRate:              lineRate,
@@ -73,7 +74,7 @@ func backpressureRows(lineRate int64) []rowSpec {
 					}, nil
 				})
 			},
-		}
+		}.copying(forwardCopies)
 	}
 	return []rowSpec{row("on", true), row("off", false)}
 }

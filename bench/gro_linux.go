@@ -29,8 +29,8 @@ func groRows() []rowSpec {
 	return []rowSpec{
 		gw("gro", on, 1, true),
 		gw("no-gro", off, 1, true),
-		packetGRORow("packet-gro", packet),
-		{name: "kernel", units: tcpUnits, retrans: true, start: func(ctx context.Context) (trial, error) {
+		packetGRORow("packet-gro", packet).copying(returnCopies),
+		rowSpec{name: "kernel", units: tcpUnits, retrans: true, start: func(ctx context.Context) (trial, error) {
 			return withLab(func(l *lab) (*labTrial, error) {
 				// No TUN: the application's address lives on A's lo.
 				if err := errors.Join(l.A.AddAddr("lo", app4.String()+"/32"), l.RouteKernel()); err != nil {
@@ -42,14 +42,14 @@ func groRows() []rowSpec {
 				}
 				return &labTrial{tr: tcpTraffic{s}}, nil
 			})
-		}},
-		{name: "wireguard-go", units: tcpUnits, retrans: true, start: func(ctx context.Context) (trial, error) {
+		}}.copying(kernelCopies),
+		rowSpec{name: "wireguard-go", units: tcpUnits, retrans: true, start: func(ctx context.Context) (trial, error) {
 			return withLab(func(l *lab) (*labTrial, error) {
 				host, _, err := wireguardHost(l)
 				if err != nil {
 					return nil, err
 				}
-				g, err := startGateway(l, dataplane.GatewayConfig{Host: host, DisableGRO: true})
+				g, err := startGateway(l, dataplane.GatewayConfig{Host: host, Port: dataplane.PortXDP, DisableGRO: true})
 				if err != nil {
 					return nil, errors.Join(err, host.Close())
 				}
@@ -59,7 +59,7 @@ func groRows() []rowSpec {
 				}
 				return &labTrial{dp: gwDataplane{gateway: g, reverse: true}, tr: tcpTraffic{s}}, nil
 			})
-		}},
+		}}.copying(returnCopies + peerCopies),
 		gw("forward", on, 1, false),
 	}
 }
@@ -67,6 +67,10 @@ func groRows() []rowSpec {
 // gatewayRow runs streams TCP streams through a gateway configured by
 // cfg, from B to A (toA: the return path) or from A to B.
 func gatewayRow(name string, cfg dataplane.GatewayConfig, streams int, toA bool) rowSpec {
+	n := forwardCopies
+	if toA {
+		n = returnCopies
+	}
 	return rowSpec{name: name, units: units{sent: "bytes", received: "packets at gw-b"}, retrans: true, start: func(ctx context.Context) (trial, error) {
 		return withLab(func(l *lab) (*labTrial, error) {
 			g, err := startGateway(l, cfg)
@@ -79,7 +83,7 @@ func gatewayRow(name string, cfg dataplane.GatewayConfig, streams int, toA bool)
 			}
 			return &labTrial{dp: gwDataplane{gateway: g, reverse: toA}, tr: tcpTraffic{s}, rxAtB: !toA}, nil
 		})
-	}}
+	}}.copying(n)
 }
 
 // packetGRORow is one TCP stream B→A through a gateway with the AF_PACKET
@@ -153,7 +157,7 @@ func queuesRows() []rowSpec {
 	}{{"fwd", false}, {"rev", true}} {
 		for _, q := range []int{1, 2} {
 			for _, flows := range []int{1, 2} {
-				cfg := dataplane.GatewayConfig{TUN: dataplane.TUNOptions{Queues: q}}
+				cfg := dataplane.GatewayConfig{TUN: dataplane.TUNOptions{Queues: q}, Port: dataplane.PortXDP}
 				rows = append(rows, gatewayRow(fmt.Sprintf("%s-%dq-%df", dir.name, q, flows), cfg, flows, dir.toA))
 			}
 		}

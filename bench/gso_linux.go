@@ -10,6 +10,9 @@ package main
 //	(c) with no userspace at all: A routes B's prefix straight out of gw-a
 //	    and the kernel carries super-packets across the veth (the upper
 //	    bound; nothing is segmented anywhere);
+//	(default) through the gateway as its zero GatewayConfig opens it:
+//	    PortAuto's choice (on the veth, without AF_XDP zero-copy, the
+//	    AF_PACKET port handing super-packets to the veth whole), GRO on;
 //	(d) through the gateway with the AF_PACKET port in place of AF_XDP,
 //	    in each of its TX modes: offload (afpacket.GSOModeAuto: the veth
 //	    advertises TSO, so whole super-packets go to it, as they would to
@@ -48,7 +51,7 @@ func gatewayTCPRow(name string, cfg dataplane.GatewayConfig) rowSpec {
 			}
 			return &labTrial{dp: gwDataplane{gateway: g}, tr: tcpTraffic{s}, rxAtB: true}, nil
 		})
-	}}
+	}}.copying(forwardCopies)
 }
 
 // xdpTUNConfig is the gateway of the gso scenario's AF_XDP rows: the TUN
@@ -63,9 +66,10 @@ func gsoRows(opts measureOpts) []rowSpec {
 		return dataplane.GatewayConfig{Port: dataplane.PortPacket, Packet: dataplane.PacketOptions{GSO: mode}, DisableGRO: true}
 	}
 	rows := []rowSpec{
+		gw("default", dataplane.GatewayConfig{}),
 		gw("gsoplane", xdp(true)),
 		gw("no-offload", xdp(false)),
-		{name: "kernel", units: tcpUnits, retrans: true, ppsAtB: true, start: func(ctx context.Context) (trial, error) {
+		rowSpec{name: "kernel", units: tcpUnits, retrans: true, ppsAtB: true, start: func(ctx context.Context) (trial, error) {
 			return withLab(func(l *lab) (*labTrial, error) {
 				if err := l.RouteKernel(); err != nil {
 					return nil, err
@@ -76,7 +80,7 @@ func gsoRows(opts measureOpts) []rowSpec {
 				}
 				return &labTrial{tr: tcpTraffic{s}, rxAtB: true}, nil
 			})
-		}},
+		}}.copying(kernelCopies),
 		gw("packet-offload", packet(dataplane.PacketGSOAuto)),
 		gw("packet-partial", packet(dataplane.PacketGSOPartial)),
 		gw("packet-full", packet(dataplane.PacketGSOFull)),
@@ -94,7 +98,7 @@ func gsoRows(opts measureOpts) []rowSpec {
 				}
 				return &labTrial{dp: gwDataplane{gateway: g, ipBytesAsRx: true}, tr: ip, rxAtB: true}, nil
 			})
-		}})
+		}}.copying(forwardCopies))
 	}
 	return rows
 }
@@ -109,6 +113,7 @@ func iperf3Skipped() string {
 
 func gsoRatios(rows []*rowResult) []ratio {
 	return throughputRatios(rows, []ratioSpec{
+		{"default", "kernel", "TCP throughput, the default gateway (GatewayConfig's zero value: PortAuto) / kernel only"},
 		{"gsoplane", "no-offload", "TCP throughput, gsoplane GSO / kernel-segmented TUN (no offloads)"},
 		{"gsoplane", "kernel", "TCP throughput, gsoplane / kernel only (upper bound)"},
 		{"packet-offload", "kernel", "TCP throughput, AF_PACKET with the NIC segmenting / kernel only"},

@@ -86,19 +86,22 @@ func inspectHook(pkt []byte) bool {
 }
 
 func hookRows() []rowSpec {
-	return []rowSpec{hookRow("none", nil), hookRow("noop", noopHook), hookRow("inspect", inspectHook)}
+	return []rowSpec{
+		hookRow("none", dataplane.PortXDP, nil), hookRow("noop", dataplane.PortXDP, noopHook),
+		hookRow("inspect", dataplane.PortXDP, inspectHook), hookRow("packet", dataplane.PortPacket, nil),
+	}
 }
 
 // hookRow is a row of the small-packet flood from A through the TUN
-// device and the gateway's fast path, with hook (nil: none).
-func hookRow(name string, hook pipeline.Hook) rowSpec {
+// device and the gateway's fast path to port, with hook (nil: none).
+func hookRow(name string, port dataplane.PortKind, hook pipeline.Hook) rowSpec {
 	return rowSpec{
 		name: name, ppsMain: true,
 		units: units{sent: "datagrams", received: "packets at gw-b"},
 		start: func(ctx context.Context) (trial, error) {
 			return withLab(func(l *lab) (*labTrial, error) {
 				onStop := l.dropFloodAtB()
-				g, err := startGateway(l, dataplane.GatewayConfig{DisableGRO: true, Hook: hook})
+				g, err := startGateway(l, dataplane.GatewayConfig{Port: port, DisableGRO: true, Hook: hook})
 				if err != nil {
 					return nil, err
 				}
@@ -111,7 +114,7 @@ func hookRow(name string, hook pipeline.Hook) rowSpec {
 				}, nil
 			})
 		},
-	}
+	}.copying(forwardCopies)
 }
 
 func hookRatios(rows []*rowResult) []ratio {
@@ -133,6 +136,9 @@ func hookRatios(rows []*rowResult) []ratio {
 			})
 		}
 	}
+	out = append(out, throughputRatios(rows, []ratioSpec{
+		{"packet", "none", "forwarding rate (pps), AF_PACKET port(s) / AF_XDP copy mode, no hook"},
+	})...)
 	// The hooks' own cost, measured in isolation, and the most it can take
 	// from the no-hook rate.
 	var pps float64

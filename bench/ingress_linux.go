@@ -27,17 +27,17 @@ import (
 func ingressRows() []rowSpec {
 	return []rowSpec{
 		ingressTCPRow("ingress", false, func(l *lab) (dataplaneUnderTest, error) {
-			g, err := startGateway(l, ingressConfig(dataplane.XDPModeGeneric, nil))
+			g, err := startGateway(l, ingressConfig(dataplane.PortXDP, dataplane.XDPModeGeneric, nil))
 			if err != nil {
 				return nil, err
 			}
 			return gwDataplane{gateway: g}, nil
-		}),
-		ingressTCPRow("packet", false, ingressPacket(dataplane.PacketGSOAuto)),
-		ingressTCPRow("packet-cut", false, ingressPacket(dataplane.PacketGSOPartial)),
+		}).copying(forwardCopies + chainCopies),
+		ingressTCPRow("packet", false, ingressPacket(dataplane.PacketGSOAuto)).copying(forwardCopies + chainCopies),
+		ingressTCPRow("packet-cut", false, ingressPacket(dataplane.PacketGSOPartial)).copying(forwardCopies + chainCopies),
 		ingressTCPRow("kernel", true, func(l *lab) (dataplaneUnderTest, error) {
 			return nil, errors.Join(l.A.Sysctl("net/ipv4/ip_forward", "1"), l.RouteKernel())
-		}),
+		}).copying(kernelCopies),
 		gatewayTCPRow("tun", xdpTUNConfig(true)),
 	}
 }
@@ -46,8 +46,8 @@ func ingressRows() []rowSpec {
 // AF_PACKET in the given mode.
 func ingressPacket(mode dataplane.PacketGSO) func(l *lab) (dataplaneUnderTest, error) {
 	return func(l *lab) (dataplaneUnderTest, error) {
-		cfg := ingressConfig(dataplane.XDPModeAuto, nil)
-		cfg.Port, cfg.XDP, cfg.Packet.GSO = dataplane.PortPacket, dataplane.XDPOptions{}, mode
+		cfg := ingressConfig(dataplane.PortPacket, dataplane.XDPModeAuto, nil)
+		cfg.XDP, cfg.Packet.GSO = dataplane.XDPOptions{}, mode
 		g, err := startGateway(l, cfg)
 		if err != nil {
 			return nil, err

@@ -39,33 +39,37 @@ type jsonScenario struct {
 }
 
 type jsonRow struct {
-	Name          string             `json:"name"`
-	MainMetric    string             `json:"main_metric"`
-	ThroughputBps float64            `json:"throughput_bps"`
-	ThroughputMin float64            `json:"throughput_min_bps"`
-	ThroughputMax float64            `json:"throughput_max_bps"`
-	PPS           float64            `json:"pps"`
-	PPSMin        float64            `json:"pps_min"`
-	PPSMax        float64            `json:"pps_max"`
-	Sent          uint64             `json:"sent"`
-	SentUnit      string             `json:"sent_unit"`
-	Received      uint64             `json:"received"`
-	ReceivedUnit  string             `json:"received_unit"`
-	RxMessages    *uint64            `json:"received_messages,omitempty"`
-	GoodputBps    *float64           `json:"goodput_bps,omitempty"`
-	Drops         uint64             `json:"drops"`
-	SendErrors    uint64             `json:"send_errors"`
-	Retransmits   *uint64            `json:"retransmits,omitempty"`
-	Lost          *int64             `json:"lost,omitempty"`
-	SegsPerRead   float64            `json:"segments_per_read,omitempty"`
-	WritesPerPkt  float64            `json:"writes_per_packet,omitempty"`
-	ReverseBps    float64            `json:"reverse_bps,omitempty"`
-	DgramsPerSend float64            `json:"datagrams_per_send,omitempty"`
-	DgramsPerRecv float64            `json:"datagrams_per_receive,omitempty"`
-	CPU           []CoreUsage        `json:"cpu"`
-	Extra         map[string]float64 `json:"extra,omitempty"`
-	Runs          []runResult        `json:"runs"`
-	Errors        []string           `json:"errors"`
+	Name          string   `json:"name"`
+	MainMetric    string   `json:"main_metric"`
+	ThroughputBps float64  `json:"throughput_bps"`
+	ThroughputMin float64  `json:"throughput_min_bps"`
+	ThroughputMax float64  `json:"throughput_max_bps"`
+	PPS           float64  `json:"pps"`
+	PPSMin        float64  `json:"pps_min"`
+	PPSMax        float64  `json:"pps_max"`
+	Sent          uint64   `json:"sent"`
+	SentUnit      string   `json:"sent_unit"`
+	Received      uint64   `json:"received"`
+	ReceivedUnit  string   `json:"received_unit"`
+	RxMessages    *uint64  `json:"received_messages,omitempty"`
+	GoodputBps    *float64 `json:"goodput_bps,omitempty"`
+	Drops         uint64   `json:"drops"`
+	SendErrors    uint64   `json:"send_errors"`
+	Retransmits   *uint64  `json:"retransmits,omitempty"`
+	Lost          *int64   `json:"lost,omitempty"`
+	SegsPerRead   float64  `json:"segments_per_read,omitempty"`
+	WritesPerPkt  float64  `json:"writes_per_packet,omitempty"`
+	ReverseBps    float64  `json:"reverse_bps,omitempty"`
+	DgramsPerSend float64  `json:"datagrams_per_send,omitempty"`
+	DgramsPerRecv float64  `json:"datagrams_per_receive,omitempty"`
+	// The median run's costs (runResult), and the row's path's copies.
+	GatewayCoresPerGbit float64            `json:"gateway_cores_per_gbit,omitempty"`
+	BusyCoresPerGbit    float64            `json:"busy_cores_per_gbit,omitempty"`
+	Copies              *int               `json:"copies_per_super_packet,omitempty"`
+	CPU                 []CoreUsage        `json:"cpu"`
+	Extra               map[string]float64 `json:"extra,omitempty"`
+	Runs                []runResult        `json:"runs"`
+	Errors              []string           `json:"errors"`
 }
 
 // jsonValue is a ratio's value and the range of its per-run values.
@@ -136,6 +140,7 @@ func rowJSON(scenario string, row *rowResult) jsonRow {
 		Sent: med.Sent, SentUnit: row.spec.units.sent, Received: med.Received, ReceivedUnit: row.spec.units.received,
 		Drops: med.Drops, SendErrors: med.SendErrors, Lost: med.Lost, SegsPerRead: med.SegsPerRead, WritesPerPkt: med.WritesPerPkt,
 		ReverseBps: med.ReverseBps, DgramsPerSend: med.DgramsPerSend, DgramsPerRecv: med.DgramsPerRecv,
+		GatewayCoresPerGbit: med.GatewayCoresPerGbit, BusyCoresPerGbit: med.BusyCoresPerGbit, Copies: row.spec.copies,
 		CPU: rowCPU(row), Extra: med.Extra, Runs: row.runs, Errors: row.errs,
 	}
 	if row.spec.ppsMain {

@@ -11,18 +11,20 @@
 // Scenarios:
 //
 //	backpressure  UDP_SEGMENT stream through a paced TX path, budget on/off
-//	gso           TCP stream: gsoplane GSO, TUN without offloads, kernel only,
-//	              and the AF_PACKET port in each TX mode (offload, partial,
-//	              full) beside the AF_XDP one
+//	gso           TCP stream: the default gateway (PortAuto's choice),
+//	              gsoplane GSO, TUN without offloads, kernel only, and the
+//	              AF_PACKET port in each TX mode (offload, partial, full)
+//	              beside the AF_XDP one
 //	gro           TCP stream B→A through the return path: GRO on and off,
 //	              the AF_PACKET port behind the kernel's GRO, kernel only,
 //	              wireguard-go's TUN writer, and the forward direction for
 //	              comparison
 //	queues        TCP with one or two queues, one or two streams, both ways
 //	hook          64-byte packets, many flows: no hook, no-op hook, inspecting hook
+//	              (AF_XDP), and no hook on the AF_PACKET port
 //	xdphook       the hook rows at Mpps: an AF_XDP generator in a third namespace
-//	              feeding the gateway's AF_XDP ingress port, the generator
-//	              alone, and the TUN fast path
+//	              feeding the gateway's AF_XDP ingress port (and its AF_PACKET
+//	              one), the generator alone, and the TUN fast path
 //	ingress       TCP stream from a container's veth (TSO) through the
 //	              gateway's ingress port, vs the kernel forwarding, vs the TUN
 //	peers         TCP stream with wireguard-go's TUN reader and Tailscale's
@@ -43,7 +45,11 @@
 // Output: the text starts with the gsoplane version (module version and
 // VCS revision, as the build recorded them), the machine (host, CPU model
 // and count, kernel release, Go version) and the flags given; then a table
-// per scenario with the ratios that explain it; then the targets block:
+// per scenario with the ratios that explain it (every row with its CPU
+// cost: the gateway's cores per Gbit/s, its CPU time being the process's
+// less that of the threads the traffic goroutines are locked to, and the
+// machine's busy cores per Gbit/s; and the copies of each super-packet on
+// its path); then the targets block:
 // each target the project sets (the table targets in targets.go), a ratio
 // of a row to its peer in the same run, with both figures, the threshold
 // and whether it was met. The bench reports targets and never fails for

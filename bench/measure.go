@@ -38,6 +38,8 @@ type counters struct {
 	RxCalls    uint64 // the calls that received them (recvmmsg, or a ReceiveFunc)
 
 	BudgetInFlight, BudgetLimit int64 // the send budget, bytes
+
+	GatewayCPU time.Duration // CPU time of the gateway in the bench's process (gatewayCPU); 0: none runs
 }
 
 // final holds what a trial knows only once it has stopped.
@@ -66,29 +68,70 @@ type rowSpec struct {
 	retrans bool // TCP: report retransmits
 	ppsMain bool // the row's main metric is pps, not throughput
 	ppsAtB  bool // pps counts packets arriving at gw-b (no dataplane to count)
-	start   func(ctx context.Context) (trial, error)
+	// copies is how many times the row's path copies a super-packet's
+	// payload (docs/bench-json.md); nil for a row that forwards nothing.
+	copies *int
+	start  func(ctx context.Context) (trial, error)
+}
+
+// The copies of a super-packet's payload on the bench's paths, the
+// sender's own copy into its socket and the receiver's out of it not
+// counted (docs/bench-json.md).
+const (
+	// kernelCopies: the kernel hands its skbs on from socket to socket.
+	kernelCopies = 0
+	// forwardCopies: the TUN read (or an AF_XDP copy-mode receive), the
+	// copy into a TX frame (cut or whole), the kernel's copy of the frame
+	// into an skb (AF_PACKET's sendmmsg, AF_XDP copy-mode transmit).
+	forwardCopies = 3
+	// returnCopies: the port's receive (AF_XDP copy mode into the UMEM,
+	// AF_PACKET's recvmmsg) and the TUN write into an skb; GRO merges
+	// with a vectored write, no copy.
+	returnCopies = 2
+	// peerCopies: a peer's TUN writer (wireguard-go's coalescing
+	// Device.Write) or reader (its Read, Tailscale's GSOSplit) copies the
+	// packets once more, into its own buffers.
+	peerCopies = 1
+	// chainCopies: a packet from a wire is copied once more before it
+	// is cut or sent whole: an AF_XDP multi-buffer chain from its UMEM
+	// frames into one buffer, an AF_PACKET receive into the forwarder's
+	// buffer.
+	chainCopies = 1
+)
+
+// copying is r with the copies of its path.
+func (r rowSpec) copying(n int) rowSpec {
+	r.copies = &n
+	return r
 }
 
 // runResult is one measured run of a row.
 type runResult struct {
-	Seconds       float64            `json:"seconds"`
-	ThroughputBps float64            `json:"throughput_bps"`
-	PPS           float64            `json:"pps"`
-	Sent          uint64             `json:"sent"`
-	SendErrors    uint64             `json:"send_errors"`
-	Received      uint64             `json:"received"`
-	RxMessages    uint64             `json:"received_messages,omitempty"`
-	GoodputBps    float64            `json:"goodput_bps,omitempty"`
-	Drops         uint64             `json:"drops"`
-	Retransmits   uint64             `json:"retransmits"`
-	SegsPerRead   float64            `json:"segments_per_read,omitempty"`
-	WritesPerPkt  float64            `json:"writes_per_packet,omitempty"`
-	ReverseBps    float64            `json:"reverse_bps,omitempty"`
-	DgramsPerSend float64            `json:"datagrams_per_send,omitempty"`
-	DgramsPerRecv float64            `json:"datagrams_per_receive,omitempty"`
-	Lost          *int64             `json:"lost,omitempty"`
-	CPU           []CoreUsage        `json:"cpu"`
-	Extra         map[string]float64 `json:"extra,omitempty"`
+	Seconds       float64 `json:"seconds"`
+	ThroughputBps float64 `json:"throughput_bps"`
+	PPS           float64 `json:"pps"`
+	Sent          uint64  `json:"sent"`
+	SendErrors    uint64  `json:"send_errors"`
+	Received      uint64  `json:"received"`
+	RxMessages    uint64  `json:"received_messages,omitempty"`
+	GoodputBps    float64 `json:"goodput_bps,omitempty"`
+	Drops         uint64  `json:"drops"`
+	Retransmits   uint64  `json:"retransmits"`
+	SegsPerRead   float64 `json:"segments_per_read,omitempty"`
+	WritesPerPkt  float64 `json:"writes_per_packet,omitempty"`
+	ReverseBps    float64 `json:"reverse_bps,omitempty"`
+	DgramsPerSend float64 `json:"datagrams_per_send,omitempty"`
+	DgramsPerRecv float64 `json:"datagrams_per_receive,omitempty"`
+	Lost          *int64  `json:"lost,omitempty"`
+	// GatewayCores is the cores the gateway kept busy on average (its
+	// CPU time over the window's); GatewayCoresPerGbit that per Gbit/s of
+	// throughput; BusyCoresPerGbit the whole machine's busy cores (CPU)
+	// per Gbit/s.
+	GatewayCores        float64            `json:"gateway_cores,omitempty"`
+	GatewayCoresPerGbit float64            `json:"gateway_cores_per_gbit,omitempty"`
+	BusyCoresPerGbit    float64            `json:"busy_cores_per_gbit,omitempty"`
+	CPU                 []CoreUsage        `json:"cpu"`
+	Extra               map[string]float64 `json:"extra,omitempty"`
 }
 
 // main returns the metric runs are ranked by.
@@ -267,7 +310,22 @@ func measureOnce(ctx context.Context, spec rowSpec, opts measureOpts, label stri
 	if fin.Retrans != nil {
 		rr.Retransmits = *fin.Retrans
 	}
+	rr.costs(d.GatewayCPU)
 	return rr, nil
+}
+
+// costs fills in the run's CPU costs from the gateway's CPU time over
+// the window (0: no gateway) and the cores' utilisation.
+func (r *runResult) costs(gw time.Duration) {
+	gbit := r.ThroughputBps / 1e9
+	r.GatewayCores = gw.Seconds() / r.Seconds
+	var busy float64
+	for _, c := range r.CPU {
+		busy += c.Busy() / 100
+	}
+	if gbit > 0 {
+		r.GatewayCoresPerGbit, r.BusyCoresPerGbit = r.GatewayCores/gbit, busy/gbit
+	}
 }
 
 // diff returns b - a, field by field (counters only grow).
@@ -287,6 +345,7 @@ func diff(b, a counters) counters {
 		RetPackets: sub(b.RetPackets, a.RetPackets), RetWrites: sub(b.RetWrites, a.RetWrites),
 		RxBytesRev: sub(b.RxBytesRev, a.RxBytesRev), TxDgrams: sub(b.TxDgrams, a.TxDgrams), TxCalls: sub(b.TxCalls, a.TxCalls),
 		RxDgrams: sub(b.RxDgrams, a.RxDgrams), RxCalls: sub(b.RxCalls, a.RxCalls),
+		GatewayCPU: max(b.GatewayCPU-a.GatewayCPU, 0),
 	}
 }
 
@@ -342,6 +401,9 @@ func describeRun(spec rowSpec, r runResult) string {
 	}
 	for _, k := range sortedKeys(r.Extra) {
 		s += fmt.Sprintf(", %s %.0f", k, r.Extra[k])
+	}
+	if r.GatewayCores > 0 {
+		s += fmt.Sprintf(", gateway %.2f cores", r.GatewayCores)
 	}
 	for _, c := range r.CPU {
 		s += fmt.Sprintf(", %s %.0f%% (usr %.0f sys %.0f si %.0f)", c.CPU, c.Busy(), c.User, c.System, c.SoftIRQ)

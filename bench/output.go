@@ -160,6 +160,9 @@ func (r *report) header() []string {
 		"flags: " + r.opts.setFlags(),
 		fmt.Sprintf("each row: median of %d runs of %v (after %v warm-up), [min–max] over the runs; CPU = busy %% per core (100 − idle − iowait, /proc/stat)",
 			m.runs, m.duration, m.warmup),
+		"gw cores/Gbit = the gateway's CPU time (the bench process's, less its traffic threads') per second, per Gbit/s of the row's",
+		"  throughput; busy cores/Gbit = the machine's busy cores (CPU) per Gbit/s; copies = copies of each super-packet's payload",
+		"  on the row's path, the sender's and the receiver's own not counted (docs/bench-json.md)",
 	}
 }
 
@@ -321,23 +324,46 @@ func columnsFor(scenario string) []column {
 		}
 		return strings.Join(parts, " ")
 	}}
+	cost := costColumns()
 	switch scenario {
 	case "backpressure":
 		msgs := column{"recv msgs", func(_ *rowResult, m runResult, _, _ float64) string { return fmt.Sprint(m.RxMessages) }}
 		good := column{"msg goodput Mbit/s", func(_ *rowResult, m runResult, _, _ float64) string { return fmt.Sprintf("%.0f", m.GoodputBps/1e6) }}
 		sent.head, recv.head, mbps.head = "sent msgs", "recv dgrams", "rx Mbit/s [min–max]"
-		return []column{name, sent, errs, msgs, recv, mbps, good, drops, lost, cpu}
+		return append([]column{name, sent, errs, msgs, recv, mbps, good, drops, lost, cpu}, cost...)
 	case "hook", "xdphook":
-		return []column{name, mpps, mbps, sent, errs, recv, drops, cpu}
+		return append([]column{name, mpps, mbps, sent, errs, recv, drops, cpu}, cost...)
 	case "tunnel":
-		return []column{name, mbps, direction("A→B Mbit/s", false), direction("B→A Mbit/s", true), retrans,
+		return append([]column{name, mbps, direction("A→B Mbit/s", false), direction("B→A Mbit/s", true), retrans,
 			perCall("dgrams/send", func(m runResult) float64 { return m.DgramsPerSend }),
-			perCall("dgrams/recv", func(m runResult) float64 { return m.DgramsPerRecv }), coresPerGbps, cpu}
+			perCall("dgrams/recv", func(m runResult) float64 { return m.DgramsPerRecv }), cpu}, cost...)
 	case "gro":
 		spr.head = "pkts/write"
-		return []column{name, mbps, retrans, mpps, spr, wpp, drops, cpu}
+		return append([]column{name, mbps, retrans, mpps, spr, wpp, drops, cpu}, cost...)
 	default:
-		return []column{name, mbps, retrans, mpps, spr, wpp, drops, cpu}
+		return append([]column{name, mbps, retrans, mpps, spr, wpp, drops, cpu}, cost...)
+	}
+}
+
+// costColumns are what a row's throughput costs: the gateway's cores
+// and the machine's busy cores per Gbit/s, and the copies of each
+// super-packet on its path.
+func costColumns() []column {
+	perGbit := func(v float64) string {
+		if v == 0 {
+			return "—"
+		}
+		return fmt.Sprintf("%.3f", v)
+	}
+	return []column{
+		{"gw cores/Gbit", func(_ *rowResult, m runResult, _, _ float64) string { return perGbit(m.GatewayCoresPerGbit) }},
+		{"busy cores/Gbit", func(_ *rowResult, m runResult, _, _ float64) string { return perGbit(m.BusyCoresPerGbit) }},
+		{"copies", func(r *rowResult, _ runResult, _, _ float64) string {
+			if r.spec.copies == nil {
+				return "—"
+			}
+			return fmt.Sprint(*r.spec.copies)
+		}},
 	}
 }
 
@@ -355,19 +381,6 @@ func perCall(head string, f func(runResult) float64) column {
 		return fmt.Sprintf("%.1f", f(m))
 	}}
 }
-
-// coresPerGbps is the CPU the median run kept busy (all cores, the
-// whole machine) per Gbit/s it moved.
-var coresPerGbps = column{"cores/Gbit/s", func(_ *rowResult, m runResult, _, _ float64) string {
-	busy := 0.0
-	for _, c := range m.CPU {
-		busy += c.Busy() / 100
-	}
-	if m.ThroughputBps == 0 {
-		return "—"
-	}
-	return fmt.Sprintf("%.2f", busy/(m.ThroughputBps/1e9))
-}}
 
 // count formats n with its unit.
 func count(n uint64, unit string) string {

@@ -46,7 +46,7 @@ func peersRows() []rowSpec {
 				if err != nil {
 					return nil, err
 				}
-				g, err := startGateway(l, dataplane.GatewayConfig{Host: host, DisableGRO: true})
+				g, err := startGateway(l, dataplane.GatewayConfig{Host: host, Port: dataplane.PortXDP, DisableGRO: true})
 				if err != nil {
 					if host != nil {
 						err = errors.Join(err, host.Close())
@@ -67,9 +67,9 @@ func peersRows() []rowSpec {
 	}
 	none := func() map[string]float64 { return nil }
 	return []rowSpec{
-		row("gsoplane", func(l *lab) (*dataplane.Host, func() map[string]float64, error) { return nil, none, nil }),
-		row("wireguard-go", wireguardHost),
-		row("tailscale-split", tailscaleHost),
+		row("gsoplane", func(l *lab) (*dataplane.Host, func() map[string]float64, error) { return nil, none, nil }).copying(forwardCopies),
+		row("wireguard-go", wireguardHost).copying(forwardCopies + peerCopies),
+		row("tailscale-split", tailscaleHost).copying(forwardCopies + peerCopies),
 	}
 }
 

@@ -26,10 +26,11 @@ func syntheticReport() *report {
 	run := func(bps float64) runResult {
 		return runResult{Seconds: 1, ThroughputBps: bps, PPS: bps / 12000, Sent: 100, SendErrors: 3, Received: 4600,
 			RxMessages: msgs, GoodputBps: bps, Drops: 1, Retransmits: 2, SegsPerRead: 44.9, WritesPerPkt: 0.032, ReverseBps: bps / 2, DgramsPerSend: 30, DgramsPerRecv: 60, Lost: &lost,
+			GatewayCores: 0.9, GatewayCoresPerGbit: 0.9e9 / bps, BusyCoresPerGbit: 0.2e9 / bps,
 			CPU: []CoreUsage{{CPU: "cpu0", Idle: 80}}, Extra: map[string]float64{"datagrams_sent": 262676}}
 	}
 	row := func(scenario, name string, retrans bool, bps ...float64) *rowResult {
-		r := &rowResult{scenario: scenario, spec: rowSpec{name: name, units: units{"sends", "datagrams"}, retrans: retrans}}
+		r := &rowResult{scenario: scenario, spec: rowSpec{name: name, units: units{"sends", "datagrams"}, retrans: retrans}.copying(forwardCopies)}
 		for _, v := range bps {
 			r.runs = append(r.runs, run(v))
 		}

@@ -51,7 +51,7 @@ var scenarios = map[string]scenarioDef{
 	"gso": {
 		name: "gso",
 		title: func(o options) string {
-			return "gso: one TCP stream A→B — gsoplane GSO (TUN offloads) vs TUN without offloads (the kernel segments) vs the AF_PACKET port in each TX mode vs kernel only (no userspace)"
+			return "gso: one TCP stream A→B — the default gateway (PortAuto) vs gsoplane GSO over AF_XDP (TUN offloads) vs TUN without offloads (the kernel segments) vs the AF_PACKET port in each TX mode vs kernel only (no userspace)"
 		},
 		rows:   func(o options) []rowSpec { return gsoRows(o.measure) },
 		ratios: func(rows []*rowResult, o options) []ratio { return gsoRatios(rows) },
@@ -59,6 +59,8 @@ var scenarios = map[string]scenarioDef{
 			"Mbit/s = bytes read by the receiving socket; retrans = tcpi_total_retrans of the sender; Mpps = segments the gateway sent;",
 			"kernel: A routes B's prefix out of gw-a, super-packets cross the veth unsegmented (its Mpps counts gw-b's skbs).",
 			"gsoplane-iperf3 (when iperf3 is installed): iperf3's own report through the gsoplane row's set-up.",
+			"default = the gateway as GatewayConfig's zero value opens it (PortAuto, GRO on): on the veth, which has no AF_XDP",
+			"  zero-copy, the AF_PACKET port with the veth segmenting (as packet-offload, with GRO on the return path's ACKs).",
 			"gsoplane and no-offload use the AF_XDP port (copy mode on the veth); packet-* the AF_PACKET port, in each TX mode:",
 			"  packet-offload = GSOModeAuto: the veth advertises TSO, so TCP super-packets go to it whole and cross the veth",
 			"  unsegmented, as in the kernel row; packet-partial: gsoplane segments, the NIC completes the checksums;",
@@ -107,6 +109,7 @@ var scenarios = map[string]scenarioDef{
 			"Mpps = segments the gateway sent per second (Gateway.Stats); Mbit/s = their IP bytes. No pktgen on this kernel:",
 			"our own sender, which shares the 2 cores with the gateway, so the rate is the whole system's, not the gateway's alone.",
 			"noop = a hook returning true; inspect = parse IPv4/IPv6 and UDP/TCP headers (gVisor views), check a port set.",
+			"none, noop, inspect: the AF_XDP port (copy mode on the veth); packet: the AF_PACKET port, no hook.",
 			"ns/segment and bound: the hooks timed alone; they bound what a hook can cost when the run-to-run noise hides it.",
 			"In the JSON, percentages are fractions (0.0003 = 0.03%).",
 		},
@@ -123,7 +126,7 @@ var scenarios = map[string]scenarioDef{
 			"Mpps = segments the gateway forwarded per second (Gateway.Stats); sent = frames the kernel took from the generator",
 			"  (xsk.Generator: prebuilt frames, a TX ring batch per sendto, no per-packet system call), received = packets at gw-b.",
 			"none, noop, inspect: generator on app0 (C) → gw-c (the gateway's AF_XDP ingress port, native XDP) → hook →",
-			"  AF_XDP on gw-a → gw-b; noop and inspect are the hook scenario's hooks.",
+			"  AF_XDP on gw-a → gw-b; noop and inspect are the hook scenario's hooks. packet: both ports AF_PACKET, no hook.",
 			"generator = the generator alone, no gateway: an XDP program on gw-c (native) counts its frames and drops them;",
 			"  its Mpps is what the generator gets into gw-c on this machine, the ceiling of the other rows.",
 			"tun = the hook scenario's no-hook row (sendmmsg from A through the TUN device), measured in this run.",
@@ -167,7 +170,7 @@ var scenarios = map[string]scenarioDef{
 			"Mbit/s = both streams' bytes read by their receivers; A→B and B→A each stream's; retrans = both senders' tcpi_total_retrans;",
 			"dgrams/send and dgrams/recv = UDP datagrams per system call, both ends: sendmmsg and recvmmsg for gsoplane's rows,",
 			"  Bind.Send and ReceiveFunc calls for wg-plumbing (each one sendmmsg or recvmmsg); a wireguard-go device does not say.",
-			"cores/Gbit/s = the whole machine's busy cores (both ends, senders, receivers, the kernel) per Gbit/s moved.",
+			"busy cores/Gbit = the whole machine's busy cores (both ends, senders, receivers, the kernel) per Gbit/s moved; gw cores/Gbit the gateway's own.",
 			"tunnel = dataplane/tunnel with every default, configured exactly as the README's recipe (TestREADMETunnel runs the",
 			"  recipe itself as written): readme/tunnel is 1 by construction. Inner MTU 1456 (16-byte header), wg-plumbing 1472",
 			"  (no header), vpn 1440 (header and tag), wg-device 1420 (wg-quick's).",

@@ -69,6 +69,7 @@ func startSmallFlood(l *lab, dst netip.AddrPort, flows, senders, payload int) (*
 
 func (f *smallFlood) send(conns []*net.UDPConn, payload int) {
 	defer f.wg.Done()
+	defer trafficThread()()
 	buf := make([]byte, payload)
 	for i := range buf {
 		buf[i] = byte(i)

@@ -68,6 +68,7 @@ func startStream(sender, receiver *netlab.NS, dst netip.Addr, port int) (*tcpStr
 
 func (s *tcpStream) send() {
 	defer s.wg.Done()
+	defer trafficThread()()
 	chunk := make([]byte, tcpChunk)
 	for i := range chunk {
 		chunk[i] = byte(i*131 + i>>8) // not all zeros, not compressible by anyone on the way
@@ -83,6 +84,7 @@ func (s *tcpStream) send() {
 
 func (s *tcpStream) receive() {
 	defer s.wg.Done()
+	defer trafficThread()()
 	buf := make([]byte, tcpChunk)
 	for {
 		n, err := s.peer.Read(buf)

@@ -95,6 +95,7 @@ type gwDataplane struct {
 
 func (g gwDataplane) counters(c *counters) {
 	g.gateway.counters(c)
+	c.GatewayCPU = gatewayCPU()
 	if g.ipBytesAsRx {
 		c.RxBytes = g.g.Stats().Forward.Bytes
 	}

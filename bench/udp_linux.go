@@ -85,6 +85,7 @@ func startUDPStream(l *lab, srv netip.Addr, port, segs, size int) (*udpStream, e
 // send sends until stopped.
 func (s *udpStream) send() {
 	defer s.wg.Done()
+	defer trafficThread()()
 	buf := make([]byte, s.segs*s.size)
 	var seq uint64
 	for !s.stopping.Load() {
@@ -115,6 +116,7 @@ func (s *udpStream) send() {
 // receive counts datagrams until the socket is closed.
 func (s *udpStream) receive() {
 	defer s.wg.Done()
+	defer trafficThread()()
 	pc := ipv4.NewPacketConn(s.rx)
 	msgs := make([]ipv4.Message, 64)
 	for i := range msgs {

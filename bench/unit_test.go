@@ -90,6 +90,21 @@ func TestCPU(t *testing.T) {
 	}
 }
 
+// TestCosts: a run's costs per Gbit/s, the gateway's from its CPU time,
+// the machine's from the cores' busy shares; none without throughput.
+func TestCosts(t *testing.T) {
+	r := runResult{Seconds: 2, ThroughputBps: 4e9, CPU: []CoreUsage{{Idle: 50}, {Idle: 20, IOWait: 10}}}
+	r.costs(time.Second)
+	if r.GatewayCores != 0.5 || r.GatewayCoresPerGbit != 0.125 || r.BusyCoresPerGbit != 0.3 {
+		t.Errorf("costs: %v cores, %v per Gbit/s, machine %v per Gbit/s; want 0.5, 0.125, 0.3",
+			r.GatewayCores, r.GatewayCoresPerGbit, r.BusyCoresPerGbit)
+	}
+	r = runResult{Seconds: 1, CPU: []CoreUsage{{Idle: 50}}}
+	if r.costs(time.Second); r.GatewayCoresPerGbit != 0 || r.BusyCoresPerGbit != 0 {
+		t.Errorf("costs without throughput: %+v", r)
+	}
+}
+
 func TestSNMPField(t *testing.T) {
 	snmp := "Ip: Forwarding DefaultTTL\nIp: 1 64\nUdp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\nUdp: 10 2 3 4 5 6\n"
 	if v := snmpField(snmp, "Udp:", "RcvbufErrors"); v != 5 {
@@ -109,6 +124,7 @@ func TestOutput(t *testing.T) {
 		"== targets", "on delivered", "100.0%", "≥ 100.0%", "262676 / 262676 datagrams",
 		"packet-offload/kernel", "0.71× (per run 0.64–0.80×)", "7661 / 10795 Mbit/s", "≥ 0.80×", "MISSED",
 		"packet-full/gsoplane", "not measured",
+		"gw cores/Gbit", "busy cores/Gbit", "copies", " 0.918 ", " 0.204 ",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("text output lacks %q:\n%s", want, out)
@@ -128,6 +144,7 @@ func TestOutput(t *testing.T) {
 	}
 	bp := back.Scenarios[0]
 	if back.SchemaVersion != 1 || len(bp.Rows) != 2 || bp.Rows[0].ThroughputBps != 980e6 || bp.Rows[0].Lost == nil ||
+		bp.Rows[0].Copies == nil || *bp.Rows[0].Copies != 3 || bp.Rows[0].GatewayCoresPerGbit != 0.9/0.98 ||
 		*bp.Ratios[0].Value != 1 || bp.Ratios[1].Value != nil || back.Flags["runs"] != "2" {
 		t.Errorf("JSON round trip: %+v", back)
 	}

@@ -43,18 +43,19 @@ const (
 const ingressMTU = 1500
 
 // ingressConfig is a gateway from the ingress device gw-c to gw-a, both
-// AF_XDP ports with the XDP programs in mode.
-func ingressConfig(mode dataplane.XDPMode, hook pipeline.Hook) dataplane.GatewayConfig {
+// ports of kind port (AF_XDP: the XDP programs in mode).
+func ingressConfig(port dataplane.PortKind, mode dataplane.XDPMode, hook pipeline.Hook) dataplane.GatewayConfig {
 	return dataplane.GatewayConfig{
 		Ingress: dataplane.IngressOptions{Device: netlab.Ingress, Routes: netlab.SrvRoutes}, NextHop: netlab.NICB4,
-		Port: dataplane.PortXDP, XDP: dataplane.XDPOptions{Mode: mode}, DisableGRO: true, Hook: hook,
+		Port: port, XDP: dataplane.XDPOptions{Mode: mode}, DisableGRO: true, Hook: hook,
 	}
 }
 
 func xdphookRows() []rowSpec {
 	return []rowSpec{
-		xdphookRow("none", nil), xdphookRow("noop", noopHook), xdphookRow("inspect", inspectHook),
-		generatorRow(), hookRow("tun", nil),
+		xdphookRow("none", dataplane.PortXDP, nil), xdphookRow("noop", dataplane.PortXDP, noopHook),
+		xdphookRow("inspect", dataplane.PortXDP, inspectHook), xdphookRow("packet", dataplane.PortPacket, nil),
+		generatorRow(), hookRow("tun", dataplane.PortXDP, nil),
 	}
 }
 
@@ -62,15 +63,16 @@ func xdphookRows() []rowSpec {
 var genUnits = units{sent: "frames", received: "packets at gw-b"}
 
 // xdphookRow is a row of the generator's flood through the gateway's
-// ingress port, with hook (nil: none).
-func xdphookRow(name string, hook pipeline.Hook) rowSpec {
+// ingress port to its NIC port, both of kind port, with hook (nil:
+// none).
+func xdphookRow(name string, port dataplane.PortKind, hook pipeline.Hook) rowSpec {
 	return rowSpec{name: name, ppsMain: true, units: genUnits, start: func(ctx context.Context) (trial, error) {
 		return withLab(func(l *lab) (*labTrial, error) {
 			if err := l.AddIngress(ingressMTU, 2); err != nil {
 				return nil, err
 			}
 			onStop := l.dropFloodAtB()
-			g, err := startGateway(l, ingressConfig(dataplane.XDPModeAuto, hook))
+			g, err := startGateway(l, ingressConfig(port, dataplane.XDPModeAuto, hook))
 			if err != nil {
 				return nil, err
 			}
@@ -80,7 +82,7 @@ func xdphookRow(name string, hook pipeline.Hook) rowSpec {
 			}
 			return &labTrial{dp: gwDataplane{gateway: g, ipBytesAsRx: true}, tr: f, rxAtB: true, onStop: onStop}, nil
 		})
-	}}
+	}}.copying(forwardCopies)
 }
 
 // generatorRow is the generator alone: gw-c drops and counts its frames
@@ -184,6 +186,7 @@ func etherFrame(dst, src net.HardwareAddr, pkt []byte) []byte {
 // run sends until stop, waiting for completions only when every frame
 // is in flight.
 func (x *xdpGen) run() {
+	defer trafficThread()()
 	for !x.stopping.Load() {
 		n, err := x.g.Send()
 		if err == nil && n == 0 {

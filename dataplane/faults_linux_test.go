@@ -28,7 +28,7 @@ import (
 // the gateway keeps running (a down link is not an error), holds what it
 // cannot send, and the stream finishes with every byte intact.
 func TestGatewayLinkFlap(t *testing.T) {
-	lab := newGwLab(t, GatewayConfig{})
+	lab := newGwLab(t, GatewayConfig{Port: PortXDP})
 	nic := lab.A.LinkT(t, netlab.NICA)
 	flapped := make(chan error, 1)
 	go func() {
@@ -58,7 +58,7 @@ func TestGatewayLinkFlap(t *testing.T) {
 // error saying so.
 func TestGatewayDetached(t *testing.T) {
 	t.Run("reattach", func(t *testing.T) {
-		lab := newGwLab(t, GatewayConfig{})
+		lab := newGwLab(t, GatewayConfig{Port: PortXDP})
 		detachOutside(t, lab)
 		deadline := time.Now().Add(3 * attachCheckEvery)
 		for lab.g.Stats().NIC.Reattaches == 0 && time.Now().Before(deadline) {
@@ -83,7 +83,7 @@ func TestGatewayDetached(t *testing.T) {
 		checkHostFilter(t, lab, afpacket.HostFilterClsact)
 	})
 	t.Run("stop", func(t *testing.T) {
-		lab := newGwLab(t, GatewayConfig{DisableGRO: true, OnDetach: DetachStop})
+		lab := newGwLab(t, GatewayConfig{Port: PortXDP, DisableGRO: true, OnDetach: DetachStop})
 		detachOutside(t, lab)
 		select {
 		case err := <-lab.done:
@@ -141,7 +141,7 @@ var labRouters = []netip.Addr{netip.MustParseAddr("198.18.0.2"), netip.MustParse
 // kernel gives up its sender gets ICMP host unreachable, as from a
 // router.
 func TestGatewayUnresolved(t *testing.T) {
-	lab := newGwLab(t, GatewayConfig{RouterAddrs: labRouters})
+	lab := newGwLab(t, GatewayConfig{Port: PortXDP, RouterAddrs: labRouters})
 	netlab.Must(t, lab.A.AddRoute("198.19.5.0/24", labTUN, "")) // into the TUN; on gw-a nobody answers for it
 	dead := lab.dial(t, "udp", netip.MustParseAddr("198.19.5.7"), 9)
 	defer dead.Close()
@@ -232,7 +232,7 @@ func tcpMaxGap(t *testing.T, lab *gwLab, srv netip.Addr, d time.Duration) time.D
 // (IPv4, DF set) or packet too big (IPv6), which the sender's kernel
 // learns the path MTU from.
 func TestGatewayMTU(t *testing.T) {
-	lab := newGwLab(t, GatewayConfig{RouterAddrs: labRouters})
+	lab := newGwLab(t, GatewayConfig{Port: PortXDP, RouterAddrs: labRouters})
 	setMTU := func(ns *netlab.NS, name string, mtu int) {
 		t.Helper()
 		netlab.Must(t, ns.Netlink().LinkSetMTU(ns.LinkT(t, name), mtu))

@@ -31,6 +31,11 @@ var ErrTUNGone = tun.ErrDeviceGone
 // the ingress device does not exist in the caller's network namespace.
 var ErrNoDevice = pipeline.ErrNoDevice
 
+// ErrZeroCopy is wrapped by the error OpenGateway returns when
+// XDPOptions.ZeroCopy is XDPZeroCopyOn and the NIC's driver does not take
+// AF_XDP zero-copy sockets; the error names the driver.
+var ErrZeroCopy = xsk.ErrZeroCopy
+
 // GatewayConfig describes a gateway between a TUN device and a NIC. Its
 // zero value, with a NIC and Routes, is the production gateway: a TUN
 // device with offloads, the NIC port chosen automatically, backpressure
@@ -52,7 +57,8 @@ type GatewayConfig struct {
 	Routes  []netip.Prefix
 	NextHop netip.Addr // the NIC-side gateway; zero: each destination's route through the NIC
 	// Port is the kind of NIC port: AF_XDP, AF_PACKET, or PortAuto
-	// (AF_XDP where the driver runs XDP natively, else AF_PACKET).
+	// (AF_XDP where the driver takes zero-copy sockets, else AF_PACKET;
+	// see PortAuto).
 	Port   PortKind
 	XDP    XDPOptions    // how an AF_XDP port runs
 	Packet PacketOptions // how an AF_PACKET port runs
@@ -129,8 +135,16 @@ type IngressOptions struct {
 
 // XDPOptions describe how an AF_XDP port runs.
 type XDPOptions struct {
-	Mode     XDPMode // how the XDP program runs
-	ZeroCopy bool    // zero-copy sockets (the driver must support it)
+	Mode XDPMode // how the XDP program runs
+	// ZeroCopy says whether the sockets bind with XDP_ZEROCOPY, on the
+	// driver's own buffers (the program in the driver: XDPModeNative, or
+	// XDPModeAuto taken as native). XDPZeroCopyAuto, the default, tries
+	// it where the mode allows: refused, PortXDP binds in copy mode and
+	// PortAuto takes AF_PACKET instead, saying why in one log line.
+	// XDPZeroCopyOn fails OpenGateway where the driver refuses (an error
+	// wrapping ErrZeroCopy, naming the driver); XDPZeroCopyOff binds in
+	// copy mode (and PortAuto takes AF_PACKET).
+	ZeroCopy XDPZeroCopy
 	// BusyPoll turns on preferred busy polling on the AF_XDP sockets for
 	// this long per wait, 1µs..MaxBusyPoll; 0 (the default) leaves it off
 	// (the NIC needs napi_defer_hard_irqs and gro_flush_timeout set).
@@ -143,6 +157,26 @@ type XDPOptions struct {
 	// 6.11) and in copy mode, segments leave with partial checksums that
 	// the kernel or the NIC completes (SocketStats.TXCsumOffload).
 	DisableTXChecksum bool
+}
+
+// XDPZeroCopy says whether an AF_XDP port binds its sockets in
+// zero-copy mode.
+type XDPZeroCopy int
+
+// The zero-copy choices.
+const (
+	XDPZeroCopyAuto XDPZeroCopy = iota // zero-copy where the driver takes it, else copy mode
+	XDPZeroCopyOn                      // zero-copy, or OpenGateway fails
+	XDPZeroCopyOff                     // copy mode
+)
+
+var zeroCopyNames = [...]string{XDPZeroCopyAuto: "auto", XDPZeroCopyOn: "on", XDPZeroCopyOff: "off"}
+
+func (z XDPZeroCopy) String() string {
+	if z >= 0 && int(z) < len(zeroCopyNames) {
+		return zeroCopyNames[z]
+	}
+	return fmt.Sprintf("XDPZeroCopy(%d)", int(z))
 }
 
 // XDPMode is how an AF_XDP port's XDP program is attached.
@@ -211,9 +245,19 @@ type PortKind int
 
 // The port kinds.
 const (
-	PortAuto   PortKind = iota // AF_XDP where the driver runs XDP natively, else AF_PACKET
-	PortXDP                    // AF_XDP (dataplane/xsk)
-	PortPacket                 // AF_PACKET (dataplane/afpacket)
+	// PortAuto takes the fastest port the NIC allows, by what was
+	// measured (docs/udpfwd.md, "Choosing the port"): AF_XDP with
+	// zero-copy sockets where the driver takes them (XDPOptions.ZeroCopy
+	// not off), else AF_PACKET, which hands whole super-packets to a NIC
+	// that segments them (PacketGSOAuto). AF_XDP in copy mode, one skb
+	// per segment, forwards half AF_PACKET offload's TCP throughput on a
+	// veth and is ahead of AF_PACKET only forward on a NIC that segments
+	// nothing (by about a quarter), where AF_PACKET keeps the kernel's
+	// GRO on the way back: only PortXDP opens it. The gateway logs the
+	// choice and why.
+	PortAuto   PortKind = iota
+	PortXDP             // AF_XDP (dataplane/xsk)
+	PortPacket          // AF_PACKET (dataplane/afpacket)
 )
 
 var portNames = [...]string{PortAuto: "auto", PortXDP: "xdp", PortPacket: "packet"}

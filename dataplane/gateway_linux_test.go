@@ -87,7 +87,8 @@ type gwLab struct {
 
 // newGwLab builds the topology and starts a gateway configured by cfg
 // (its names and routes are filled in). cfg.Port picks the NIC port;
-// PortAuto is AF_XDP on the veth, whose driver runs XDP natively.
+// PortAuto is AF_PACKET on the veth, whose driver has no AF_XDP
+// zero-copy (TestPortChoice).
 func newGwLab(t testing.TB, cfg GatewayConfig) *gwLab { return newGwLabWith(t, cfg, nil) }
 
 // newGwLabWith is newGwLab with prepare, if not nil, run on the topology
@@ -930,7 +931,7 @@ func iperf3Client(t *testing.T, lab *gwLab, args []string) iperf3Result {
 }
 
 // BenchmarkGatewayTCP measures one TCP stream from A to B through the
-// gateway, with TUN offloads (gsoplane segments super-packets) and
+// gateway's AF_XDP port, with TUN offloads (gsoplane segments super-packets) and
 // without (the kernel segments before the TUN: one packet per read), in
 // the same run.
 func BenchmarkGatewayTCP(b *testing.B) {
@@ -939,7 +940,7 @@ func BenchmarkGatewayTCP(b *testing.B) {
 		offload bool
 	}{{"gso", true}, {"no-gso", false}} {
 		b.Run(c.name, func(b *testing.B) {
-			lab := newGwLab(b, GatewayConfig{TUN: TUNOptions{DisableOffload: !c.offload}, DisableGRO: true})
+			lab := newGwLab(b, GatewayConfig{TUN: TUNOptions{DisableOffload: !c.offload}, Port: PortXDP, DisableGRO: true})
 			ln, _ := lab.listen(b, "tcp", labSrv4, 5201)
 			defer ln.Close()
 			conn := lab.dial(b, "tcp", labSrv4, 5201)

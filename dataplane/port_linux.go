@@ -10,6 +10,7 @@ import (
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/dataplane/xsk"
 	"github.com/gsoplane/gsoplane/internal/ethernet"
+	"github.com/gsoplane/gsoplane/internal/ethtool"
 	"github.com/gsoplane/gsoplane/segment"
 	"github.com/gsoplane/gsoplane/txqueue"
 )
@@ -56,51 +57,120 @@ type lane struct {
 	newSink   func() (nicSink, error)
 }
 
-// openNIC opens the port cfg asks for. PortAuto tries AF_XDP with the
-// program in the driver and falls back to AF_PACKET, saying why.
+// openNIC opens the port cfg asks for, or for PortAuto the fastest the
+// NIC allows (see PortAuto), and logs one line: which port, in which
+// mode, and why.
 func openNIC(cfg GatewayConfig, log *slog.Logger) (*nic, error) {
+	if err := checkXDPOptions(cfg); err != nil {
+		return nil, err
+	}
 	switch cfg.Port {
 	case PortXDP:
-		return openXDP(cfg, cfg.XDP.Mode)
+		return openXDPAsked(cfg, log)
 	case PortPacket:
-		if cfg.XDP.BusyPoll != 0 {
-			return nil, fmt.Errorf("dataplane: %w: busy polling (%v) is for AF_XDP sockets, not AF_PACKET", ErrInvalidConfig, cfg.XDP.BusyPoll)
-		}
 		return openPacket(cfg, log, "asked for")
 	case PortAuto:
-		mode := cfg.XDP.Mode
-		if mode == xsk.ModeAuto {
-			mode = xsk.ModeNative
-		}
-		n, err := openXDP(cfg, mode)
-		if err == nil {
-			log.Info("NIC port: AF_XDP", "nic", cfg.NIC, "xdp_mode", mode.String(), "busy_poll", cfg.XDP.BusyPoll)
-			return n, nil
-		}
-		if errors.Is(err, ErrInvalidConfig) || errors.Is(err, ErrNoDevice) || errors.Is(err, xsk.ErrAttached) || errors.Is(err, xsk.ErrNoBusyPoll) {
-			return nil, err
-		}
-		if cfg.XDP.BusyPoll != 0 {
-			log.Warn("busy polling is off: it is for AF_XDP sockets", "nic", cfg.NIC, "busy_poll", cfg.XDP.BusyPoll)
-		}
-		n, perr := openPacket(cfg, log, fmt.Sprintf("AF_XDP is not available (xdp_mode %v): %v", mode, err))
-		if perr != nil {
-			return nil, fmt.Errorf("%w (AF_XDP failed before it: %v)", perr, err)
-		}
-		return n, nil
+		return openAuto(cfg, log)
 	}
 	return nil, fmt.Errorf("dataplane: %w: port %v", ErrInvalidConfig, cfg.Port)
 }
 
-// openXDP opens an AF_XDP port.
-func openXDP(cfg GatewayConfig, mode xsk.Mode) (*nic, error) {
+// checkXDPOptions refuses AF_XDP options that cannot apply.
+func checkXDPOptions(cfg GatewayConfig) error {
+	x := cfg.XDP
+	switch {
+	case x.ZeroCopy < XDPZeroCopyAuto || x.ZeroCopy > XDPZeroCopyOff:
+		return fmt.Errorf("dataplane: %w: zero-copy %v", ErrInvalidConfig, x.ZeroCopy)
+	case cfg.Port == PortPacket && x.BusyPoll != 0:
+		return fmt.Errorf("dataplane: %w: busy polling (%v) is for AF_XDP sockets, not AF_PACKET", ErrInvalidConfig, x.BusyPoll)
+	case cfg.Port == PortPacket && x.ZeroCopy == XDPZeroCopyOn:
+		return fmt.Errorf("dataplane: %w: zero-copy is for AF_XDP sockets, not AF_PACKET", ErrInvalidConfig)
+	case x.Mode == XDPModeGeneric && x.ZeroCopy == XDPZeroCopyOn:
+		return fmt.Errorf("dataplane: %w: zero-copy needs the XDP program in the driver, not generic mode", ErrInvalidConfig)
+	}
+	return nil
+}
+
+// copyModeMeasured is why PortAuto leaves AF_XDP copy mode to PortXDP:
+// what it was measured at (docs/udpfwd.md, "Choosing the port").
+const copyModeMeasured = "AF_XDP copy mode measured at 0.5× AF_PACKET offload (TCP, veth)"
+
+// openAuto opens AF_XDP with zero-copy sockets where the driver takes
+// them, else AF_PACKET.
+func openAuto(cfg GatewayConfig, log *slog.Logger) (*nic, error) {
+	n, whyNot, err := openZeroCopy(cfg, log, "the driver takes AF_XDP zero-copy")
+	if n != nil || err != nil {
+		return n, err
+	}
+	if cfg.XDP.BusyPoll != 0 {
+		log.Warn("busy polling is off: it is for AF_XDP sockets", "nic", cfg.NIC, "busy_poll", cfg.XDP.BusyPoll)
+	}
+	return openPacket(cfg, log, whyNot+"; "+copyModeMeasured)
+}
+
+// openXDPAsked opens the AF_XDP port PortXDP asks for: with zero-copy
+// sockets, else in copy mode.
+func openXDPAsked(cfg GatewayConfig, log *slog.Logger) (*nic, error) {
+	n, whyNot, err := openZeroCopy(cfg, log, "asked for")
+	if n != nil || err != nil {
+		return n, err
+	}
+	return openXDP(cfg, log, false, "asked for; "+whyNot)
+}
+
+// openZeroCopy opens AF_XDP with zero-copy sockets, logging why (why),
+// unless they are off or cannot be (generic mode). Where it opens
+// nothing and that is no error (zero-copy was not insisted on, and the
+// failure is one another port or mode escapes), it says why not.
+func openZeroCopy(cfg GatewayConfig, log *slog.Logger, why string) (n *nic, whyNot string, err error) {
+	switch {
+	case cfg.XDP.ZeroCopy == XDPZeroCopyOff:
+		return nil, "zero-copy off", nil
+	case cfg.XDP.Mode == XDPModeGeneric:
+		return nil, "zero-copy needs the XDP program in the driver, not generic mode", nil
+	}
+	n, err = openXDP(cfg, log, true, why)
+	if err == nil || fatal(err) || cfg.XDP.ZeroCopy == XDPZeroCopyOn {
+		return n, "", err
+	}
+	return nil, noZeroCopy(cfg.NIC, err), nil
+}
+
+// fatal reports whether an AF_XDP port failed for a reason no other
+// port or mode escapes: the configuration, the device, another XDP
+// program, busy polling refused.
+func fatal(err error) bool {
+	return errors.Is(err, ErrInvalidConfig) || errors.Is(err, ErrNoDevice) ||
+		errors.Is(err, xsk.ErrAttached) || errors.Is(err, xsk.ErrNoBusyPoll)
+}
+
+// noZeroCopy says why zero-copy sockets did not open on ifname.
+func noZeroCopy(ifname string, err error) string {
+	driver, derr := ethtool.Driver(ifname)
+	if derr != nil {
+		driver = "unknown"
+	}
+	if errors.Is(err, xsk.ErrZeroCopy) {
+		return fmt.Sprintf("driver %s has no AF_XDP zero-copy", driver)
+	}
+	return fmt.Sprintf("no AF_XDP zero-copy on driver %s: %v", driver, err)
+}
+
+// openXDP opens an AF_XDP port, with zero-copy sockets (the program in
+// the driver) or in copy mode, and logs it and why.
+func openXDP(cfg GatewayConfig, log *slog.Logger, zeroCopy bool, why string) (*nic, error) {
+	mode, how := cfg.XDP.Mode, "copy mode"
+	if zeroCopy {
+		mode, how = xsk.ModeNative, "zero-copy"
+	}
 	x, err := xsk.Open(xsk.Config{
-		Ifname: cfg.NIC, Mode: mode, ZeroCopy: cfg.XDP.ZeroCopy, Redirect: cfg.Routes, NumFrames: UMEMFrames(cfg.Budget),
+		Ifname: cfg.NIC, Mode: mode, ZeroCopy: zeroCopy, Redirect: cfg.Routes, NumFrames: UMEMFrames(cfg.Budget),
 		BusyPoll: cfg.XDP.BusyPoll, DisableTXChecksum: cfg.XDP.DisableTXChecksum,
 	})
 	if err != nil {
 		return nil, err
 	}
+	log.Info("NIC port: AF_XDP "+how, "nic", cfg.NIC, "why", why, "xdp_mode", x.Mode().String(), "busy_poll", cfg.XDP.BusyPoll)
 	n := &nic{port: x, kind: PortXDP, program: "XDP program", detached: xsk.ErrDetached}
 	for _, s := range x.Sockets() {
 		n.maxPacket = s.MaxTXFrame() - ethernet.HeaderLen
@@ -112,8 +182,9 @@ func openXDP(cfg GatewayConfig, mode xsk.Mode) (*nic, error) {
 	return n, nil
 }
 
-// openPacket opens an AF_PACKET port and logs it, why it is the port
-// (why) and how its ingress program is attached, and why that way.
+// openPacket opens an AF_PACKET port and logs it: what it leaves to
+// the NIC, why it is the port (why) and how its ingress program is
+// attached, and why that way.
 func openPacket(cfg GatewayConfig, log *slog.Logger, why string) (*nic, error) {
 	p, err := afpacket.Open(afpacket.Config{
 		Ifname: cfg.NIC, Redirect: cfg.Routes, Frames: packetFrames(cfg.Budget), HostFilter: cfg.Packet.HostFilter,
@@ -121,8 +192,13 @@ func openPacket(cfg GatewayConfig, log *slog.Logger, why string) (*nic, error) {
 	if err != nil {
 		return nil, err
 	}
+	plan, err := p.GSOPlan(cfg.Packet.GSO)
+	if err != nil {
+		return nil, errors.Join(err, p.Close())
+	}
 	filter, filterWhy := p.HostFilter()
-	log.Info("NIC port: AF_PACKET", "nic", cfg.NIC, "why", why, "host_filter", filter.String(), "host_filter_why", filterWhy)
+	log.Info("NIC port: AF_PACKET "+plan, "nic", cfg.NIC, "why", why, "gso", cfg.Packet.GSO.String(),
+		"host_filter", filter.String(), "host_filter_why", filterWhy)
 	program := "tcx ingress program"
 	if filter == afpacket.HostFilterClsact {
 		program = "cls_bpf ingress filter"

@@ -29,7 +29,7 @@ type config struct {
 	PacketGSO    choice
 	PacketFilter choice
 	XDPMode      choice
-	ZeroCopy     bool
+	ZeroCopy     choice
 	BusyPoll     time.Duration
 	Detached     choice
 
@@ -68,6 +68,7 @@ func newFlagSet(cfg *config) *flag.FlagSet {
 	cfg.PacketGSO = choice{"auto", []string{"auto", "offload", "partial", "full"}}
 	cfg.PacketFilter = choice{"auto", []string{"auto", "tcx", "clsact"}}
 	cfg.XDPMode = choice{"auto", []string{"auto", "native", "generic"}}
+	cfg.ZeroCopy = choice{"auto", []string{"auto", "on", "off"}}
 	cfg.Detached = choice{"reattach", []string{"reattach", "stop"}}
 	cfg.LogLevel = choice{"info", []string{"debug", "info", "warn", "error"}}
 	cfg.LogFormat = choice{"text", []string{"text", "json"}}
@@ -85,11 +86,11 @@ func newFlagSet(cfg *config) *flag.FlagSet {
 
 	fs.StringVar(&cfg.NIC, "nic", "", "`NAME` of the NIC to transmit on and receive from (required)")
 	fs.Var(&cfg.NextHop, "next-hop", "`ADDR` of the NIC-side gateway for every destination (default: each destination's route through the NIC)")
-	fs.Var(&cfg.Port, "port", "NIC port `KIND`: xdp (AF_XDP), packet (AF_PACKET) or auto (AF_XDP where the driver runs XDP natively, else AF_PACKET)")
+	fs.Var(&cfg.Port, "port", "NIC port `KIND`: xdp (AF_XDP), packet (AF_PACKET) or auto (AF_XDP where the driver takes zero-copy sockets, else AF_PACKET, with whole super-packets where the NIC segments them)")
 	fs.Var(&cfg.PacketGSO, "packet-gso", "what an AF_PACKET port leaves to the NIC (`MODE`): auto (whole super-packets where the NIC segments them, else checksums), offload (as auto; fails without TSO/USO), partial (checksums only) or full (nothing)")
 	fs.Var(&cfg.PacketFilter, "packet-filter", "how an AF_PACKET port attaches the ingress program that keeps the -redirect packets from the host (`MODE`): auto (tcx, else clsact), tcx (Linux 6.6) or clsact (a cls_bpf filter on a clsact qdisc, for older kernels)")
 	fs.Var(&cfg.XDPMode, "xdp-mode", "XDP attach `MODE`: auto (native, else generic), native or generic")
-	fs.BoolVar(&cfg.ZeroCopy, "zero-copy", false, "bind the AF_XDP sockets in zero-copy mode (the driver must support it)")
+	fs.Var(&cfg.ZeroCopy, "xdp-zerocopy", "bind the AF_XDP sockets in zero-copy mode (`MODE`): auto (where the driver takes it; else -port xdp binds in copy mode and -port auto takes AF_PACKET), on (fail naming the driver where it does not) or off (copy mode; -port auto takes AF_PACKET)")
 	fs.DurationVar(&cfg.BusyPoll, "busy-poll", 0, "busy-poll the AF_XDP sockets for up to `DURATION` per wait (SO_PREFER_BUSY_POLL), 1us to 1ms; 0: off. Wants napi_defer_hard_irqs and gro_flush_timeout set on the NIC")
 	fs.Var(&cfg.Detached, "xdp-detached", "what to do when the XDP program is detached from outside (`ACTION`): reattach (log, count and attach it again) or stop (exit 1)")
 
@@ -118,7 +119,7 @@ var flagGroups = []struct {
 }{
 	{"TUN side", []string{"tun", "addr", "mtu", "route", "route-takeover", "redirect", "queues", "gso", "gro"}},
 	{"Ingress device (instead of the TUN)", []string{"ingress", "ingress-redirect"}},
-	{"NIC side", []string{"nic", "next-hop", "port", "packet-gso", "packet-filter", "xdp-mode", "zero-copy", "busy-poll", "xdp-detached"}},
+	{"NIC side", []string{"nic", "next-hop", "port", "packet-gso", "packet-filter", "xdp-mode", "xdp-zerocopy", "busy-poll", "xdp-detached"}},
 	{"Transmit path", []string{"budget", "tx-queue-len", "backpressure", "drain-timeout"}},
 	{"Observability", []string{"metrics", "pprof", "log-level", "log-format", "v"}},
 	{"Privileges", []string{"user"}},

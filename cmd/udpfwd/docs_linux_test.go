@@ -56,9 +56,18 @@ func TestDocsQuickStart(t *testing.T) {
 			t.Errorf("the quick start's output lacks %q:\n%s", want, out)
 		}
 	}
+	var port []string
 	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, "msg=\"NIC port") {
+			port = append(port, line)
+		}
 		if strings.Contains(line, "receiver") || strings.Contains(line, "msg=\"NIC port") {
 			t.Log(strings.TrimSpace(line))
 		}
+	}
+	// The quick start's veth has no AF_XDP zero-copy and does TSO: the
+	// default port is AF_PACKET handing it whole super-packets, said once.
+	if len(port) != 1 || !strings.Contains(port[0], `msg="NIC port: AF_PACKET offload`) || !strings.Contains(port[0], "driver veth has no AF_XDP zero-copy") {
+		t.Errorf("the quick start's NIC port lines: %q, want one, AF_PACKET offload, as the veth has no AF_XDP zero-copy", port)
 	}
 }

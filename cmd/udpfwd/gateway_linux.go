@@ -47,6 +47,7 @@ func openGateway(cfg *config, log *slog.Logger) (*gateway, error) {
 // gatewayConfig translates the flags into the dataplane's configuration.
 func gatewayConfig(cfg *config) dataplane.GatewayConfig {
 	modes := map[string]dataplane.XDPMode{"auto": dataplane.XDPModeAuto, "native": dataplane.XDPModeNative, "generic": dataplane.XDPModeGeneric}
+	zeroCopy := map[string]dataplane.XDPZeroCopy{"auto": dataplane.XDPZeroCopyAuto, "on": dataplane.XDPZeroCopyOn, "off": dataplane.XDPZeroCopyOff}
 	ports := map[string]dataplane.PortKind{"auto": dataplane.PortAuto, "xdp": dataplane.PortXDP, "packet": dataplane.PortPacket}
 	gso := map[string]dataplane.PacketGSO{"auto": dataplane.PacketGSOAuto, "offload": dataplane.PacketGSOOffload, "partial": dataplane.PacketGSOPartial, "full": dataplane.PacketGSOFull}
 	filters := map[string]dataplane.PacketHostFilter{"auto": dataplane.PacketHostFilterAuto, "tcx": dataplane.PacketHostFilterTCX, "clsact": dataplane.PacketHostFilterClsact}
@@ -57,7 +58,7 @@ func gatewayConfig(cfg *config) dataplane.GatewayConfig {
 		Ingress:             dataplane.IngressOptions{Device: cfg.Ingress, Routes: cfg.IngressRedirect},
 		NextHop:             cfg.NextHop.addr,
 		Port:                ports[cfg.Port.value],
-		XDP:                 dataplane.XDPOptions{Mode: modes[cfg.XDPMode.value], ZeroCopy: cfg.ZeroCopy, BusyPoll: cfg.BusyPoll},
+		XDP:                 dataplane.XDPOptions{Mode: modes[cfg.XDPMode.value], ZeroCopy: zeroCopy[cfg.ZeroCopy.value], BusyPoll: cfg.BusyPoll},
 		Packet:              dataplane.PacketOptions{GSO: gso[cfg.PacketGSO.value], HostFilter: filters[cfg.PacketFilter.value]},
 		RouterAddrs:         routerAddrs(cfg.Addrs),
 		DisableBackpressure: !cfg.Backpressure,
@@ -97,7 +98,7 @@ func routerAddrs(addrs prefixList) []netip.Addr {
 // program is attached.
 func (g *gateway) portMode(cfg *config) string {
 	if x := g.XDP(); x != nil {
-		return fmt.Sprintf("xdp %v, zero-copy %v, busy-poll %v", x.Mode(), cfg.ZeroCopy, cfg.BusyPoll)
+		return fmt.Sprintf("xdp %v, zero-copy %v, busy-poll %v", x.Mode(), x.ZeroCopy(), cfg.BusyPoll)
 	}
 	mode := "gso " + cfg.PacketGSO.value
 	if p := g.Packet(); p != nil {

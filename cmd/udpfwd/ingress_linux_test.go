@@ -14,8 +14,8 @@ import (
 )
 
 // ingressArgs run udpfwd between gw-c (the ingress device, C behind it)
-// and gw-a (B behind it).
-var ingressArgs = []string{"-nic", labNIC, "-ingress", netlab.Ingress,
+// and gw-a (B behind it), on AF_XDP ports.
+var ingressArgs = []string{"-port", "xdp", "-nic", labNIC, "-ingress", netlab.Ingress,
 	"-redirect", "198.18.0.0/24,2001:2:0:1::/64", "-ingress-redirect", "198.19.0.0/24,2001:2:0:19::/64",
 	"-next-hop", netlab.NICB4.String(), "-log-format", "json"}
 

@@ -39,6 +39,8 @@ func TestStartFailures(t *testing.T) {
 			[]string{`invalid value "fast" for flag -xdp-mode: want auto, native or generic`}},
 		{"TUN name too long", nil, []string{"-nic", labNIC, "-tun", "a-very-long-tun-name"}, exitUsage,
 			[]string{`-tun "a-very-long-tun-name": name too long: 20 bytes, at most 15`}},
+		{"zero-copy refused", nil, []string{"-nic", labNIC, "-tun", labTUN, "-metrics=", "-xdp-zerocopy", "on"}, exitFailure,
+			[]string{"driver veth: bind: driver does not support AF_XDP zero-copy"}},
 		{"metrics port taken", nil, []string{"-nic", labNIC, "-tun", labTUN}, exitFailure,
 			[]string{"-metrics 127.0.0.1:9464", "address already in use"}},
 		{"no CAP_NET_ADMIN", noNetAdmin, []string{"-nic", labNIC, "-metrics="}, exitUsage,
@@ -65,8 +67,8 @@ func TestStartFailures(t *testing.T) {
 }
 
 // TestSecondSignal checks that a second signal during the stop exits at
-// once with 128+N and leaves no XDP program behind (and, on the way, that
-// /debug/pprof/ is off without -pprof).
+// once with 128+N and leaves no program of its port behind (and, on the
+// way, that /debug/pprof/ is off without -pprof).
 func TestSecondSignal(t *testing.T) {
 	requireRoot(t)
 	a, _ := newLab(t)

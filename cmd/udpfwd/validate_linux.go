@@ -123,6 +123,12 @@ func (c *config) validateNIC() problems {
 	case b != 0 && c.Port.value == "packet":
 		p.add("-busy-poll %v: busy polling is for AF_XDP sockets, not -port packet", b)
 	}
+	switch z := c.ZeroCopy.value; {
+	case z == "on" && c.Port.value == "packet":
+		p.add("-xdp-zerocopy on: zero-copy is for AF_XDP sockets, not -port packet")
+	case z == "on" && c.XDPMode.value == "generic":
+		p.add("-xdp-zerocopy on: zero-copy needs the XDP program in the driver, not -xdp-mode generic")
+	}
 	return p
 }
 

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -151,6 +152,39 @@ func readNIC(f map[string]ethtool.Feature, a *netlink.LinkAttrs) nic {
 		k.gsoMaxSegs = 65535
 	}
 	return k
+}
+
+// GSOPlan says what a Sink in mode made now would leave to the NIC, by
+// the features it advertises: "offload" and the kinds it segments (of
+// TCPv4, TCPv6 and UDP; the others are cut here), "partial" where it
+// segments none but completes checksums, else "full". It is what the
+// gateway logs; the Sink decides per super-packet (Offload).
+func (p *Port) GSOPlan(mode GSOMode) (string, error) {
+	feats, err := ethtool.Features(p.cfg.Ifname)
+	if err != nil {
+		return "", fmt.Errorf("afpacket: features of %s: %w", p.cfg.Ifname, err)
+	}
+	return readNIC(feats, &netlink.LinkAttrs{}).plan(mode), nil
+}
+
+// plan is GSOPlan for a NIC with features k.
+func (k nic) plan(mode GSOMode) string {
+	var kinds []string
+	for _, c := range []struct {
+		on   bool
+		kind string
+	}{{k.tso4, "TCPv4"}, {k.tso6, "TCPv6"}, {k.uso, "UDP"}} {
+		if c.on && (mode == GSOModeAuto || mode == GSOModeOffload) {
+			kinds = append(kinds, c.kind)
+		}
+	}
+	switch {
+	case len(kinds) > 0:
+		return "offload (the NIC segments " + strings.Join(kinds, ", ") + ")"
+	case mode != GSOModeFull && (k.csum4 || k.csum6):
+		return "partial (cut here, checksums by the NIC)"
+	}
+	return "full (cut and checksummed here)"
 }
 
 // SetReplier sets who answers the senders of packets whose next hop

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -191,7 +192,20 @@ func TestGSOWithoutTSO(t *testing.T) {
 	sinkOn := func(mode GSOMode) (*Sink, error) { return l.newSink(t, s, netlab.NICB4, mode) }
 	before, err := sinkOn(GSOModeAuto) // the NIC segments now
 	netlab.Must(t, err)
+	checkPlan := func(mode GSOMode, want string) {
+		t.Helper()
+		var plan string
+		l.A.Do(t, func() { plan, err = p.GSOPlan(mode) })
+		if err != nil || !strings.HasPrefix(plan, want) {
+			t.Errorf("GSOPlan(%v) = %q, %v; want %s", mode, plan, err, want)
+		}
+	}
+	checkPlan(GSOModeAuto, "offload (the NIC segments TCPv4, TCPv6, UDP)")
+	checkPlan(GSOModePartial, "partial")
+	checkPlan(GSOModeFull, "full")
 	netlab.Must(t, l.A.SetFeatures(netlab.NICA, map[string]bool{"tso": false, "tx-udp-segmentation": false}))
+	checkPlan(GSOModeAuto, "partial")
+	checkPlan(GSOModeOffload, "partial")
 
 	pkt, h := superPacket(false, uint8(header.TCPProtocolNumber), 20000, 1400, false)
 	lay := layoutOf(t, pkt, h)

@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/internal/ethtool"
 	"github.com/gsoplane/gsoplane/internal/port"
 )
 
@@ -35,10 +36,11 @@ const xskBindBusyWait = 2 * time.Second
 // Port is an XDP program on an interface with one AF_XDP socket per
 // bound RX queue. Create it with Open; Close it when done.
 type Port struct {
-	base  *port.Port[*Socket] // the interface, namespace, sockets and lock
-	mode  Mode
-	prog  *xdpProgram
-	multi bool // multi-buffer receive is on
+	base     *port.Port[*Socket] // the interface, namespace, sockets and lock
+	mode     Mode
+	prog     *xdpProgram
+	multi    bool // multi-buffer receive is on
+	zeroCopy bool // the sockets are bound with XDP_ZEROCOPY
 }
 
 // Open loads the XDP program, opens and registers one socket per queue,
@@ -64,7 +66,7 @@ func Open(cfg Config) (*Port, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Port{}
+	p := &Port{zeroCopy: cfg.ZeroCopy}
 	p.base, err = port.New(port.Config[*Socket]{
 		Pkg: "xsk", Ifname: cfg.Ifname, Ifindex: link.Attrs().Index, MaxPrefixes: xdpMaxPrefixes,
 		ErrClosed: ErrClosed, ErrDetached: ErrDetached,
@@ -179,6 +181,10 @@ func (p *Port) Sockets() []*Socket { return p.base.Sockets() }
 // Mode returns the effective attach mode (native or generic).
 func (p *Port) Mode() Mode { return p.mode }
 
+// ZeroCopy reports whether the sockets are bound in zero-copy mode
+// (Config.ZeroCopy: Open fails where the driver refuses it).
+func (p *Port) ZeroCopy() bool { return p.zeroCopy }
+
 // MultiBuffer reports whether the port receives packets longer than one
 // UMEM frame (as chains of up to Config.MaxChain frames): Config asked
 // for it and the kernel has it.
@@ -278,9 +284,22 @@ func newXSK(ifname string, ifindex, queue int, cfg Config, multi bool) (*Socket,
 	}
 	x := newSocket(fd, queue, cfg)
 	if err := x.setup(ifindex, cfg, multi); err != nil {
-		return nil, errors.Join(fmt.Errorf("xsk: socket on %s queue %d: %w", ifname, queue, err), x.close())
+		return nil, errors.Join(fmt.Errorf("xsk: socket on %s queue %d: %w", ifname, queue, withDriver(ifname, err)), x.close())
 	}
 	return x, nil
+}
+
+// withDriver names the interface's driver in a zero-copy refusal: the
+// driver is what decides, and what to look up.
+func withDriver(ifname string, err error) error {
+	if !errors.Is(err, ErrZeroCopy) {
+		return err
+	}
+	d, derr := ethtool.Driver(ifname)
+	if derr != nil {
+		d = fmt.Sprintf("unknown (%v)", derr)
+	}
+	return fmt.Errorf("driver %s: %w", d, err)
 }
 
 // newSocket returns the socket on fd of queue, its frame layout set.

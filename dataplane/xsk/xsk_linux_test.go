@@ -770,8 +770,8 @@ func TestXSKBadFrames(t *testing.T) {
 	}
 }
 
-// TestXDPZeroCopyRefused: veth has no zero-copy; the error says so and
-// nothing stays attached.
+// TestXDPZeroCopyRefused: veth has no zero-copy; the error says so,
+// naming the driver, and nothing stays attached.
 func TestXDPZeroCopyRefused(t *testing.T) {
 	n := newXDPNet(t)
 	cfg := xdpTestConfig()
@@ -781,8 +781,8 @@ func TestXDPZeroCopyRefused(t *testing.T) {
 		p.Close()
 		t.Skip("this veth accepted zero-copy")
 	}
-	if !errors.Is(err, ErrZeroCopy) {
-		t.Fatalf("Open zero-copy on veth: %v", err)
+	if !errors.Is(err, ErrZeroCopy) || !strings.Contains(err.Error(), "driver veth") {
+		t.Fatalf("Open zero-copy on veth: %v, want ErrZeroCopy naming the driver (veth)", err)
 	}
 	t.Log(err)
 	if attached, id := n.xdpAttached(t); attached {

@@ -49,6 +49,7 @@ func OpenGenerator(cfg GeneratorConfig) (*Generator, error) { return nil, errNot
 // return zero values and errors wrapping ErrUnsupported.
 func (*Port) Sockets() []*Socket                      { return nil }
 func (*Port) Mode() Mode                              { return 0 }
+func (*Port) ZeroCopy() bool                          { return false }
 func (*Port) MultiBuffer() bool                       { return false }
 func (*Port) Ifindex() int                            { return 0 }
 func (*Port) SetRedirect([]netip.Prefix) error        { return errNotSupported }
