@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -26,7 +27,7 @@ func startIngress(t *testing.T, mtu int, flags ...string) *netlab.Topology {
 	requireRoot(t)
 	tp := netlab.NewTopologyT(t, "ingress")
 	netlab.Must(t, tp.AddIngress(mtu, 2))
-	p := startUdpfwd(t, tp.A, nil, append(flags, ingressArgs...)...)
+	p := startUdpfwd(t, tp.A, nil, slices.Concat(ingressArgs, flags)...) // flags after: the last -port wins
 	waitReady(t, p, tp.A)
 	t.Cleanup(func() {
 		p.cmd.Process.Signal(syscall.SIGTERM)
