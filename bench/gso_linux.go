@@ -60,6 +60,14 @@ func xdpTUNConfig(offload bool) dataplane.GatewayConfig {
 	return dataplane.GatewayConfig{TUN: dataplane.TUNOptions{DisableOffload: !offload}, Port: dataplane.PortXDP, DisableGRO: true}
 }
 
+// xdpNoCsum is the gsoplane row's gateway computing every checksum
+// itself: AF_XDP without TX checksum offload.
+func xdpNoCsum() dataplane.GatewayConfig {
+	cfg := xdpTUNConfig(true)
+	cfg.XDP.DisableTXChecksum = true
+	return cfg
+}
+
 func gsoRows(opts measureOpts) []rowSpec {
 	gw, xdp := gatewayTCPRow, xdpTUNConfig
 	packet := func(mode dataplane.PacketGSO) dataplane.GatewayConfig {
@@ -68,6 +76,7 @@ func gsoRows(opts measureOpts) []rowSpec {
 	rows := []rowSpec{
 		gw("default", dataplane.GatewayConfig{}),
 		gw("gsoplane", xdp(true)),
+		gw("xdp-no-csum", xdpNoCsum()),
 		gw("no-offload", xdp(false)),
 		rowSpec{name: "kernel", units: tcpUnits, retrans: true, ppsAtB: true, start: func(ctx context.Context) (trial, error) {
 			return withLab(func(l *lab) (*labTrial, error) {
@@ -115,6 +124,7 @@ func gsoRatios(rows []*rowResult) []ratio {
 	return throughputRatios(rows, []ratioSpec{
 		{"default", "kernel", "TCP throughput, the default gateway (GatewayConfig's zero value: PortAuto) / kernel only"},
 		{"gsoplane", "no-offload", "TCP throughput, gsoplane GSO / kernel-segmented TUN (no offloads)"},
+		{"gsoplane", "xdp-no-csum", "TCP throughput, AF_XDP with TX checksum offload (Linux 6.11) / without"},
 		{"gsoplane", "kernel", "TCP throughput, gsoplane / kernel only (upper bound)"},
 		{"packet-offload", "kernel", "TCP throughput, AF_PACKET with the NIC segmenting / kernel only"},
 		{"packet-full", "gsoplane", "TCP throughput, AF_PACKET with complete segments / AF_XDP"},
