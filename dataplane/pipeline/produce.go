@@ -12,24 +12,33 @@ import (
 
 var errNoFrames = errors.New("no free frames")
 
-// maxSuperPacket is the largest packet a Source hands over: a 64 KiB IP
-// packet behind a 12-byte virtio-net header.
-const maxSuperPacket = 65535 + 40 + segment.HeaderSizeMrg
+// maxPacket is the largest IP packet a Source hands over (IPv6 with a
+// 64 KiB payload), maxSuperPacket the same behind a 12-byte virtio-net
+// header.
+const (
+	maxPacket      = 65535 + 40
+	maxSuperPacket = maxPacket + segment.HeaderSizeMrg
+)
 
 // producer is the forwarder's source side: it reads super-packets, cuts
 // them into the sink's frames and queues the segments. Its buffers are
 // allocated once.
 type producer struct {
-	f       *Forwarder
-	offload OffloadSink        // the sink, if it offloads
-	partial *segment.Segmenter // cuts with partial checksums, for OffloadCsum
-	bufs    [][]byte           // read buffers
-	sizes   []int
-	frames  []Frame // one per segment of the packet at hand
-	segs    [][]byte
-	lens    []int
-	items   []txqueue.Item[Frame]
-	size    int // truesize of one segment
+	f        *Forwarder
+	offload  OffloadSink        // the sink, if it offloads
+	partial  *segment.Segmenter // cuts with partial checksums, for OffloadCsum
+	bufs     [][]byte           // read buffers: own, or lent (see lend)
+	own      [][]byte           // the producer's own read buffers
+	sizes    []int
+	lent     []Frame // large frames bufs[:nLent] read into; Buf nil once handed over whole
+	nLent    int
+	lends    bool    // the sink's large frames can be read into
+	waitLend bool    // the last super-packet left whole: wait for a large frame to read into
+	frames   []Frame // one per segment of the packet at hand
+	segs     [][]byte
+	lens     []int
+	items    []txqueue.Item[Frame]
+	size     int // truesize of one segment
 }
 
 func newProducer(f *Forwarder) *producer {
@@ -43,16 +52,20 @@ func newProducer(f *Forwarder) *producer {
 		offload: offload,
 		partial: &segment.Segmenter{Partial: true, MaxSegments: f.cfg.Segmenter.MaxSegments},
 		bufs:    make([][]byte, f.cfg.Batch),
+		own:     make([][]byte, f.cfg.Batch),
 		sizes:   make([]int, f.cfg.Batch),
+		lent:    make([]Frame, f.cfg.Batch),
+		lends:   offload != nil && f.cfg.Sink.Headroom() >= f.cfg.HeaderSize,
 		frames:  make([]Frame, maxSegs),
 		segs:    make([][]byte, maxSegs),
 		lens:    make([]int, maxSegs),
 		items:   make([]txqueue.Item[Frame], 0, maxSegs),
 		size:    txqueue.Truesize(f.cfg.FrameSize),
 	}
-	for i := range p.bufs {
-		p.bufs[i] = make([]byte, maxSuperPacket)
+	for i := range p.own {
+		p.own[i] = make([]byte, maxSuperPacket)
 	}
+	copy(p.bufs, p.own)
 	return p
 }
 
@@ -62,12 +75,19 @@ func newProducer(f *Forwarder) *producer {
 func (f *Forwarder) produce(ctx context.Context) error {
 	p := newProducer(f)
 	for {
+		if err := p.lend(ctx); err != nil {
+			return err
+		}
 		n, err := f.cfg.Source.Read(p.bufs, p.sizes, 0)
 		for i := range n {
-			if err := p.forward(ctx, p.bufs[i][:p.sizes[i]]); err != nil {
-				return err
+			ferr := p.forward(ctx, p.bufs[i][:p.sizes[i]], i)
+			p.giveBack(i, i+1)
+			if ferr != nil {
+				p.giveBack(i+1, p.nLent)
+				return ferr
 			}
 		}
+		p.giveBack(n, p.nLent)
 		switch {
 		case ctx.Err() != nil:
 			return ctx.Err()
@@ -79,10 +99,10 @@ func (f *Forwarder) produce(ctx context.Context) error {
 	}
 }
 
-// forward handles one packet from the source, virtio-net header first.
-// Bad packets are counted and dropped; only a context or budget error
-// stops the producer.
-func (p *producer) forward(ctx context.Context, raw []byte) error {
+// forward handles packet i of the batch read, raw, virtio-net header
+// first. Bad packets are counted and dropped; only a context or budget
+// error stops the producer.
+func (p *producer) forward(ctx context.Context, raw []byte, i int) error {
 	cfg, st := &p.f.cfg, &p.f.stats
 	st.superPackets.Add(1)
 	h, err := segment.DecodeHeader(raw, cfg.HeaderSize)
@@ -113,8 +133,9 @@ func (p *producer) forward(ctx context.Context, raw []byte) error {
 	if p.offload != nil {
 		mode = p.offload.Offload(l)
 	}
-	if mode == OffloadGSO && l.Segments() > 1 {
-		return p.whole(ctx, pkt, l, flow)
+	p.waitLend = mode == OffloadGSO && l.Segments() > 1
+	if p.waitLend {
+		return p.whole(ctx, pkt, l, flow, i)
 	}
 	frames := p.frames[:l.Segments()]
 	if err := p.alloc(ctx, frames); err == errNoFrames {
@@ -183,25 +204,31 @@ func (p *producer) waitFreed(ctx context.Context) error {
 	return nil
 }
 
-// whole hands a super-packet to an OffloadSink in one frame, charged as
-// the segments the device will cut, and queues it.
-func (p *producer) whole(ctx context.Context, pkt []byte, l segment.Layout, flow uint64) error {
+// whole hands a super-packet, packet i of the batch read, to an
+// OffloadSink in one frame, charged as the segments the device will cut,
+// and queues it. The frame is the one the packet was read into, if it was
+// lent (no copy), else a new one the packet is copied into.
+func (p *producer) whole(ctx context.Context, pkt []byte, l segment.Layout, flow uint64, i int) error {
 	cfg, st := &p.f.cfg, &p.f.stats
-	f, err := p.allocLarge(ctx, len(pkt))
-	if err == errNoFrames {
+	headroom, segs := cfg.Sink.Headroom(), l.Segments()
+	f, err := p.largeFrame(ctx, pkt, i)
+	switch {
+	case err == errNoFrames:
 		st.drop(DropNoFrames, 1)
 		return nil
-	} else if err != nil {
+	case err != nil:
 		return err
-	}
-	headroom, segs := cfg.Sink.Headroom(), l.Segments()
-	p.frames[0] = f
-	if len(f.Buf) < headroom+len(pkt) {
+	case len(f.Buf) < headroom+len(pkt):
+		p.frames[0] = f
 		cfg.Sink.Free(p.frames[:1])
 		st.drop(DropOversize, 1)
 		return nil
 	}
-	f.Len, f.Header = copy(f.Buf[headroom:], pkt), l.GSOHeader()
+	p.frames[0] = f
+	f.Header = l.GSOHeader()
+	if f.Len == 0 {
+		f.Len = copy(f.Buf[headroom:], pkt)
+	}
 	st.segmented(segs)
 	if cfg.Hook != nil && !cfg.Hook(f.Buf[headroom:headroom+f.Len]) {
 		cfg.Sink.Free(p.frames[:1])
@@ -213,6 +240,67 @@ func (p *producer) whole(ctx context.Context, pkt []byte, l segment.Layout, flow
 	st.bytes.Add(uint64(len(pkt) + (segs-1)*l.HdrLen()))
 	p.items = append(p.items[:0], txqueue.Item[Frame]{Owner: cfg.Budget, Flow: flow, Size: segs * p.size, Value: f})
 	return p.enqueue(ctx)
+}
+
+// largeFrame returns the frame packet i of the batch read, pkt, was read
+// into, with its length set, taking it from the lent ones; or, if it was
+// read into the producer's own buffer, a free large frame (Len 0: the
+// caller copies pkt into it), waiting like alloc.
+func (p *producer) largeFrame(ctx context.Context, pkt []byte, i int) (Frame, error) {
+	if i < p.nLent && p.lent[i].Buf != nil {
+		f := p.lent[i]
+		p.lent[i].Buf = nil // handed over: giveBack leaves it
+		f.Len = len(pkt)
+		return f, nil
+	}
+	return p.allocLarge(ctx, len(pkt))
+}
+
+// lend points the read buffers at free large frames of an OffloadSink,
+// the super-packet in each at the sink's headroom, so that one the device
+// segments leaves in the frame it was read into, without a copy; the
+// buffers for which no frame is free stay the producer's own. It waits
+// for a first frame only when the last super-packet left whole: the next
+// one most likely will too, and reading it elsewhere would cost a copy.
+// A sink whose large frames cannot hold the largest packet lends none.
+func (p *producer) lend(ctx context.Context) error {
+	p.nLent = 0
+	headroom := p.f.cfg.Sink.Headroom()
+	for p.lends && p.nLent < len(p.bufs) {
+		f, ok := p.offload.AllocLarge(maxPacket)
+		switch {
+		case !ok && (p.nLent > 0 || !p.waitLend):
+			return nil
+		case !ok:
+			if err := p.waitFreed(ctx); err == errNoFrames {
+				return nil
+			} else if err != nil {
+				return err
+			}
+		case len(f.Buf) < headroom+maxPacket:
+			p.frames[0] = f
+			p.f.cfg.Sink.Free(p.frames[:1])
+			p.lends = false
+		default:
+			p.lent[p.nLent] = f
+			p.bufs[p.nLent] = f.Buf[headroom-p.f.cfg.HeaderSize:]
+			p.nLent++
+		}
+	}
+	return nil
+}
+
+// giveBack frees the lent frames of read buffers [from, to) that did not
+// leave whole and gives those buffers back their own memory.
+func (p *producer) giveBack(from, to int) {
+	for i := from; i < min(to, p.nLent); i++ {
+		if p.lent[i].Buf != nil {
+			p.frames[0] = p.lent[i]
+			p.f.cfg.Sink.Free(p.frames[:1])
+			p.lent[i].Buf = nil
+		}
+		p.bufs[i] = p.own[i]
+	}
 }
 
 // split cuts pkt into frames (with partial checksums for an OffloadCsum
