@@ -96,8 +96,8 @@ func TestForwarderOffload(t *testing.T) {
 	if len(sink.got) != 1 || !bytes.Equal(sink.got[0].Buf, pkt) || sink.got[0].Header != l.GSOHeader() {
 		t.Fatalf("GSO: %d frames, header %+v; want the super-packet whole with %+v", len(sink.got), sink.got[0].Header, l.GSOHeader())
 	}
-	if st.Offloaded != 1 || st.Cut != 0 || st.Segments != uint64(l.Segments()) || st.Transmitted != 1 {
-		t.Errorf("GSO stats %+v: want 1 offloaded, none cut, %d segments, 1 frame", st, l.Segments())
+	if st.Offloaded != 1 || st.Cut != 0 || st.InPlace != 0 || st.Segments != uint64(l.Segments()) || st.Transmitted != 1 {
+		t.Errorf("GSO stats %+v: want 1 offloaded, not in place, none cut, %d segments, 1 frame", st, l.Segments())
 	}
 
 	full := make([][]byte, l.Segments())
@@ -283,6 +283,9 @@ func TestForwarderReadsIntoLargeFrame(t *testing.T) {
 	}
 	if sink.large == nil || len(sink.memSink.free) != 64 {
 		t.Errorf("frames not given back: large %t, %d of 64 small free", sink.large != nil, len(sink.memSink.free))
+	}
+	if st := f.Stats(); st.Offloaded != 2 || st.InPlace != 2 {
+		t.Errorf("%d super-packets offloaded, %d of them in place; want 2, 2", st.Offloaded, st.InPlace)
 	}
 	if sink.lent < 3 {
 		t.Errorf("the large frame was lent %d times, want one per read (3 or more)", sink.lent)

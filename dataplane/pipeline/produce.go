@@ -226,7 +226,8 @@ func (p *producer) whole(ctx context.Context, pkt []byte, l segment.Layout, flow
 	}
 	p.frames[0] = f
 	f.Header = l.GSOHeader()
-	if f.Len == 0 {
+	inPlace := f.Len != 0
+	if !inPlace {
 		f.Len = copy(f.Buf[headroom:], pkt)
 	}
 	st.segmented(segs)
@@ -236,6 +237,9 @@ func (p *producer) whole(ctx context.Context, pkt []byte, l segment.Layout, flow
 		return nil
 	}
 	st.offloaded.Add(1)
+	if inPlace {
+		st.inPlace.Add(1)
+	}
 	st.segments.Add(uint64(segs))
 	st.bytes.Add(uint64(len(pkt) + (segs-1)*l.HdrLen()))
 	p.items = append(p.items[:0], txqueue.Item[Frame]{Owner: cfg.Budget, Flow: flow, Size: segs * p.size, Value: f})
