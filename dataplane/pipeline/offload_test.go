@@ -177,24 +177,34 @@ func TestReturnPathKernelHeaders(t *testing.T) {
 	}
 }
 
-// lendingSink is an OffloadSink with AF_PACKET's headroom whose one large
-// frame holds any packet, so that the forwarder reads into it: it
-// records, per transmitted frame, its packet and where it is in memory.
+// lendingSink is an OffloadSink with AF_PACKET's headroom whose large
+// frames hold any packet, so that the forwarder reads into them: it
+// records (if record), per transmitted frame, its packet and where it is
+// in memory.
 type lendingSink struct {
 	*memSink
-	mu    sync.Mutex
-	large []byte // nil while allocated
-	lent  int    // AllocLarge calls that succeeded
-	got   [][]byte
-	at    []*byte
-	done  int // large frames transmitted since the last Complete
+	mu     sync.Mutex
+	large  [][]byte // by ID less lendingID
+	free   []int    // free large frames
+	lent   int      // AllocLarge calls that succeeded
+	got    [][]byte
+	at     []*byte
+	done   int // large frames transmitted since the last Complete
+	record bool
 }
 
-const lendingHeadroom = 24
+const (
+	lendingHeadroom = 24
+	lendingID       = 1 << 20 // the first large frame's ID
+)
 
-func newLendingSink() *lendingSink {
-	s := &lendingSink{memSink: newMemSink(64, 2048), large: make([]byte, lendingHeadroom+65535+40)}
+func newLendingSink(large int) *lendingSink {
+	s := &lendingSink{memSink: newMemSink(64, 2048), record: true}
 	s.memSink.record = false
+	for i := range large {
+		s.large = append(s.large, make([]byte, lendingHeadroom+65535+40))
+		s.free = append(s.free, i)
+	}
 	return s
 }
 
@@ -204,21 +214,21 @@ func (s *lendingSink) Offload(segment.Layout) pipeline.Offload { return pipeline
 func (s *lendingSink) AllocLarge(int) (pipeline.Frame, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.large == nil {
+	if len(s.free) == 0 {
 		return pipeline.Frame{}, false
 	}
-	f := pipeline.Frame{Buf: s.large, ID: 1 << 20}
-	s.large = nil
+	i := s.free[len(s.free)-1]
+	s.free = s.free[:len(s.free)-1]
 	s.lent++
-	return f, true
+	return pipeline.Frame{Buf: s.large[i], ID: uint64(lendingID + i)}, true
 }
 
 func (s *lendingSink) Free(frames []pipeline.Frame) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, f := range frames {
-		if f.ID == 1<<20 {
-			s.large = f.Buf
+		if f.ID >= lendingID {
+			s.free = append(s.free, int(f.ID-lendingID))
 			continue
 		}
 		s.memSink.Free([]pipeline.Frame{f})
@@ -229,11 +239,13 @@ func (s *lendingSink) Transmit(frames []pipeline.Frame) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, f := range frames {
-		pkt := f.Buf[lendingHeadroom : lendingHeadroom+f.Len]
-		s.got = append(s.got, bytes.Clone(pkt))
-		s.at = append(s.at, &pkt[0])
-		if f.ID == 1<<20 {
-			s.large = f.Buf // completes at once
+		if s.record {
+			pkt := f.Buf[lendingHeadroom : lendingHeadroom+f.Len]
+			s.got = append(s.got, bytes.Clone(pkt))
+			s.at = append(s.at, &pkt[0])
+		}
+		if f.ID >= lendingID {
+			s.free = append(s.free, int(f.ID-lendingID)) // completes at once
 			s.done++
 			continue
 		}
@@ -253,10 +265,11 @@ func (s *lendingSink) Complete() (int, error) {
 // TestForwarderReadsIntoLargeFrame: a super-packet the device segments is
 // read into the sink's large frame and transmitted from there, not
 // copied; a packet that does not leave whole is read there too and cut
-// into small frames, and the large frame comes back for the next.
+// into small frames, and the large frame (the sink's only one) comes back
+// for the next.
 func TestForwarderReadsIntoLargeFrame(t *testing.T) {
 	super, single := tcpSuperPacket(10*1448), tcpSuperPacket(1000)
-	sink := newLendingSink()
+	sink := newLendingSink(1)
 	src := &placeSource{sliceSource: sliceSource{pkts: [][]byte{super, single, super}}}
 	f, budget, queue := newTestForwarder(t, src, sink)
 	if err := runWithin(t, f); !errors.Is(err, io.EOF) {
@@ -281,8 +294,8 @@ func TestForwarderReadsIntoLargeFrame(t *testing.T) {
 			t.Errorf("frame %d sent from where it was read: %t, want %t", i, !inPlace, inPlace)
 		}
 	}
-	if sink.large == nil || len(sink.memSink.free) != 64 {
-		t.Errorf("frames not given back: large %t, %d of 64 small free", sink.large != nil, len(sink.memSink.free))
+	if len(sink.free) != 1 || len(sink.memSink.free) != 64 {
+		t.Errorf("frames not given back: %d of 1 large, %d of 64 small free", len(sink.free), len(sink.memSink.free))
 	}
 	if st := f.Stats(); st.Offloaded != 2 || st.InPlace != 2 {
 		t.Errorf("%d super-packets offloaded, %d of them in place; want 2, 2", st.Offloaded, st.InPlace)
