@@ -62,7 +62,8 @@ type nic struct {
 //
 // The frames are allocated once by NewSink: Config.Frames small ones for
 // segments and Config.LargeFrames of LargeFrameSize for whole
-// super-packets (AllocLarge). Alloc and Free may run concurrently with
+// super-packets (AllocLarge), which the forwarder reads super-packets
+// into where the sink hands them whole (see pipeline.OffloadSink). Alloc and Free may run concurrently with
 // Transmit, Complete and Wait, which one goroutine (the sink loop) calls.
 type Sink struct {
 	s         *Socket
