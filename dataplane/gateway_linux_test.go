@@ -644,10 +644,13 @@ func gatewayUDPBackpressure(t *testing.T, port labPort) {
 		lab := newGwLab(t, port.config(GatewayConfig{TUN: TUNOptions{TxQueueLen: 32}, DisableGRO: true, TxRate: rate}))
 		r := udpFlood(t, lab, sends, segs)
 		st := lab.g.Stats()
-		t.Logf("%+v; gateway drops %v, budget stalls %d (%v), peak %d of %d, %d super-packets sent whole",
-			r, st.Forward.Drops, st.Budget.Stalls, st.Budget.StallTime, st.Budget.Peak, st.Budget.Limit, st.Forward.Offloaded)
+		t.Logf("%+v; gateway drops %v, budget stalls %d (%v), peak %d of %d, %d super-packets sent whole (%d in place)",
+			r, st.Forward.Drops, st.Budget.Stalls, st.Budget.StallTime, st.Budget.Peak, st.Budget.Limit, st.Forward.Offloaded, st.Forward.InPlace)
 		if r.lost != 0 || lost(st.Forward.Drops) != 0 {
 			t.Errorf("lost %d datagrams, the gateway dropped %v", r.lost, st.Forward.Drops)
+		}
+		if port.kind == PortPacket && st.Forward.InPlace == 0 {
+			t.Errorf("of %d super-packets sent whole none left from the frame it was read into", st.Forward.Offloaded)
 		}
 		if r.enobufs == 0 || st.Budget.Stalls == 0 {
 			t.Errorf("the sender was never held back: %d ENOBUFS, %d budget stalls", r.enobufs, st.Budget.Stalls)

@@ -75,10 +75,11 @@ func newProducer(f *Forwarder) *producer {
 func (f *Forwarder) produce(ctx context.Context) error {
 	p := newProducer(f)
 	for {
-		if err := p.lend(ctx); err != nil {
+		bufs, err := p.lend(ctx)
+		if err != nil {
 			return err
 		}
-		n, err := f.cfg.Source.Read(p.bufs, p.sizes, 0)
+		n, err := f.cfg.Source.Read(bufs, p.sizes, 0)
 		for i := range n {
 			ferr := p.forward(ctx, p.bufs[i][:p.sizes[i]], i)
 			p.giveBack(i, i+1)
@@ -262,24 +263,28 @@ func (p *producer) largeFrame(ctx context.Context, pkt []byte, i int) (Frame, er
 
 // lend points the read buffers at free large frames of an OffloadSink,
 // the super-packet in each at the sink's headroom, so that one the device
-// segments leaves in the frame it was read into, without a copy; the
-// buffers for which no frame is free stay the producer's own. It waits
-// for a first frame only when the last super-packet left whole: the next
-// one most likely will too, and reading it elsewhere would cost a copy.
-// A sink whose large frames cannot hold the largest packet lends none.
-func (p *producer) lend(ctx context.Context) error {
+// segments leaves in the frame it was read into, without a copy, and
+// returns the buffers to read into. When the last super-packet left
+// whole, the next ones most likely will too, and reading one elsewhere
+// would cost a copy: then it waits for a first frame and reads into lent
+// frames only. Otherwise the buffers for which no frame is free stay the
+// producer's own. A sink whose large frames cannot hold the largest
+// packet lends none.
+func (p *producer) lend(ctx context.Context) ([][]byte, error) {
 	p.nLent = 0
 	headroom := p.f.cfg.Sink.Headroom()
 	for p.lends && p.nLent < len(p.bufs) {
 		f, ok := p.offload.AllocLarge(maxPacket)
 		switch {
+		case !ok && p.nLent > 0 && p.waitLend:
+			return p.bufs[:p.nLent], nil
 		case !ok && (p.nLent > 0 || !p.waitLend):
-			return nil
+			return p.bufs, nil
 		case !ok:
 			if err := p.waitFreed(ctx); err == errNoFrames {
-				return nil
+				return p.bufs, nil
 			} else if err != nil {
-				return err
+				return nil, err
 			}
 		case len(f.Buf) < headroom+maxPacket:
 			p.frames[0] = f
@@ -291,7 +296,7 @@ func (p *producer) lend(ctx context.Context) error {
 			p.nLent++
 		}
 	}
-	return nil
+	return p.bufs, nil
 }
 
 // giveBack frees the lent frames of read buffers [from, to) that did not
