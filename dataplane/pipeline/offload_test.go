@@ -198,11 +198,14 @@ const (
 	lendingID       = 1 << 20 // the first large frame's ID
 )
 
-func newLendingSink(large int) *lendingSink {
+func newLendingSink(large int) *lendingSink { return newLendingSinkOf(large, lendingHeadroom+65535+40) }
+
+// newLendingSinkOf returns a lendingSink with large frames of size bytes.
+func newLendingSinkOf(large, size int) *lendingSink {
 	s := &lendingSink{memSink: newMemSink(64, 2048), record: true}
 	s.memSink.record = false
 	for i := range large {
-		s.large = append(s.large, make([]byte, lendingHeadroom+65535+40))
+		s.large = append(s.large, make([]byte, size))
 		s.free = append(s.free, i)
 	}
 	return s
@@ -302,6 +305,25 @@ func TestForwarderReadsIntoLargeFrame(t *testing.T) {
 	}
 	if sink.lent < 3 {
 		t.Errorf("the large frame was lent %d times, want one per read (3 or more)", sink.lent)
+	}
+}
+
+// TestForwarderLendsNoSmallFrame: large frames that cannot hold the
+// largest packet are not read into; a super-packet that fits them still
+// leaves whole, copied, and every frame comes back.
+func TestForwarderLendsNoSmallFrame(t *testing.T) {
+	super := tcpSuperPacket(10 * 1448)
+	sink := newLendingSinkOf(2, lendingHeadroom+len(super))
+	f, _, queue := newTestForwarder(t, &sliceSource{pkts: [][]byte{super, super}}, sink)
+	if err := runWithin(t, f); !errors.Is(err, io.EOF) {
+		t.Fatalf("Run = %v, want io.EOF", err)
+	}
+	queue.Close()
+	if st := f.Stats(); st.Offloaded != 2 || st.InPlace != 0 {
+		t.Errorf("%d super-packets offloaded, %d of them in place; want 2, 0", st.Offloaded, st.InPlace)
+	}
+	if len(sink.free) != 2 {
+		t.Errorf("%d of 2 large frames free", len(sink.free))
 	}
 }
 

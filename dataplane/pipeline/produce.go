@@ -212,7 +212,7 @@ func (p *producer) waitFreed(ctx context.Context) error {
 func (p *producer) whole(ctx context.Context, pkt []byte, l segment.Layout, flow uint64, i int) error {
 	cfg, st := &p.f.cfg, &p.f.stats
 	headroom, segs := cfg.Sink.Headroom(), l.Segments()
-	f, err := p.largeFrame(ctx, pkt, i)
+	f, inPlace, err := p.largeFrame(ctx, pkt, i)
 	switch {
 	case err == errNoFrames:
 		st.drop(DropNoFrames, 1)
@@ -227,7 +227,6 @@ func (p *producer) whole(ctx context.Context, pkt []byte, l segment.Layout, flow
 	}
 	p.frames[0] = f
 	f.Header = l.GSOHeader()
-	inPlace := f.Len != 0
 	if !inPlace {
 		f.Len = copy(f.Buf[headroom:], pkt)
 	}
@@ -248,17 +247,18 @@ func (p *producer) whole(ctx context.Context, pkt []byte, l segment.Layout, flow
 }
 
 // largeFrame returns the frame packet i of the batch read, pkt, was read
-// into, with its length set, taking it from the lent ones; or, if it was
-// read into the producer's own buffer, a free large frame (Len 0: the
-// caller copies pkt into it), waiting like alloc.
-func (p *producer) largeFrame(ctx context.Context, pkt []byte, i int) (Frame, error) {
+// into, with its length set, taking it from the lent ones (inPlace); or,
+// if it was read into the producer's own buffer, a free large frame for
+// the caller to copy pkt into, waiting like alloc.
+func (p *producer) largeFrame(ctx context.Context, pkt []byte, i int) (f Frame, inPlace bool, err error) {
 	if i < p.nLent && p.lent[i].Buf != nil {
-		f := p.lent[i]
+		f = p.lent[i]
 		p.lent[i].Buf = nil // handed over: giveBack leaves it
 		f.Len = len(pkt)
-		return f, nil
+		return f, true, nil
 	}
-	return p.allocLarge(ctx, len(pkt))
+	f, err = p.allocLarge(ctx, len(pkt))
+	return f, false, err
 }
 
 // lend points the read buffers at free large frames of an OffloadSink,
@@ -276,16 +276,16 @@ func (p *producer) lend(ctx context.Context) ([][]byte, error) {
 	for p.lends && p.nLent < len(p.bufs) {
 		f, ok := p.offload.AllocLarge(maxPacket)
 		switch {
-		case !ok && p.nLent > 0 && p.waitLend:
-			return p.bufs[:p.nLent], nil
-		case !ok && (p.nLent > 0 || !p.waitLend):
-			return p.bufs, nil
-		case !ok:
+		case !ok && p.waitLend && p.nLent == 0:
 			if err := p.waitFreed(ctx); err == errNoFrames {
 				return p.bufs, nil
 			} else if err != nil {
 				return nil, err
 			}
+		case !ok && p.waitLend:
+			return p.bufs[:p.nLent], nil
+		case !ok:
+			return p.bufs, nil
 		case len(f.Buf) < headroom+maxPacket:
 			p.frames[0] = f
 			p.f.cfg.Sink.Free(p.frames[:1])
