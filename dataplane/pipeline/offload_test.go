@@ -268,8 +268,8 @@ func (s *lendingSink) Complete() (int, error) {
 // TestForwarderReadsIntoLargeFrame: a super-packet the device segments is
 // read into the sink's large frame and transmitted from there, not
 // copied; a packet that does not leave whole is read there too and cut
-// into small frames, and the large frame (the sink's only one) comes back
-// for the next.
+// into small frames, the frame (the sink's only one) staying lent for the
+// next read; once the forwarder stops, it is back.
 func TestForwarderReadsIntoLargeFrame(t *testing.T) {
 	super, single := tcpSuperPacket(10*1448), tcpSuperPacket(1000)
 	sink := newLendingSink(1)
@@ -302,9 +302,6 @@ func TestForwarderReadsIntoLargeFrame(t *testing.T) {
 	}
 	if st := f.Stats(); st.Offloaded != 2 || st.InPlace != 2 {
 		t.Errorf("%d super-packets offloaded, %d of them in place; want 2, 2", st.Offloaded, st.InPlace)
-	}
-	if sink.lent < 3 {
-		t.Errorf("the large frame was lent %d times, want one per read (3 or more)", sink.lent)
 	}
 }
 

@@ -30,7 +30,7 @@ type producer struct {
 	bufs     [][]byte           // read buffers: own, or lent (see lend)
 	own      [][]byte           // the producer's own read buffers
 	sizes    []int
-	lent     []Frame // large frames bufs[:nLent] read into; Buf nil once handed over whole
+	lent     []Frame // large frames bufs[:nLent] read into; Buf nil once a packet left in it
 	nLent    int
 	lends    bool    // the sink's large frames can be read into
 	waitLend bool    // the last super-packet left whole: wait for a large frame to read into
@@ -74,6 +74,7 @@ func newProducer(f *Forwarder) *producer {
 // the kernel and their senders feel it.
 func (f *Forwarder) produce(ctx context.Context) error {
 	p := newProducer(f)
+	defer p.giveBack()
 	for {
 		bufs, err := p.lend(ctx)
 		if err != nil {
@@ -81,14 +82,11 @@ func (f *Forwarder) produce(ctx context.Context) error {
 		}
 		n, err := f.cfg.Source.Read(bufs, p.sizes, 0)
 		for i := range n {
-			ferr := p.forward(ctx, p.bufs[i][:p.sizes[i]], i)
-			p.giveBack(i, i+1)
-			if ferr != nil {
-				p.giveBack(i+1, p.nLent)
-				return ferr
+			if err := p.forward(ctx, p.bufs[i][:p.sizes[i]], i); err != nil {
+				return err
 			}
 		}
-		p.giveBack(n, p.nLent)
+		p.keepLent()
 		switch {
 		case ctx.Err() != nil:
 			return ctx.Err()
@@ -253,7 +251,7 @@ func (p *producer) whole(ctx context.Context, pkt []byte, l segment.Layout, flow
 func (p *producer) largeFrame(ctx context.Context, pkt []byte, i int) (f Frame, inPlace bool, err error) {
 	if i < p.nLent && p.lent[i].Buf != nil {
 		f = p.lent[i]
-		p.lent[i].Buf = nil // handed over: giveBack leaves it
+		p.lent[i].Buf = nil // handed over: keepLent drops it
 		f.Len = len(pkt)
 		return f, true, nil
 	}
@@ -261,55 +259,80 @@ func (p *producer) largeFrame(ctx context.Context, pkt []byte, i int) (f Frame, 
 	return f, false, err
 }
 
-// lend points the read buffers at free large frames of an OffloadSink,
-// the super-packet in each at the sink's headroom, so that one the device
+// lend points the read buffers at large frames of an OffloadSink, the
+// super-packet in each at the sink's headroom, so that one the device
 // segments leaves in the frame it was read into, without a copy, and
-// returns the buffers to read into. When the last super-packet left
-// whole, the next ones most likely will too, and reading one elsewhere
-// would cost a copy: then it waits for a first frame and reads into lent
-// frames only. Otherwise the buffers for which no frame is free stay the
-// producer's own. A sink whose large frames cannot hold the largest
-// packet lends none.
+// returns the buffers to read into. The frames stay lent from one read
+// to the next until a packet leaves in them (keepLent), and lend only
+// tops them up with the free ones. While it holds any, it reads into
+// them only: a super-packet in a buffer of the producer's own would need
+// a free large frame, and none may come back while it holds them. When
+// it holds none, it waits for one if the last super-packet left whole
+// (the next one most likely will too, and reading it elsewhere would
+// cost a copy), else it reads into its own buffers. A sink whose large
+// frames cannot hold the largest packet lends none.
 func (p *producer) lend(ctx context.Context) ([][]byte, error) {
-	p.nLent = 0
 	headroom := p.f.cfg.Sink.Headroom()
 	for p.lends && p.nLent < len(p.bufs) {
 		f, ok := p.offload.AllocLarge(maxPacket)
 		switch {
-		case !ok && p.waitLend && p.nLent == 0:
+		case !ok && p.nLent > 0:
+			return p.bufs[:p.nLent], nil
+		case !ok && !p.waitLend:
+			return p.bufs, nil
+		case !ok:
 			if err := p.waitFreed(ctx); err == errNoFrames {
 				return p.bufs, nil
 			} else if err != nil {
 				return nil, err
 			}
-		case !ok && p.waitLend:
-			return p.bufs[:p.nLent], nil
-		case !ok:
-			return p.bufs, nil
 		case len(f.Buf) < headroom+maxPacket:
 			p.frames[0] = f
 			p.f.cfg.Sink.Free(p.frames[:1])
 			p.lends = false
 		default:
-			p.lent[p.nLent] = f
-			p.bufs[p.nLent] = f.Buf[headroom-p.f.cfg.HeaderSize:]
-			p.nLent++
+			p.lendFirst(f, headroom)
 		}
 	}
 	return p.bufs, nil
 }
 
-// giveBack frees the lent frames of read buffers [from, to) that did not
-// leave whole and gives those buffers back their own memory.
-func (p *producer) giveBack(from, to int) {
-	for i := from; i < min(to, p.nLent); i++ {
+// lendFirst lends f as the first read buffer, ahead of those already
+// lent: the sink's most recently freed frame is the one most likely still
+// in the CPU's caches, where an older one, read into in turn, would not
+// be.
+func (p *producer) lendFirst(f Frame, headroom int) {
+	copy(p.lent[1:p.nLent+1], p.lent[:p.nLent])
+	copy(p.bufs[1:p.nLent+1], p.bufs[:p.nLent])
+	p.lent[0], p.bufs[0] = f, f.Buf[headroom-p.f.cfg.HeaderSize:]
+	p.nLent++
+}
+
+// keepLent keeps the lent frames no packet left in, at the front, for
+// the next read, and gives the other read buffers back their own memory.
+func (p *producer) keepLent() {
+	k := 0
+	for i := range p.nLent {
 		if p.lent[i].Buf != nil {
-			p.frames[0] = p.lent[i]
-			p.f.cfg.Sink.Free(p.frames[:1])
-			p.lent[i].Buf = nil
+			p.lent[k], p.bufs[k] = p.lent[i], p.bufs[i]
+			k++
 		}
+	}
+	for i := k; i < p.nLent; i++ {
 		p.bufs[i] = p.own[i]
 	}
+	p.nLent = k
+}
+
+// giveBack frees the lent frames no packet left in: the producer is done.
+func (p *producer) giveBack() {
+	for _, f := range p.lent[:p.nLent] {
+		if f.Buf != nil {
+			p.frames[0] = f
+			p.f.cfg.Sink.Free(p.frames[:1])
+		}
+	}
+	p.nLent = 0
 }
 
 // split cuts pkt into frames (with partial checksums for an OffloadCsum
