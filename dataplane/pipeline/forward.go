@@ -51,8 +51,10 @@ const (
 // packets straight into large frames it takes before it knows them, the
 // packet at the headroom as always: a super-packet the device segments
 // then leaves from the frame it was read into, without a copy
-// (Stats.InPlace); the frames of the others are freed once they are cut
-// into small frames, or unused. A sink that hands nothing whole (its
+// (Stats.InPlace). A frame whose packet was cut into small frames, or
+// that no packet was read into, stays with the forwarder for its next
+// read, and all are freed when it stops: it may hold every free large
+// frame while the source is idle. A sink that hands nothing whole (its
 // device segments nothing) should return no large frame, so that none is
 // taken in vain.
 type OffloadSink interface {
