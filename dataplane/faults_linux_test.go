@@ -24,11 +24,14 @@ import (
 	"github.com/gsoplane/gsoplane/internal/nexthop"
 )
 
-// TestGatewayLinkFlap takes the NIC down and up again under a TCP stream:
-// the gateway keeps running (a down link is not an error), holds what it
-// cannot send, and the stream finishes with every byte intact.
-func TestGatewayLinkFlap(t *testing.T) {
-	lab := newGwLab(t, GatewayConfig{Port: PortXDP})
+// TestGatewayLinkFlap takes the NIC down and up again under a TCP stream,
+// on each port: the gateway keeps running (a down link is not an error),
+// holds what it cannot send, and the stream finishes with every byte
+// intact.
+func TestGatewayLinkFlap(t *testing.T) { forPorts(t, gatewayLinkFlap) }
+
+func gatewayLinkFlap(t *testing.T, port labPort) {
+	lab := newGwLab(t, port.config(GatewayConfig{}))
 	nic := lab.A.LinkT(t, netlab.NICA)
 	flapped := make(chan error, 1)
 	go func() {
@@ -40,7 +43,11 @@ func TestGatewayLinkFlap(t *testing.T) {
 	tcpTransfer(t, lab, labSrv4, 256<<20, false)
 	netlab.Must(t, <-flapped)
 	st := lab.g.Stats()
-	t.Logf("NIC %+v, forward drops %v, kicks retried %d", st.NIC, st.Forward.Drops, st.Port.Sockets[0].KickRetries+st.Port.Sockets[1].KickRetries)
+	var retried uint64
+	for _, s := range st.Port.Sockets {
+		retried += s.KickRetries + s.TXBusy
+	}
+	t.Logf("NIC %+v, forward drops %v, kicks or sends retried %d, %d of %d super-packets offloaded in place", st.NIC, st.Forward.Drops, retried, st.Forward.InPlace, st.Forward.Offloaded)
 	if st.NIC.Downs != 1 || !st.NIC.Up {
 		t.Errorf("NIC stats %+v: want one down, and up now", st.NIC)
 	}
@@ -231,8 +238,10 @@ func tcpMaxGap(t *testing.T, lab *gwLab, srv netip.Addr, d time.Duration) time.D
 // that no longer fits is dropped and answered with fragmentation needed
 // (IPv4, DF set) or packet too big (IPv6), which the sender's kernel
 // learns the path MTU from.
-func TestGatewayMTU(t *testing.T) {
-	lab := newGwLab(t, GatewayConfig{Port: PortXDP, RouterAddrs: labRouters})
+func TestGatewayMTU(t *testing.T) { forPorts(t, gatewayMTU) }
+
+func gatewayMTU(t *testing.T, port labPort) {
+	lab := newGwLab(t, port.config(GatewayConfig{RouterAddrs: labRouters}))
 	setMTU := func(ns *netlab.NS, name string, mtu int) {
 		t.Helper()
 		netlab.Must(t, ns.Netlink().LinkSetMTU(ns.LinkT(t, name), mtu))

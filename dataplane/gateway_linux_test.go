@@ -365,8 +365,8 @@ func checkPort(t *testing.T, st GatewayStats, port labPort) {
 		tx, super, partial, refused = tx+s.TX, super+s.TXSuper, partial+s.TXPartial, refused+s.TXRefused
 		busy, rxSuper = busy+s.TXBusy, rxSuper+s.RXSuper
 	}
-	t.Logf("AF_PACKET %v: %d frames sent, %d whole super-packets (%d offloaded by the forwarder), %d with partial checksums, %d sends retried, %d refused, %d super-packets received",
-		port.gso, tx, super, st.Forward.Offloaded, partial, busy, refused, rxSuper)
+	t.Logf("AF_PACKET %v: %d frames sent, %d whole super-packets (%d offloaded by the forwarder, %d of them not copied), %d with partial checksums, %d sends retried, %d refused, %d super-packets received",
+		port.gso, tx, super, st.Forward.Offloaded, st.Forward.InPlace, partial, busy, refused, rxSuper)
 	if tx != st.Port.Sent || st.Port.Sent == 0 {
 		t.Errorf("the sockets sent %d frames, the gateway says %d", tx, st.Port.Sent)
 	}
@@ -380,6 +380,9 @@ func checkPort(t *testing.T, st GatewayStats, port labPort) {
 	case afpacket.GSOModeAuto, afpacket.GSOModeOffload:
 		if super == 0 || st.Forward.Offloaded == 0 {
 			t.Errorf("%v: %d super-packets sent whole (%d offloaded): the NIC segmented nothing", port.gso, super, st.Forward.Offloaded)
+		}
+		if st.Forward.InPlace == 0 {
+			t.Errorf("%v: of %d super-packets offloaded none left from the frame it was read into", port.gso, st.Forward.Offloaded)
 		}
 		if st.Forward.Segments <= tx {
 			t.Errorf("%v: %d frames sent for %d segments", port.gso, tx, st.Forward.Segments)
@@ -641,10 +644,13 @@ func gatewayUDPBackpressure(t *testing.T, port labPort) {
 		lab := newGwLab(t, port.config(GatewayConfig{TUN: TUNOptions{TxQueueLen: 32}, DisableGRO: true, TxRate: rate}))
 		r := udpFlood(t, lab, sends, segs)
 		st := lab.g.Stats()
-		t.Logf("%+v; gateway drops %v, budget stalls %d (%v), peak %d of %d, %d super-packets sent whole",
-			r, st.Forward.Drops, st.Budget.Stalls, st.Budget.StallTime, st.Budget.Peak, st.Budget.Limit, st.Forward.Offloaded)
+		t.Logf("%+v; gateway drops %v, budget stalls %d (%v), peak %d of %d, %d super-packets sent whole (%d in place)",
+			r, st.Forward.Drops, st.Budget.Stalls, st.Budget.StallTime, st.Budget.Peak, st.Budget.Limit, st.Forward.Offloaded, st.Forward.InPlace)
 		if r.lost != 0 || lost(st.Forward.Drops) != 0 {
 			t.Errorf("lost %d datagrams, the gateway dropped %v", r.lost, st.Forward.Drops)
+		}
+		if port.kind == PortPacket && st.Forward.InPlace == 0 {
+			t.Errorf("of %d super-packets sent whole none left from the frame it was read into", st.Forward.Offloaded)
 		}
 		if r.enobufs == 0 || st.Budget.Stalls == 0 {
 			t.Errorf("the sender was never held back: %d ENOBUFS, %d budget stalls", r.enobufs, st.Budget.Stalls)

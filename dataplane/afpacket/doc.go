@@ -67,12 +67,20 @@
 // from the sink's frames, stops the sink (EAGAIN, then a wait through
 // the Go runtime poller) while the kernel still holds that much truesize
 // of its packets: backpressure on top of the forwarder's budget. The
-// Ethernet destination comes from internal/nexthop.
+// Ethernet destination comes from internal/nexthop. In the modes that
+// hand super-packets whole (auto, offload) the sink lends its large
+// frames to the forwarder, which reads the TUN's super-packets straight
+// into them (pipeline.OffloadSink): a super-packet the NIC segments is
+// copied twice on its way, by the TUN read and by sendmmsg, and not a
+// third time between them; partial and full lend none.
 //
 // RX: a socket's Receiver takes up to 64 frames per recvmmsg(2) and hands
 // them out behind the kernel's virtio-net header: with GRO on the NIC
 // they are the kernel's super-packets (a GSO type and a partial
-// checksum), which the return path writes into the TUN as they are.
+// checksum), which the return path writes into the TUN as they are, from
+// the receive buffer (the TUN's virtio-net header written over the end
+// of the Ethernet header): copied by recvmmsg and by the TUN write, never
+// in between.
 //
 // Mechanisms, measured on Linux 6.18 over the reference topology's veth
 // (2 vCPUs shared with other work, so ranges over 3 runs or more; CPU
@@ -92,16 +100,38 @@
 //	(throughput in a quiet moment; CPU over 12 runs, most of them loaded):
 //	  recvmmsg                  2.4-4.0 / 1.4-3.1 Gbit/s, 2.9-3.9 / 3.5-4.6 ns CPU per kB
 //	  TPACKET_V3 (1 ms blocks)  2.2-2.9 / 2.2-2.4 Gbit/s, 3.3-4.2 / 3.4-4.8 ns CPU per kB
+//	TX of a whole 64 KiB TCP super-packet (45 segments), CPU per super-packet
+//	(7 runs, the machine loaded; BenchmarkTXSuper; ring / sendmmsg of the
+//	same run 1.5-3.1, median 2.1):
+//	  sendmmsg, from user memory           2.0-3.8 µs
+//	  TPACKET_V2 TX ring, packet in place  4.2-7.6 µs
+//	  TX ring, copied into the slot first  5.8-7.9 µs
 //
 // TX: the ring is no faster (within the noise either way; the veth copies
 // its pages anyway), it has one frame size per ring (whole super-packets
 // would need 64 KiB slots, or a second socket and a merged completion
-// order) and completes asynchronously: sendmmsg is kept. RX: the V3 ring
-// costs half the CPU per small packet under a flood, because the kernel
-// wakes the reader once per block instead of once per packet and skips
-// the skb clone, but a block is only handed over when full or after its
-// timeout (1 ms at least), which puts half a millisecond on every lone
-// packet, ACKs included; with GRO the per-packet cost is spread over up
+// order) and completes asynchronously: sendmmsg is kept. For whole
+// super-packets the ring would spare the kernel its copy (tpacket_snd
+// copies only hdr_len bytes and hangs the slot's pages on the skb as
+// fragments, honouring the virtio-net header; the slot comes back,
+// TP_STATUS_AVAILABLE, in the skb's destructor), but a veth, the peer of
+// every container, copies those fragments itself: the skb carries user
+// pages (SKBFL_ZEROCOPY_FRAG) and ____dev_forward_skb orphans them
+// (skb_orphan_frags, skb_copy_ubufs) into freshly allocated pages, one
+// by one, which costs more than sendmmsg's copy into its skb (perf, 40000
+// super-packets: 4.1 µs each in skb_copy_ubufs under veth_xmit, 2.5 µs of
+// it in memcpy, against 1.1 µs in _copy_from_iter for sendmmsg). Only a
+// NIC that DMAs from the slot would gain, and there is none here to
+// measure it on. MSG_ZEROCOPY is no alternative: the kernel refuses
+// SO_ZEROCOPY on a packet socket (EOPNOTSUPP: sk_setsockopt allows TCP,
+// UDP and RDS) and packet_snd copies whatever the flags
+// (TestNoZeroCopySend).
+//
+// RX: the V3 ring costs half the CPU per small packet under a flood,
+// because the kernel wakes the reader once per block instead of once per
+// packet and skips the skb clone, but a block is only handed over when
+// full or after its timeout (1 ms at least), which puts half a
+// millisecond on every lone packet, ACKs included; with GRO the per-packet cost is spread over up
 // to 64 KiB, and TCP through the gateway is faster A to B (its ACKs come
 // back sooner) and as fast within the noise B to A, at no more CPU per
 // byte, with recvmmsg: recvmmsg is kept.

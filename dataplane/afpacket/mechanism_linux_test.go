@@ -7,11 +7,13 @@ package afpacket
 //	sudo go test -run '^$' -bench 'TXMechanism|RXMechanism' -benchtime 2000000x ./dataplane/afpacket
 //	sudo go test -run '^$' -bench RXLatency -benchtime 3000x ./dataplane/afpacket
 //	sudo go test -run '^$' -bench StreamMechanism -benchtime 1024x ./dataplane/afpacket
+//	sudo go test -run '^$' -bench TXSuper -benchtime 20000x -count 4 ./dataplane/afpacket
 //
 // TX reports Mpps and CPU time per frame; RX the same while a generator
 // in B floods the port; RXLatency the latency of a lone packet;
 // StreamMechanism TCP through a TUN, the pipeline and the port, b.N MiB
-// each way. CPU time is this process's (user and system): the machine
+// each way; TXSuper the CPU time per 64 KiB super-packet handed to the
+// NIC whole, sent with sendmmsg or from a TX ring. CPU time is this process's (user and system): the machine
 // may be shared.
 
 import (
@@ -35,6 +37,7 @@ import (
 	"github.com/gsoplane/gsoplane/internal/ethernet"
 	"github.com/gsoplane/gsoplane/internal/mmsg"
 	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/segment"
 )
 
 // udpFrame builds a virtio-net header (all zero) and an Ethernet/IPv4/UDP
@@ -340,5 +343,114 @@ func BenchmarkStreamMechanism(b *testing.B) {
 				b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(int64(b.N)<<20)*1e3, "cpu-ps/byte")
 			})
 		}
+	}
+}
+
+// tcpSuperFrame builds a virtio-net header for a TCP/IPv4 super-packet
+// the NIC segments (partial checksum, MSS 1448) and its Ethernet frame,
+// segs full segments long.
+func tcpSuperFrame(dstMAC, srcMAC net.HardwareAddr, src, dst netip.AddrPort, segs int) []byte {
+	const mss, hdrs = 1448, header.IPv4MinimumSize + header.TCPMinimumSize
+	ipLen := hdrs + segs*mss
+	b := make([]byte, Headroom+ipLen)
+	vnet := segment.Header{Flags: segment.FlagNeedsCsum, GSOType: segment.GSOTCPv4, HdrLen: ethernet.HeaderLen + hdrs,
+		GSOSize: mss, CsumStart: ethernet.HeaderLen + header.IPv4MinimumSize, CsumOffset: 16}
+	vnet.Encode(b, vnetHdrLen)
+	eth := header.Ethernet(b[vnetHdrLen:])
+	eth.Encode(&header.EthernetFields{SrcAddr: tcpip.LinkAddress(srcMAC), DstAddr: tcpip.LinkAddress(dstMAC), Type: header.IPv4ProtocolNumber})
+	ip := header.IPv4(b[Headroom:])
+	ip.Encode(&header.IPv4Fields{TotalLength: uint16(ipLen), TTL: 64, Protocol: uint8(header.TCPProtocolNumber),
+		SrcAddr: tcpip.AddrFrom4(src.Addr().As4()), DstAddr: tcpip.AddrFrom4(dst.Addr().As4())})
+	ip.SetChecksum(^ip.CalculateChecksum())
+	tcp := header.TCP(ip.Payload())
+	tcp.Encode(&header.TCPFields{SrcPort: src.Port(), DstPort: dst.Port(), DataOffset: header.TCPMinimumSize, Flags: header.TCPFlagAck, WindowSize: 65535})
+	tcp.SetChecksum(header.PseudoHeaderChecksum(header.TCPProtocolNumber, ip.SourceAddress(), ip.DestinationAddress(), uint16(ipLen-header.IPv4MinimumSize)))
+	return b
+}
+
+// BenchmarkTXSuper sends b.N 64 KiB TCP super-packets (45 segments) from
+// gw-a to gw-b, which drops them (their destination MAC is not its own),
+// three ways: sendmmsg from user memory, as the sink does (the kernel
+// copies each into a new skb); a TPACKET_V2 TX ring whose slots already
+// hold the packet, as if it had been read there (the kernel attaches the
+// slot's pages to the skb; the veth copies them, skb_orphan_frags in
+// ____dev_forward_skb, since the skb's frags are user memory); and the
+// ring with a copy into the slot first (what the ring costs when the
+// packet is not read into it).
+func BenchmarkTXSuper(b *testing.B) {
+	const segs, slots = 45, 16
+	for _, mech := range []string{"sendmmsg", "txring", "txring-copy"} {
+		b.Run(mech, func(b *testing.B) {
+			l := newLab(b, false)
+			gw := l.A.LinkT(b, netlab.NICA)
+			frame := tcpSuperFrame(net.HardwareAddr{2, 0, 0, 0, 0, 1}, gw.Attrs().HardwareAddr,
+				netip.AddrPortFrom(netlab.NICA4, 1000), netip.AddrPortFrom(netlab.NICB4, 9), segs)
+			var fd int
+			var ring *txRing
+			l.A.Do(b, func() {
+				if mech == "sendmmsg" {
+					fd = rawTXSocket(b, gw.Attrs().Index)
+					return
+				}
+				var err error
+				if ring, err = newTXRing(gw.Attrs().Index, 1<<16, slots); err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(ring.close)
+				for i := range slots {
+					copy(ring.slot(i)[tpacket2HdrLen:], frame)
+				}
+			})
+			b.SetBytes(int64(len(frame) - Headroom))
+			b.ReportAllocs()
+			cpu0, start := cpuTime(), time.Now()
+			b.ResetTimer()
+			switch mech {
+			case "sendmmsg":
+				sendAll(fd, frame, b.N, nil)
+			default:
+				frames := make([][]byte, slots)
+				for i := range frames {
+					frames[i] = frame
+				}
+				for sent := 0; sent < b.N; {
+					var k int
+					if mech == "txring" {
+						k = ring.request(len(frame), min(slots, b.N-sent))
+					} else {
+						k = ring.put(frames[:min(slots, b.N-sent)])
+					}
+					sent += k
+					if err := ring.kick(); err != nil {
+						b.Fatal(err)
+					}
+					if k == 0 {
+						unix.Poll([]unix.PollFd{{Fd: int32(ring.fd), Events: unix.POLLOUT}}, 1)
+					}
+				}
+			}
+			b.StopTimer()
+			el, cpu := time.Since(start), cpuTime()-cpu0
+			b.ReportMetric(float64(b.N)*float64(len(frame)-Headroom)*8/el.Seconds()/1e9, "Gbit/s")
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/super")
+		})
+	}
+}
+
+// TestNoZeroCopySend: MSG_ZEROCOPY is not a way to send without a copy
+// on a packet socket: the kernel allows SO_ZEROCOPY only on TCP, UDP,
+// RDS (and, on recent kernels, vsock) sockets (sk_setsockopt, net/core/
+// sock.c) and says EOPNOTSUPP to any other, and packet_snd copies the
+// message into a new skb whatever the flags (skb_copy_datagram_from_iter,
+// net/packet/af_packet.c). Should a kernel accept it one day, this fails
+// and the choice is to be measured again.
+func TestNoZeroCopySend(t *testing.T) {
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ZEROCOPY, 1); err != unix.EOPNOTSUPP {
+		t.Errorf("SO_ZEROCOPY on a packet socket: %v, want EOPNOTSUPP", err)
 	}
 }

@@ -62,7 +62,8 @@ type nic struct {
 //
 // The frames are allocated once by NewSink: Config.Frames small ones for
 // segments and Config.LargeFrames of LargeFrameSize for whole
-// super-packets (AllocLarge). Alloc and Free may run concurrently with
+// super-packets (AllocLarge), which the forwarder reads super-packets
+// into where the sink hands them whole (see pipeline.OffloadSink). Alloc and Free may run concurrently with
 // Transmit, Complete and Wait, which one goroutine (the sink loop) calls.
 type Sink struct {
 	s         *Socket
@@ -279,9 +280,17 @@ func (s *Sink) checksums(l segment.Layout) bool {
 func (s *Sink) Alloc(frames []pipeline.Frame) int { return s.pool.Alloc(frames) }
 
 // AllocLarge takes a free frame for a whole super-packet of size bytes
-// after the headroom; false when none is free. (A packet too large even
-// for it gets one anyway, and the forwarder drops it as oversize.)
-func (s *Sink) AllocLarge(size int) (pipeline.Frame, bool) { return s.pool.AllocLarge() }
+// after the headroom; false when none is free, or when the sink hands no
+// super-packet whole (GSOModePartial, GSOModeFull, GSOOff), so that the
+// forwarder reads nothing into a frame that would only be cut. (A packet
+// too large even for it gets one anyway, and the forwarder drops it as
+// oversize.)
+func (s *Sink) AllocLarge(size int) (pipeline.Frame, bool) {
+	if s.mode == GSOModePartial || s.mode == GSOModeFull || s.gsoOff.Load() {
+		return pipeline.Frame{}, false
+	}
+	return s.pool.AllocLarge()
+}
 
 // Free returns allocated frames that will not be sent; frames that are
 // not allocated are ignored.

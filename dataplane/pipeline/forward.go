@@ -45,6 +45,18 @@ const (
 // on a NIC with TSO. The forwarder asks it per super-packet; with
 // OffloadGSO it still charges the budget every future segment's truesize,
 // released when the frame completes.
+//
+// Where the sink's headroom has room for the source's virtio-net header
+// and its large frames for the largest packet, the forwarder reads
+// packets straight into large frames it takes before it knows them, the
+// packet at the headroom as always: a super-packet the device segments
+// then leaves from the frame it was read into, without a copy
+// (Stats.InPlace). A frame whose packet was cut into small frames, or
+// that no packet was read into, stays with the forwarder for its next
+// read, and all are freed when it stops: it may hold every free large
+// frame while the source is idle. A sink that hands nothing whole (its
+// device segments nothing) should return no large frame, so that none is
+// taken in vain.
 type OffloadSink interface {
 	Sink
 	// Offload says what the device finishes for packets of this layout.

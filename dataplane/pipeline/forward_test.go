@@ -13,7 +13,7 @@ import (
 )
 
 // newTestForwarder wires src and sink with a budget and a Block queue.
-func newTestForwarder(t *testing.T, src pipeline.Source, sink pipeline.Sink) (*pipeline.Forwarder, *txqueue.Budget, *txqueue.Queue[pipeline.Frame]) {
+func newTestForwarder(t testing.TB, src pipeline.Source, sink pipeline.Sink) (*pipeline.Forwarder, *txqueue.Budget, *txqueue.Queue[pipeline.Frame]) {
 	t.Helper()
 	size := txqueue.Truesize(2048)
 	budget, err := txqueue.NewBudget(txqueue.BudgetConfig{Burst: 128 * size, Limit: 512 * size})
@@ -31,7 +31,7 @@ func newTestForwarder(t *testing.T, src pipeline.Source, sink pipeline.Sink) (*p
 }
 
 // newQueue returns a Block queue of 256 frames of 2048 bytes.
-func newQueue(t *testing.T) *txqueue.Queue[pipeline.Frame] {
+func newQueue(t testing.TB) *txqueue.Queue[pipeline.Frame] {
 	t.Helper()
 	size := txqueue.Truesize(2048)
 	queue, err := txqueue.NewQueue[pipeline.Frame](txqueue.QueueConfig{Policy: txqueue.Block, Packets: 256, Bytes: 1024 * size})

@@ -96,8 +96,8 @@ func TestForwarderOffload(t *testing.T) {
 	if len(sink.got) != 1 || !bytes.Equal(sink.got[0].Buf, pkt) || sink.got[0].Header != l.GSOHeader() {
 		t.Fatalf("GSO: %d frames, header %+v; want the super-packet whole with %+v", len(sink.got), sink.got[0].Header, l.GSOHeader())
 	}
-	if st.Offloaded != 1 || st.Cut != 0 || st.Segments != uint64(l.Segments()) || st.Transmitted != 1 {
-		t.Errorf("GSO stats %+v: want 1 offloaded, none cut, %d segments, 1 frame", st, l.Segments())
+	if st.Offloaded != 1 || st.Cut != 0 || st.InPlace != 0 || st.Segments != uint64(l.Segments()) || st.Transmitted != 1 {
+		t.Errorf("GSO stats %+v: want 1 offloaded, not in place, none cut, %d segments, 1 frame", st, l.Segments())
 	}
 
 	full := make([][]byte, l.Segments())
@@ -175,4 +175,165 @@ func TestReturnPathKernelHeaders(t *testing.T) {
 			t.Errorf("packet %d changed or moved", i)
 		}
 	}
+}
+
+// lendingSink is an OffloadSink with AF_PACKET's headroom whose large
+// frames hold any packet, so that the forwarder reads into them: it
+// records (if record), per transmitted frame, its packet and where it is
+// in memory.
+type lendingSink struct {
+	*memSink
+	mu     sync.Mutex
+	large  [][]byte // by ID less lendingID
+	free   []int    // free large frames
+	lent   int      // AllocLarge calls that succeeded
+	got    [][]byte
+	at     []*byte
+	done   int // large frames transmitted since the last Complete
+	record bool
+}
+
+const (
+	lendingHeadroom = 24
+	lendingID       = 1 << 20 // the first large frame's ID
+)
+
+func newLendingSink(large int) *lendingSink { return newLendingSinkOf(large, lendingHeadroom+65535+40) }
+
+// newLendingSinkOf returns a lendingSink with large frames of size bytes.
+func newLendingSinkOf(large, size int) *lendingSink {
+	s := &lendingSink{memSink: newMemSink(64, 2048), record: true}
+	s.memSink.record = false
+	for i := range large {
+		s.large = append(s.large, make([]byte, size))
+		s.free = append(s.free, i)
+	}
+	return s
+}
+
+func (s *lendingSink) Headroom() int                           { return lendingHeadroom }
+func (s *lendingSink) Offload(segment.Layout) pipeline.Offload { return pipeline.OffloadGSO }
+
+func (s *lendingSink) AllocLarge(int) (pipeline.Frame, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.free) == 0 {
+		return pipeline.Frame{}, false
+	}
+	i := s.free[len(s.free)-1]
+	s.free = s.free[:len(s.free)-1]
+	s.lent++
+	return pipeline.Frame{Buf: s.large[i], ID: uint64(lendingID + i)}, true
+}
+
+func (s *lendingSink) Free(frames []pipeline.Frame) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, f := range frames {
+		if f.ID >= lendingID {
+			s.free = append(s.free, int(f.ID-lendingID))
+			continue
+		}
+		s.memSink.Free([]pipeline.Frame{f})
+	}
+}
+
+func (s *lendingSink) Transmit(frames []pipeline.Frame) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, f := range frames {
+		if s.record {
+			pkt := f.Buf[lendingHeadroom : lendingHeadroom+f.Len]
+			s.got = append(s.got, bytes.Clone(pkt))
+			s.at = append(s.at, &pkt[0])
+		}
+		if f.ID >= lendingID {
+			s.free = append(s.free, int(f.ID-lendingID)) // completes at once
+			s.done++
+			continue
+		}
+		s.memSink.Transmit([]pipeline.Frame{f})
+	}
+	return len(frames), nil
+}
+
+func (s *lendingSink) Complete() (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, _ := s.memSink.Complete()
+	n, s.done = n+s.done, 0
+	return n, nil
+}
+
+// TestForwarderReadsIntoLargeFrame: a super-packet the device segments is
+// read into the sink's large frame and transmitted from there, not
+// copied; a packet that does not leave whole is read there too and cut
+// into small frames, the frame (the sink's only one) staying lent for the
+// next read; once the forwarder stops, it is back.
+func TestForwarderReadsIntoLargeFrame(t *testing.T) {
+	super, single := tcpSuperPacket(10*1448), tcpSuperPacket(1000)
+	sink := newLendingSink(1)
+	src := &placeSource{sliceSource: sliceSource{pkts: [][]byte{super, single, super}}}
+	f, budget, queue := newTestForwarder(t, src, sink)
+	if err := runWithin(t, f); !errors.Is(err, io.EOF) {
+		t.Fatalf("Run = %v, want io.EOF", err)
+	}
+	queue.Close()
+	if st := budget.Stats(); st.InFlight != 0 {
+		t.Errorf("%d bytes still charged", st.InFlight)
+	}
+	want := [][]byte{super[segment.HeaderSize:], single[segment.HeaderSize:], super[segment.HeaderSize:]}
+	if len(sink.got) != len(want) {
+		t.Fatalf("%d frames transmitted, want %d", len(sink.got), len(want))
+	}
+	for i, w := range want {
+		// The lone segment gets its checksum: compare its payload.
+		if got := sink.got[i]; len(got) != len(w) || !bytes.Equal(got[40:], w[40:]) || i != 1 && !bytes.Equal(got, w) {
+			t.Errorf("frame %d: not the packet read", i)
+		}
+	}
+	for i, inPlace := range []bool{true, false, true} {
+		if (sink.at[i] == src.at[i]) != inPlace {
+			t.Errorf("frame %d sent from where it was read: %t, want %t", i, !inPlace, inPlace)
+		}
+	}
+	if len(sink.free) != 1 || len(sink.memSink.free) != 64 {
+		t.Errorf("frames not given back: %d of 1 large, %d of 64 small free", len(sink.free), len(sink.memSink.free))
+	}
+	if st := f.Stats(); st.Offloaded != 2 || st.InPlace != 2 {
+		t.Errorf("%d super-packets offloaded, %d of them in place; want 2, 2", st.Offloaded, st.InPlace)
+	}
+}
+
+// TestForwarderLendsNoSmallFrame: large frames that cannot hold the
+// largest packet are not read into; a super-packet that fits them still
+// leaves whole, copied, and every frame comes back.
+func TestForwarderLendsNoSmallFrame(t *testing.T) {
+	super := tcpSuperPacket(10 * 1448)
+	sink := newLendingSinkOf(2, lendingHeadroom+len(super))
+	f, _, queue := newTestForwarder(t, &sliceSource{pkts: [][]byte{super, super}}, sink)
+	if err := runWithin(t, f); !errors.Is(err, io.EOF) {
+		t.Fatalf("Run = %v, want io.EOF", err)
+	}
+	queue.Close()
+	if st := f.Stats(); st.Offloaded != 2 || st.InPlace != 0 {
+		t.Errorf("%d super-packets offloaded, %d of them in place; want 2, 0", st.Offloaded, st.InPlace)
+	}
+	if len(sink.free) != 2 {
+		t.Errorf("%d of 2 large frames free", len(sink.free))
+	}
+}
+
+// placeSource is a sliceSource that records where it puts each packet.
+type placeSource struct {
+	sliceSource
+	at []*byte
+}
+
+func (s *placeSource) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	n, err := s.sliceSource.Read(bufs, sizes, offset)
+	if n > 0 {
+		s.at = append(s.at, &bufs[0][offset+segment.HeaderSize])
+	}
+	return n, err
 }

@@ -12,24 +12,33 @@ import (
 
 var errNoFrames = errors.New("no free frames")
 
-// maxSuperPacket is the largest packet a Source hands over: a 64 KiB IP
-// packet behind a 12-byte virtio-net header.
-const maxSuperPacket = 65535 + 40 + segment.HeaderSizeMrg
+// maxPacket is the largest IP packet a Source hands over (IPv6 with a
+// 64 KiB payload), maxSuperPacket the same behind a 12-byte virtio-net
+// header.
+const (
+	maxPacket      = 65535 + 40
+	maxSuperPacket = maxPacket + segment.HeaderSizeMrg
+)
 
 // producer is the forwarder's source side: it reads super-packets, cuts
 // them into the sink's frames and queues the segments. Its buffers are
 // allocated once.
 type producer struct {
-	f       *Forwarder
-	offload OffloadSink        // the sink, if it offloads
-	partial *segment.Segmenter // cuts with partial checksums, for OffloadCsum
-	bufs    [][]byte           // read buffers
-	sizes   []int
-	frames  []Frame // one per segment of the packet at hand
-	segs    [][]byte
-	lens    []int
-	items   []txqueue.Item[Frame]
-	size    int // truesize of one segment
+	f        *Forwarder
+	offload  OffloadSink        // the sink, if it offloads
+	partial  *segment.Segmenter // cuts with partial checksums, for OffloadCsum
+	bufs     [][]byte           // read buffers: own, or lent (see lend)
+	own      [][]byte           // the producer's own read buffers
+	sizes    []int
+	lent     []Frame // large frames bufs[:nLent] read into; Buf nil once a packet left in it
+	nLent    int
+	lends    bool    // the sink's large frames can be read into
+	waitLend bool    // the last super-packet left whole: wait for a large frame to read into
+	frames   []Frame // one per segment of the packet at hand
+	segs     [][]byte
+	lens     []int
+	items    []txqueue.Item[Frame]
+	size     int // truesize of one segment
 }
 
 func newProducer(f *Forwarder) *producer {
@@ -43,16 +52,20 @@ func newProducer(f *Forwarder) *producer {
 		offload: offload,
 		partial: &segment.Segmenter{Partial: true, MaxSegments: f.cfg.Segmenter.MaxSegments},
 		bufs:    make([][]byte, f.cfg.Batch),
+		own:     make([][]byte, f.cfg.Batch),
 		sizes:   make([]int, f.cfg.Batch),
+		lent:    make([]Frame, f.cfg.Batch),
+		lends:   offload != nil && f.cfg.Sink.Headroom() >= f.cfg.HeaderSize,
 		frames:  make([]Frame, maxSegs),
 		segs:    make([][]byte, maxSegs),
 		lens:    make([]int, maxSegs),
 		items:   make([]txqueue.Item[Frame], 0, maxSegs),
 		size:    txqueue.Truesize(f.cfg.FrameSize),
 	}
-	for i := range p.bufs {
-		p.bufs[i] = make([]byte, maxSuperPacket)
+	for i := range p.own {
+		p.own[i] = make([]byte, maxSuperPacket)
 	}
+	copy(p.bufs, p.own)
 	return p
 }
 
@@ -61,13 +74,19 @@ func newProducer(f *Forwarder) *producer {
 // the kernel and their senders feel it.
 func (f *Forwarder) produce(ctx context.Context) error {
 	p := newProducer(f)
+	defer p.giveBack()
 	for {
-		n, err := f.cfg.Source.Read(p.bufs, p.sizes, 0)
+		bufs, err := p.lend(ctx)
+		if err != nil {
+			return err
+		}
+		n, err := f.cfg.Source.Read(bufs, p.sizes, 0)
 		for i := range n {
-			if err := p.forward(ctx, p.bufs[i][:p.sizes[i]]); err != nil {
+			if err := p.forward(ctx, p.bufs[i][:p.sizes[i]], i); err != nil {
 				return err
 			}
 		}
+		p.keepLent()
 		switch {
 		case ctx.Err() != nil:
 			return ctx.Err()
@@ -79,10 +98,10 @@ func (f *Forwarder) produce(ctx context.Context) error {
 	}
 }
 
-// forward handles one packet from the source, virtio-net header first.
-// Bad packets are counted and dropped; only a context or budget error
-// stops the producer.
-func (p *producer) forward(ctx context.Context, raw []byte) error {
+// forward handles packet i of the batch read, raw, virtio-net header
+// first. Bad packets are counted and dropped; only a context or budget
+// error stops the producer.
+func (p *producer) forward(ctx context.Context, raw []byte, i int) error {
 	cfg, st := &p.f.cfg, &p.f.stats
 	st.superPackets.Add(1)
 	h, err := segment.DecodeHeader(raw, cfg.HeaderSize)
@@ -113,8 +132,9 @@ func (p *producer) forward(ctx context.Context, raw []byte) error {
 	if p.offload != nil {
 		mode = p.offload.Offload(l)
 	}
-	if mode == OffloadGSO && l.Segments() > 1 {
-		return p.whole(ctx, pkt, l, flow)
+	p.waitLend = mode == OffloadGSO && l.Segments() > 1
+	if p.waitLend {
+		return p.whole(ctx, pkt, l, flow, i)
 	}
 	frames := p.frames[:l.Segments()]
 	if err := p.alloc(ctx, frames); err == errNoFrames {
@@ -183,25 +203,31 @@ func (p *producer) waitFreed(ctx context.Context) error {
 	return nil
 }
 
-// whole hands a super-packet to an OffloadSink in one frame, charged as
-// the segments the device will cut, and queues it.
-func (p *producer) whole(ctx context.Context, pkt []byte, l segment.Layout, flow uint64) error {
+// whole hands a super-packet, packet i of the batch read, to an
+// OffloadSink in one frame, charged as the segments the device will cut,
+// and queues it. The frame is the one the packet was read into, if it was
+// lent (no copy), else a new one the packet is copied into.
+func (p *producer) whole(ctx context.Context, pkt []byte, l segment.Layout, flow uint64, i int) error {
 	cfg, st := &p.f.cfg, &p.f.stats
-	f, err := p.allocLarge(ctx, len(pkt))
-	if err == errNoFrames {
+	headroom, segs := cfg.Sink.Headroom(), l.Segments()
+	f, inPlace, err := p.largeFrame(ctx, pkt, i)
+	switch {
+	case err == errNoFrames:
 		st.drop(DropNoFrames, 1)
 		return nil
-	} else if err != nil {
+	case err != nil:
 		return err
-	}
-	headroom, segs := cfg.Sink.Headroom(), l.Segments()
-	p.frames[0] = f
-	if len(f.Buf) < headroom+len(pkt) {
+	case len(f.Buf) < headroom+len(pkt):
+		p.frames[0] = f
 		cfg.Sink.Free(p.frames[:1])
 		st.drop(DropOversize, 1)
 		return nil
 	}
-	f.Len, f.Header = copy(f.Buf[headroom:], pkt), l.GSOHeader()
+	p.frames[0] = f
+	f.Header = l.GSOHeader()
+	if !inPlace {
+		f.Len = copy(f.Buf[headroom:], pkt)
+	}
 	st.segmented(segs)
 	if cfg.Hook != nil && !cfg.Hook(f.Buf[headroom:headroom+f.Len]) {
 		cfg.Sink.Free(p.frames[:1])
@@ -209,10 +235,104 @@ func (p *producer) whole(ctx context.Context, pkt []byte, l segment.Layout, flow
 		return nil
 	}
 	st.offloaded.Add(1)
+	if inPlace {
+		st.inPlace.Add(1)
+	}
 	st.segments.Add(uint64(segs))
 	st.bytes.Add(uint64(len(pkt) + (segs-1)*l.HdrLen()))
 	p.items = append(p.items[:0], txqueue.Item[Frame]{Owner: cfg.Budget, Flow: flow, Size: segs * p.size, Value: f})
 	return p.enqueue(ctx)
+}
+
+// largeFrame returns the frame packet i of the batch read, pkt, was read
+// into, with its length set, taking it from the lent ones (inPlace); or,
+// if it was read into the producer's own buffer, a free large frame for
+// the caller to copy pkt into, waiting like alloc.
+func (p *producer) largeFrame(ctx context.Context, pkt []byte, i int) (f Frame, inPlace bool, err error) {
+	if i < p.nLent && p.lent[i].Buf != nil {
+		f = p.lent[i]
+		p.lent[i].Buf = nil // handed over: keepLent drops it
+		f.Len = len(pkt)
+		return f, true, nil
+	}
+	f, err = p.allocLarge(ctx, len(pkt))
+	return f, false, err
+}
+
+// lend points the read buffers at large frames of an OffloadSink, the
+// super-packet in each at the sink's headroom, so that one the device
+// segments leaves in the frame it was read into, without a copy, and
+// returns the buffers to read into. The frames stay lent from one read
+// to the next until a packet leaves in them (keepLent), and lend only
+// tops them up with the free ones. While it holds any, it reads into
+// them only: a super-packet in a buffer of the producer's own would need
+// a free large frame, and none may come back while it holds them. When
+// it holds none, it waits for one if the last super-packet left whole
+// (the next one most likely will too, and reading it elsewhere would
+// cost a copy), else it reads into its own buffers. A sink whose large
+// frames cannot hold the largest packet lends none.
+func (p *producer) lend(ctx context.Context) ([][]byte, error) {
+	headroom := p.f.cfg.Sink.Headroom()
+	for p.lends && p.nLent < len(p.bufs) {
+		f, ok := p.offload.AllocLarge(maxPacket)
+		switch {
+		case !ok && p.nLent > 0:
+			return p.bufs[:p.nLent], nil
+		case !ok && !p.waitLend:
+			return p.bufs, nil
+		case !ok:
+			if err := p.waitFreed(ctx); err == errNoFrames {
+				return p.bufs, nil
+			} else if err != nil {
+				return nil, err
+			}
+		case len(f.Buf) < headroom+maxPacket:
+			p.frames[0] = f
+			p.f.cfg.Sink.Free(p.frames[:1])
+			p.lends = false
+		default:
+			p.lendFirst(f, headroom)
+		}
+	}
+	return p.bufs, nil
+}
+
+// lendFirst lends f as the first read buffer, ahead of those already
+// lent: the sink's most recently freed frame is the one most likely still
+// in the CPU's caches, where an older one, read into in turn, would not
+// be.
+func (p *producer) lendFirst(f Frame, headroom int) {
+	copy(p.lent[1:p.nLent+1], p.lent[:p.nLent])
+	copy(p.bufs[1:p.nLent+1], p.bufs[:p.nLent])
+	p.lent[0], p.bufs[0] = f, f.Buf[headroom-p.f.cfg.HeaderSize:]
+	p.nLent++
+}
+
+// keepLent keeps the lent frames no packet left in, at the front, for
+// the next read, and gives the other read buffers back their own memory.
+func (p *producer) keepLent() {
+	k := 0
+	for i := range p.nLent {
+		if p.lent[i].Buf != nil {
+			p.lent[k], p.bufs[k] = p.lent[i], p.bufs[i]
+			k++
+		}
+	}
+	for i := k; i < p.nLent; i++ {
+		p.bufs[i] = p.own[i]
+	}
+	p.nLent = k
+}
+
+// giveBack frees the lent frames no packet left in: the producer is done.
+func (p *producer) giveBack() {
+	for _, f := range p.lent[:p.nLent] {
+		if f.Buf != nil {
+			p.frames[0] = f
+			p.f.cfg.Sink.Free(p.frames[:1])
+		}
+	}
+	p.nLent = 0
 }
 
 // split cuts pkt into frames (with partial checksums for an OffloadCsum

@@ -86,6 +86,7 @@ type Stats struct {
 	Transmitted    uint64        // segments the sink took
 	Completed      uint64        // segments the sink reported gone
 	Offloaded      uint64        // super-packets an OffloadSink took whole (counted once in Transmitted and Completed)
+	InPlace        uint64        // of those, the ones it took in the frame they were read into: not copied
 	Cut            uint64        // super-packets cut here into two segments or more
 	TxErrors       uint64        // Transmit calls that returned an error
 	FrameStalls    uint64        // times the producer waited for free frames
@@ -104,7 +105,7 @@ type Stats struct {
 type counters struct {
 	superPackets, segments, bytes    atomic.Uint64
 	transmitted, completed, txErrors atomic.Uint64
-	offloaded, cut                   atomic.Uint64
+	offloaded, cut, inPlace          atomic.Uint64
 	frameStalls, frameStallNanos     atomic.Uint64
 	drops                            [NumDropReasons]atomic.Uint64
 	segHist                          [len(SegmentBounds) + 1]atomic.Uint64
@@ -135,6 +136,7 @@ func (c *counters) snapshot() Stats {
 		Completed:    c.completed.Load(),
 		Offloaded:    c.offloaded.Load(),
 		Cut:          c.cut.Load(),
+		InPlace:      c.inPlace.Load(),
 		TxErrors:     c.txErrors.Load(),
 		FrameStalls:  c.frameStalls.Load(),
 	}
@@ -162,6 +164,7 @@ func (s Stats) Add(o Stats) Stats {
 	s.Completed += o.Completed
 	s.Offloaded += o.Offloaded
 	s.Cut += o.Cut
+	s.InPlace += o.InPlace
 	s.TxErrors += o.TxErrors
 	s.FrameStalls += o.FrameStalls
 	s.FrameStallTime += o.FrameStallTime
