@@ -43,6 +43,9 @@ func splitFresh(s *Segmenter, pkt []byte, h Header) (Layout, [][]byte, error) {
 
 // checkSplit returns the first invariant the segments of pkt break.
 func checkSplit(pkt []byte, l Layout, segs [][]byte, partial bool) error {
+	if l.tunnel != 0 {
+		return checkTunnelSplit(pkt, l, segs)
+	}
 	if len(segs) != l.segments {
 		return fmt.Errorf("%d segments, layout says %d", len(segs), l.segments)
 	}

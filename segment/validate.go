@@ -43,6 +43,22 @@ const (
 // Like the kernel (tcp4_gso_segment, tcp6_gso_segment), TSO without
 // NEEDS_CSUM is accepted: the segments' checksums are then computed from a
 // fresh pseudo-header. USO requires NEEDS_CSUM, as in the kernel.
+//
+// A UDP-tunnel super-packet (GSOUDPTunnelIPv4 or GSOUDPTunnelIPv6 on top
+// of GSOTCPv4, GSOTCPv6 or GSOUDPL4, a HeaderSizeTunnel header) is checked
+// as the kernel's virtio_net_hdr_tnl_to_skb checks it — one tunnel flag,
+// an inner TSO or USO type, NEEDS_CSUM, inner_nh_offset at least 8 bytes
+// past outer_th_offset, csum_start past a minimal inner IP header — and
+// then more strictly: outer_th_offset must be where the outer IP header
+// of the flagged version ends and its protocol must be UDP, the outer IP
+// length must match the buffer, inner_nh_offset must be even, and the
+// inner packet must pass every rule above. The kernel also asks for an
+// Ethernet header's 14 bytes before outer_th_offset, which a TUN
+// device's packets (IP only) never have; Validate does not.
+//
+// Validate is the kernel's view of a packet written into a device: a
+// tunnel flag is accepted whatever the device negotiated, and an outer
+// checksum flag (FlagUDPTunnelCsum) likewise.
 func Validate(pkt []byte, h Header) (Layout, error) {
 	return validate(pkt, h, DefaultMaxSegments)
 }
@@ -55,10 +71,12 @@ func validate(pkt []byte, h Header, maxSegs int) (Layout, error) {
 	if int(h.HdrLen) > len(pkt) {
 		return l, invalid(ruleHdrLen, "hdr_len %d, packet %d bytes", h.HdrLen, len(pkt))
 	}
-	if err := parseIP(pkt, &l); err != nil {
-		return l, err
+	if l.tunnel != 0 {
+		err = parseTunnel(pkt, h, &l)
+	} else {
+		err = parsePacket(pkt, h, &l)
 	}
-	if err := checkTransport(pkt, h, &l); err != nil {
+	if err != nil {
 		return l, err
 	}
 	if err := count(pkt, &l, maxSegs); err != nil {
@@ -68,9 +86,23 @@ func validate(pkt []byte, h Header, maxSegs int) (Layout, error) {
 	return l, nil
 }
 
+// parsePacket checks the IP and transport headers of a packet that is not
+// a tunnel packet, or of a tunnel packet's inner packet.
+func parsePacket(pkt []byte, h Header, l *Layout) error {
+	if err := parseIP(pkt, l); err != nil {
+		return err
+	}
+	return checkTransport(pkt, h, l)
+}
+
 // checkGSO checks gso_type and gso_size on their own.
 func checkGSO(h Header) (Layout, error) {
-	l := Layout{kind: h.GSOType.Kind(), ecn: h.GSOType.ECN(), needsCsum: h.NeedsCsum()}
+	l := Layout{kind: h.GSOType.Kind(), ecn: h.GSOType.ECN(), needsCsum: h.NeedsCsum(), tunnel: h.GSOType & gsoTunnel}
+	if l.tunnel != 0 {
+		if err := checkTunnelGSO(h, &l); err != nil {
+			return l, err
+		}
+	}
 	switch l.kind {
 	case GSONone:
 		if l.ecn {
@@ -90,6 +122,54 @@ func checkGSO(h Header) (Layout, error) {
 	}
 	l.mss = int(h.GSOSize)
 	return l, nil
+}
+
+// checkTunnelGSO checks the tunnel flags of gso_type and flags.
+func checkTunnelGSO(h Header, l *Layout) error {
+	switch {
+	case l.tunnel == gsoTunnel:
+		return invalid(ruleGSOType, "gso_type %v: both tunnel flags", h.GSOType)
+	case l.kind != GSOTCPv4 && l.kind != GSOTCPv6 && l.kind != GSOUDPL4:
+		return invalid(ruleGSOType, "gso_type %v: a UDP tunnel carries TSO or USO", h.GSOType)
+	case !l.needsCsum:
+		return invalid(ruleNeedsCsum, "gso_type %v without NEEDS_CSUM", h.GSOType)
+	}
+	l.tunnelCsum = h.Flags&FlagUDPTunnelCsum != 0
+	return nil
+}
+
+// parseTunnel checks a UDP-tunnel packet: the offsets in its header, the
+// outer IP and UDP headers, and the inner packet, whose layout it fills
+// in with offsets from the start of pkt.
+func parseTunnel(pkt []byte, h Header, l *Layout) error {
+	outerTH, innerNH, innerTH := int(h.OuterTH), int(h.InnerNH), int(h.CsumStart)
+	innerMin := ipv4MinLen
+	if l.kind == GSOTCPv6 {
+		innerMin = ipv6Len
+	}
+	switch {
+	case innerNH < outerTH+udpLen || innerTH < innerNH+innerMin:
+		return invalid(ruleTunnel, "outer_th_offset %d, inner_nh_offset %d, csum_start %d", outerTH, innerNH, innerTH)
+	case innerNH%2 != 0 || innerNH >= len(pkt):
+		return invalid(ruleTunnel, "inner_nh_offset %d in a %d-byte packet", innerNH, len(pkt))
+	}
+	outer := Layout{kind: GSOUDPL4} // no fragments, any extension headers
+	if err := parseIP(pkt, &outer); err != nil {
+		return err
+	}
+	if outer.ipv6 != (l.tunnel == GSOUDPTunnelIPv6) {
+		return invalid(ruleIPVersion, "outer IPv6 %v with gso_type %v", outer.ipv6, h.GSOType)
+	}
+	if outer.proto != protoUDP || outer.l3Len != outerTH {
+		return invalid(ruleTunnel, "outer_th_offset %d, outer transport header (protocol %d) at %d", outerTH, outer.proto, outer.l3Len)
+	}
+	l.outerL3, l.inner = outerTH, innerNH
+	h.CsumStart -= uint16(innerNH)
+	if err := parsePacket(pkt[innerNH:], h, l); err != nil {
+		return err
+	}
+	l.l3Len += innerNH
+	return nil
 }
 
 // parseIP checks the IP header (and IPv6 extension headers) and fills in
