@@ -7,10 +7,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
@@ -44,16 +48,18 @@ var labTAPMAC = []byte{0x02, 0x00, 0xc6, 0x12, 0xfc, 0x01}
 const (
 	tunFUDPTunnel     = 0x80
 	tunFUDPTunnelCsum = 0x100
-	tunnelOffloads    = unix.TUN_F_CSUM | unix.TUN_F_TSO4 | unix.TUN_F_TSO6 | unix.TUN_F_TSO_ECN | tunFUDPTunnel | tunFUDPTunnelCsum
+	tunFUSO4          = 0x20
+	tunFUSO6          = 0x40
+	tunnelOffloads    = unix.TUN_F_CSUM | unix.TUN_F_TSO4 | unix.TUN_F_TSO6 | unix.TUN_F_TSO_ECN | tunFUSO4 | tunFUSO6 | tunFUDPTunnel | tunFUDPTunnelCsum
 )
 
 // openTunnelDev adds a TUN or TAP device (mode) with the tunnel header
-// and offloads to lab's gw namespace and returns its fd.
-func (lab *kernelLab) openTunnelDev(t *testing.T, name string, mode uint16) int {
+// and offloads (and USO, which inner UDP needs) to ns and returns its fd.
+func openTunnelDev(t *testing.T, ns *netlab.NS, name string, mode uint16) int {
 	t.Helper()
 	netlab.SkipWithout(t, netlab.VirtioNetTunnel)
 	fd := -1
-	err := lab.gwNS.Run(func() error {
+	err := ns.Run(func() error {
 		var err error
 		if fd, err = openTUN(name, mode, HeaderSizeTunnel); err != nil {
 			return err
@@ -64,14 +70,14 @@ func (lab *kernelLab) openTunnelDev(t *testing.T, name string, mode uint16) int 
 		t.Cleanup(func() { unix.Close(fd) })
 	}
 	if err != nil {
-		t.Fatalf("%s in %s: %v", name, lab.gwNS.Name, err)
+		t.Fatalf("%s in %s: %v", name, ns.Name, err)
 	}
-	nl, link := lab.gwNS.Netlink(), lab.gwNS.LinkT(t, name)
+	nl, link := ns.Netlink(), ns.LinkT(t, name)
 	if mode == unix.IFF_TAP {
 		netlab.Must(t, nl.LinkSetHardwareAddr(link, labTAPMAC))
 	}
 	netlab.Must(t, nl.LinkSetMTU(link, labMTU))
-	netlab.Must(t, lab.gwNS.LinkUp(name))
+	netlab.Must(t, ns.LinkUp(name))
 	return fd
 }
 
@@ -145,7 +151,7 @@ func tunnelCases() []struct {
 
 func TestKernelTunnelDifferential(t *testing.T) {
 	lab := newKernelLab(t)
-	fd := lab.openTunnelDev(t, labTunnelTAP, unix.IFF_TAP)
+	fd := openTunnelDev(t, lab.gwNS, labTunnelTAP, unix.IFF_TAP)
 	for _, c := range tunnelCases() {
 		t.Run(c.name, func(t *testing.T) {
 			pkt, h := buildTunnel(c.spec)
@@ -207,7 +213,7 @@ func compareTunnel(t *testing.T, kernel, ours [][]byte, inner int, csum bool) {
 // or nothing leaves), Validate refuses.
 func TestKernelTunnelRejects(t *testing.T) {
 	lab := newKernelLab(t)
-	fd := lab.openTunnelDev(t, labTunnelTAP, unix.IFF_TAP)
+	fd := openTunnelDev(t, lab.gwNS, labTunnelTAP, unix.IFF_TAP)
 	const tcp, udp = uint8(header.TCPProtocolNumber), uint8(header.UDPProtocolNumber)
 	tcp4 := tunnelSpec{csum: true, outerID: 1, inner: superSpec{proto: tcp, gso: GSOTCPv4, mss: 1398, payload: 5000, needsCsum: true, df: true, id: 1, seq: 1, seed: 1}}
 	uso6 := tunnelSpec{outer6: true, inner: superSpec{v6: true, proto: udp, gso: GSOUDPL4, mss: 1300, payload: 5000, needsCsum: true, seed: 2}}
@@ -274,7 +280,7 @@ func TestKernelTunnelRejects(t *testing.T) {
 // header push the outer UDP header far enough. Validate takes both.
 func TestKernelTunnelTUNWrite(t *testing.T) {
 	lab := newKernelLab(t)
-	fd := lab.openTunnelDev(t, labTunnelTUN, unix.IFF_TUN)
+	fd := openTunnelDev(t, lab.gwNS, labTunnelTUN, unix.IFF_TUN)
 	pkt, h := buildTunnel(tunnelSpec{csum: true, outerID: 9, inner: superSpec{proto: uint8(header.TCPProtocolNumber), gso: GSOTCPv4, mss: 1398, payload: 5000, needsCsum: true, df: true, seed: 3}})
 	kernel, werr := lab.exchangeOn(t, fd, HeaderSizeTunnel, pkt, &h)
 	_, verr := Validate(pkt, h)
@@ -282,4 +288,109 @@ func TestKernelTunnelTUNWrite(t *testing.T) {
 	if verr != nil {
 		t.Errorf("Validate refused a tunnel packet as a TUN reads it: %v", verr)
 	}
+}
+
+// TestKernelTunnelDevices: what real VXLAN and Geneve devices send
+// through a TUN with the tunnel offloads. In namespace kt-ovl, tunnel
+// devices (outer IPv4 and IPv6, outer checksums on and off) have their
+// underlay routed into the TUN; a UDP socket sends a UDP_SEGMENT
+// super-packet over each, inner IPv4 and IPv6. The TUN must hand it over
+// whole with the tunnel header, Validate must accept it as read, and the
+// lab's TAP kernel must cut it as Split does.
+func TestKernelTunnelDevices(t *testing.T) {
+	lab := newKernelLab(t)
+	tap := openTunnelDev(t, lab.gwNS, labTunnelTAP, unix.IFF_TAP)
+	ovl := netlab.NewT(t, "kt-ovl")
+	writeSysctls(t, ovl, "net/ipv6/conf/all/accept_dad", "0", "net/ipv6/conf/default/accept_dad", "0")
+	tun := openTunnelDev(t, ovl, "otun", unix.IFF_TUN)
+	for _, step := range []func() error{
+		func() error { return ovl.AddAddr("otun", "198.18.1.1/24") },
+		func() error { return ovl.AddAddr("otun", "2001:2:0:1::1/64") },
+		func() error { return ovl.AddRoute("198.19.0.0/16", "otun", "") },
+		func() error { return ovl.AddRoute("2001:2:0:2::/64", "otun", "") },
+	} {
+		netlab.Must(t, step())
+	}
+	ip := net.ParseIP
+	local4, local6 := ip("198.18.1.1"), ip("2001:2:0:1::1")
+	devs := []netlink.Link{
+		&netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: "vx4"}, VxlanId: 41, SrcAddr: local4, Group: ip("198.19.1.1"), Port: vxlanPort},
+		&netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: "vx4c"}, VxlanId: 42, SrcAddr: local4, Group: ip("198.19.1.1"), Port: vxlanPort, UDPCSum: true},
+		&netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: "vx6"}, VxlanId: 43, SrcAddr: local6, Group: ip("2001:2:0:2::1"), Port: vxlanPort},
+		&netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: "vx6z"}, VxlanId: 44, SrcAddr: local6, Group: ip("2001:2:0:2::1"), Port: vxlanPort, UDP6ZeroCSumTx: true},
+		&netlink.Geneve{LinkAttrs: netlink.LinkAttrs{Name: "gn4"}, ID: 51, Remote: ip("198.19.1.2"), Dport: genevePort},
+		&netlink.Geneve{LinkAttrs: netlink.LinkAttrs{Name: "gn4c"}, ID: 52, Remote: ip("198.19.1.3"), Dport: genevePort, UdpCsum: 1},
+		&netlink.Geneve{LinkAttrs: netlink.LinkAttrs{Name: "gn6"}, ID: 53, Remote: ip("2001:2:0:2::2"), Dport: genevePort},
+	}
+	for i, dev := range devs {
+		name := dev.Attrs().Name
+		if err := ovl.Netlink().LinkAdd(dev); errors.Is(err, unix.EOPNOTSUPP) {
+			t.Run(name, func(t *testing.T) { t.Skipf("this kernel has no %s devices: %v", dev.Type(), err) })
+			continue
+		} else if err != nil {
+			t.Fatalf("add %s: %v", name, err)
+		}
+		netlab.Must(t, ovl.LinkUp(name))
+		for _, v6 := range []bool{false, true} {
+			self, peer := overlayAddrs(i, v6)
+			netlab.Must(t, ovl.AddAddr(name, self))
+			permanentNeigh(t, ovl, name, peer, "02:00:00:00:01:02")
+			t.Run(fmt.Sprintf("%s/inner-%s", name, ipName(v6)), func(t *testing.T) {
+				pkt, h := sendOverTunnel(t, ovl, tun, peer, v6)
+				l, ours, err := splitFresh(&Segmenter{}, pkt, h)
+				if err != nil {
+					t.Fatalf("Validate refused what the kernel sent: %v (header %+v)", err, h)
+				}
+				kernel, werr := lab.exchangeTAP(t, tap, pkt, h)
+				if werr != nil {
+					t.Fatalf("the TAP refused the packet its TUN sibling gave: %v", werr)
+				}
+				t.Logf("header %+v: %d segments, kernel %d", h, len(ours), len(kernel))
+				compareTunnel(t, kernel, ours, l.inner, h.Flags&FlagUDPTunnelCsum != 0)
+			})
+		}
+	}
+}
+
+// overlayAddrs are the address (CIDR) of tunnel device i and its peer's.
+func overlayAddrs(i int, v6 bool) (self, peer string) {
+	if v6 {
+		return fmt.Sprintf("2001:2:0:%x::1/64", 0x100+i), fmt.Sprintf("2001:2:0:%x::2", 0x100+i)
+	}
+	return fmt.Sprintf("198.18.%d.1/24", 100+i), fmt.Sprintf("198.18.%d.2", 100+i)
+}
+
+// sendOverTunnel sends a UDP_SEGMENT super-packet from ns to peer and
+// returns the tunnel super-packet the TUN reads, and its header.
+func sendOverTunnel(t *testing.T, ns *netlab.NS, tun int, peer string, v6 bool) ([]byte, Header) {
+	t.Helper()
+	a := netip.MustParseAddr(peer)
+	family, sa := unix.AF_INET6, unix.Sockaddr(&unix.SockaddrInet6{Port: 9999, Addr: a.As16()})
+	if !v6 {
+		family, sa = unix.AF_INET, &unix.SockaddrInet4{Port: 9999, Addr: a.As4()}
+	}
+	fd := ns.SocketT(t, family, unix.SOCK_DGRAM)
+	netlab.Must(t, unix.SetsockoptInt(fd, unix.SOL_UDP, unix.UDP_SEGMENT, 1300))
+	payload := make([]byte, 1300*12+77)
+	fillPayload(payload, 5)
+	netlab.Must(t, unix.Sendto(fd, payload, 0, sa))
+	buf := make([]byte, 1<<17)
+	var others []string
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
+		pfd := []unix.PollFd{{Fd: int32(tun), Events: unix.POLLIN}}
+		if n, _ := unix.Poll(pfd, 100); n <= 0 {
+			continue
+		}
+		n, err := unix.Read(tun, buf)
+		netlab.Must(t, err)
+		h, err := DecodeHeader(buf[:n], HeaderSizeTunnel)
+		netlab.Must(t, err)
+		if h.GSOType&gsoTunnel == 0 {
+			others = append(others, fmt.Sprintf("%d bytes, %v", n-HeaderSizeTunnel, h.GSOType))
+			continue
+		}
+		return bytes.Clone(buf[HeaderSizeTunnel:n]), h
+	}
+	t.Fatalf("no tunnel super-packet from the TUN; other packets: %v", others)
+	return nil, Header{}
 }
