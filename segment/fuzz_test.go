@@ -72,7 +72,7 @@ func fixPartial(pkt []byte, l Layout) {
 	if l.tunnelCsum {
 		setPartial(pkt, l.tunnel == GSOUDPTunnelIPv6, protoUDP, pkt[l.outerL3:], udpCsumOffset)
 	}
-	if !l.needsCsum || (l.proto != protoTCP && l.proto != protoUDP) {
+	if !l.needsCsum || (l.proto != protoTCP && l.proto != protoUDP) || l.csumStart != l.l3Len {
 		return
 	}
 	setPartial(pkt[l.inner:], l.ipv6, l.proto, pkt[l.l3Len:], l.csumOffset)

@@ -26,7 +26,8 @@ type Layout struct {
 	segments   int   // packets Split writes
 	maxSegLen  int   // length of the largest of them
 	needsCsum  bool  // the input carries a partial checksum to complete
-	csumOffset int   // offset of the checksum field from the transport header (TSO: always 16)
+	csumStart  int   // where the checksum starts: the transport header, or an encapsulated one
+	csumOffset int   // offset of the checksum field from csumStart (TSO: always 16)
 	pktLen     int   // length of the packet Validate accepted
 	valid      bool  // made by a successful Validate
 
@@ -97,7 +98,7 @@ func (l Layout) SegmentHeader(partial bool) Header {
 	tso := l.kind == GSOTCPv4 || l.kind == GSOTCPv6
 	if l.partial(partial) && (l.needsCsum || tso) && l.kind != GSOUDP {
 		h.Flags = FlagNeedsCsum
-		h.CsumStart = uint16(l.l3Len)
+		h.CsumStart = uint16(l.csumStart)
 		h.CsumOffset = uint16(l.csumOffset)
 	}
 	return h
@@ -127,7 +128,7 @@ func (l Layout) GSOHeader() Header {
 	}
 	if l.needsCsum {
 		h.Flags |= FlagNeedsCsum
-		h.CsumStart = uint16(l.l3Len)
+		h.CsumStart = uint16(l.csumStart)
 		h.CsumOffset = uint16(l.csumOffset)
 	}
 	return h

@@ -124,7 +124,7 @@ func (s *Segmenter) passThrough(pkt []byte, l Layout, out []byte) int {
 	if !l.needsCsum || l.partial(s.Partial) {
 		return copy(out, pkt)
 	}
-	start := l.l3Len
+	start := l.csumStart
 	copy(out[:start], pkt[:start])
 	complete(out[start+l.csumOffset:], copySum(out[start:], pkt[start:], 0))
 	if l.tunnelCsum {

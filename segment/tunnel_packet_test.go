@@ -26,6 +26,7 @@ type tunnelSpec struct {
 	geneve     bool // Geneve (with genevOpts option bytes) instead of VXLAN
 	geneveOpts int  // a multiple of 4
 	csum       bool // FlagUDPTunnelCsum: outer UDP checksum, else 0
+	plain      bool // not a super-packet: GSONone, NEEDS_CSUM at the inner checksum, outer checksum 0
 	outerID    uint16
 	src, dst   netip.Addr // outer addresses; zero: the defaults
 	inner      superSpec  // needsCsum set: a tunnel carries NEEDS_CSUM
@@ -88,6 +89,10 @@ func buildTunnel(s tunnelSpec) ([]byte, Header) {
 	h.HdrLen += uint16(innerNH)
 	h.CsumStart += uint16(innerNH)
 	h.OuterTH, h.InnerNH = uint16(outerTH), uint16(innerNH)
+	if s.plain {
+		binary.BigEndian.PutUint16(outer[outerTH+pbUDPCsumOff:], 0)
+		h = Header{Flags: FlagNeedsCsum, CsumStart: h.CsumStart, CsumOffset: h.CsumOffset}
+	}
 	return outer, h
 }
 
@@ -112,6 +117,7 @@ func innerLayout(l Layout) Layout {
 	il := l
 	il.tunnel, il.tunnelCsum, il.outerL3, il.inner = 0, false, 0, 0
 	il.l3Len -= l.inner
+	il.csumStart -= l.inner
 	il.pktLen -= l.inner
 	il.maxSegLen -= l.inner
 	return il

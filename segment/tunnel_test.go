@@ -187,3 +187,28 @@ func TestTunnelValidateStricter(t *testing.T) {
 		}
 	}
 }
+
+// TestTunnelPlain: a VXLAN packet that is not a super-packet, with its
+// inner checksum partial (as a TUN with the tunnel offloads hands it
+// over), passes through with that checksum completed.
+func TestTunnelPlain(t *testing.T) {
+	for _, name := range []string{"vxlan/ipv4/tcp4-fits/csum-false", "geneve/ipv6/uso6/csum-false"} {
+		spec := tunnelSpecs()[name]
+		spec.plain = true
+		pkt, h := buildTunnel(spec)
+		l, segs, err := splitFresh(&Segmenter{}, pkt, h)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if l.Tunnel() || l.Kind() != GSONone || len(segs) != 1 {
+			t.Fatalf("%s: layout %+v, %d packets", name, l, len(segs))
+		}
+		if err := checkSplit(pkt, l, segs, false); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		inner := int(h.CsumStart) - l.L3Len() // the inner transport header
+		if sh := l.SegmentHeader(true); sh.CsumStart != h.CsumStart || inner <= 0 {
+			t.Errorf("%s: SegmentHeader(true) %+v, input %+v", name, sh, h)
+		}
+	}
+}

@@ -36,7 +36,9 @@ const (
 // UFO over IPv6 refuses extension headers (the kernel emits fragments that
 // do not reassemble), the IPv4 total length or IPv6 payload length must
 // match the buffer exactly (the kernel trims excess bytes), csum_start
-// must be the transport header found by walking the IP headers, UDP
+// must be the transport header found by walking the IP headers (or, in a
+// UDP packet passed through, a TCP or UDP checksum inside its payload: an
+// encapsulated packet's), UDP
 // checksums must sit at offset 6, and a TCP or UDP header must be whole
 // even in a packet that is only passed through with NEEDS_CSUM.
 //
@@ -169,6 +171,7 @@ func parseTunnel(pkt []byte, h Header, l *Layout) error {
 		return err
 	}
 	l.l3Len += innerNH
+	l.csumStart += innerNH
 	return nil
 }
 
@@ -263,8 +266,8 @@ func checkTransport(pkt []byte, h Header, l *Layout) error {
 	case l.kind == GSOUDPL4 && !l.needsCsum:
 		return invalid(ruleNeedsCsum, "gso_type %v without NEEDS_CSUM", l.kind)
 	}
-	if tcp {
-		l.csumOffset = tcpCsumOffset // checksummed from scratch without NEEDS_CSUM
+	if tcp { // checksummed from scratch without NEEDS_CSUM
+		l.csumStart, l.csumOffset = l.l3Len, tcpCsumOffset
 	}
 	if l.kind == GSONone && !l.needsCsum {
 		l.payloadLen = len(pkt) - l.l3Len // passes through untouched
@@ -280,6 +283,10 @@ func checkTransport(pkt []byte, h Header, l *Layout) error {
 	if start+off+2 > len(pkt) {
 		return invalid(ruleCsumRange, "csum_start %d + csum_offset %d + 2 beyond %d bytes", start, off, len(pkt))
 	}
+	l.csumStart, l.csumOffset = start, off
+	if encapsulated(l, start, off) {
+		return nil
+	}
 	if start != l.l3Len {
 		return invalid(ruleCsumStart, "csum_start %d, transport header at %d", start, l.l3Len)
 	}
@@ -293,8 +300,16 @@ func checkTransport(pkt []byte, h Header, l *Layout) error {
 	if want >= 0 && off != want {
 		return invalid(ruleCsumOffset, "csum_offset %d for protocol %d, want %d", off, l.proto, want)
 	}
-	l.csumOffset = off
 	return nil
+}
+
+// encapsulated reports a UDP packet passed through whose partial checksum
+// is an inner packet's TCP or UDP checksum, inside the UDP payload: what
+// a TUN with the tunnel offloads hands over for a VXLAN or Geneve packet
+// that is not a super-packet (the outer checksum, if any, is complete).
+func encapsulated(l *Layout, start, off int) bool {
+	return l.kind == GSONone && l.proto == protoUDP && start >= l.l3Len+udpLen &&
+		(off == tcpCsumOffset || off == udpCsumOffset)
 }
 
 // parseL4 finds the length of a TCP or UDP header. Other protocols have no
