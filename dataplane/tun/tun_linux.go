@@ -15,6 +15,7 @@ import (
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/internal/iphdr"
+	"github.com/gsoplane/gsoplane/segment"
 )
 
 // Every Queue is a pipeline.Source and a pipeline.Writer.
@@ -58,7 +59,7 @@ func openTUN(cfg Config, path string) (*Device, error) {
 		return nil, err
 	}
 	_, err = ifIndex(cfg.Name)
-	t := &Device{name: cfg.Name, hdrSize: cfg.HeaderSize, created: cfg.Name == "" || err != nil}
+	t := &Device{name: cfg.Name, created: cfg.Name == "" || err != nil}
 	fds, err := t.attach(cfg, path)
 	if err == nil {
 		err = t.configure(fds[0], cfg)
@@ -152,16 +153,13 @@ func (t *Device) configure(fd int, cfg Config) error {
 	wrap := func(what string, err error) error {
 		return fmt.Errorf("tun: %s %s: %s: %w", t.verb(), t.name, what, err)
 	}
-	if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, cfg.HeaderSize); err != nil {
-		return wrap(fmt.Sprintf("header size %d", cfg.HeaderSize), os.NewSyscallError("ioctl TUNSETVNETHDRSZ", err))
-	}
 	if err := unix.IoctlSetPointerInt(fd, unix.TUNSETSNDBUF, cfg.SndBuf); err != nil {
 		return wrap(fmt.Sprintf("send buffer %d", cfg.SndBuf), os.NewSyscallError("ioctl TUNSETSNDBUF", err))
 	}
-	var err error
-	if t.offloads, err = setOffloads(fd, cfg.Offload); err != nil {
+	if err := t.setOffloads(fd, cfg); err != nil {
 		return wrap("offloads", err)
 	}
+	var err error
 	if cfg.MTU != 0 {
 		if err := setMTU(t.name, cfg.MTU); err != nil {
 			return wrap(fmt.Sprintf("MTU %d", cfg.MTU), err)
@@ -195,22 +193,56 @@ func (t *Device) setQueue(cfg Config) error {
 	return nil
 }
 
-// setOffloads enables DefaultOffloads or the first fallback the kernel
-// accepts, or clears all offloads when offload is false.
-func setOffloads(fd int, offload bool) (Offloads, error) {
-	if !offload {
-		return 0, os.NewSyscallError("ioctl TUNSETOFFLOAD", unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, 0))
+// setOffloads sets the header size and enables DefaultOffloads or the
+// first fallback the kernel accepts, or clears all offloads when
+// cfg.Offload is false. The tunnel offloads need the 24-byte header: the
+// header is set first, so that no tunnel super-packet is ever queued for
+// a shorter one, and a header size left to Open shrinks back to 10 bytes
+// when the kernel refuses them.
+func (t *Device) setOffloads(fd int, cfg Config) error {
+	t.hdrSize = cfg.HeaderSize
+	if t.hdrSize == 0 {
+		t.hdrSize = segment.HeaderSize
+		if cfg.Offload {
+			t.hdrSize = segment.HeaderSizeTunnel
+		}
+	}
+	if err := setHeaderSize(fd, t.hdrSize); err != nil {
+		return err
+	}
+	if !cfg.Offload {
+		t.offloads = 0
+		return os.NewSyscallError("ioctl TUNSETOFFLOAD", unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, 0))
+	}
+	sets := offloadFallbacks[:]
+	if t.hdrSize != segment.HeaderSizeTunnel {
+		sets = sets[1:]
 	}
 	var err error
-	for _, o := range offloadFallbacks {
+	for _, o := range sets {
 		if err = unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, int(o)); err == nil {
-			return o, nil
+			t.offloads = o
+			break
 		}
 		if !errors.Is(err, unix.EINVAL) {
 			break
 		}
 	}
-	return 0, os.NewSyscallError("ioctl TUNSETOFFLOAD", err)
+	if err != nil {
+		return os.NewSyscallError("ioctl TUNSETOFFLOAD", err)
+	}
+	if cfg.HeaderSize == 0 && !t.offloads.Has(tunnelOffloads) {
+		t.hdrSize = segment.HeaderSize
+		return setHeaderSize(fd, t.hdrSize)
+	}
+	return nil
+}
+
+func setHeaderSize(fd, size int) error {
+	if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, size); err != nil {
+		return fmt.Errorf("header size %d: %w", size, os.NewSyscallError("ioctl TUNSETVNETHDRSZ", err))
+	}
+	return nil
 }
 
 // ifreqIoctl runs an interface ioctl (SIOCGIFINDEX, SIOCSIFMTU) through a
@@ -260,11 +292,13 @@ func (t *Device) Name() string { return t.name }
 func (t *Device) Index() int { return t.index }
 
 // Offloads returns the offloads the kernel accepted: DefaultOffloads, a
-// fallback without USO or ECN, or none when Config.Offload was false.
+// fallback without the tunnel offloads, USO or ECN, or none when
+// Config.Offload was false.
 func (t *Device) Offloads() Offloads { return t.offloads }
 
 // HeaderSize returns the virtio-net header size in front of every packet
-// read or written: segment.HeaderSize or segment.HeaderSizeMrg.
+// read or written: segment.HeaderSize, segment.HeaderSizeMrg or
+// segment.HeaderSizeTunnel.
 func (t *Device) HeaderSize() int { return t.hdrSize }
 
 // Queues returns the queues, one per file descriptor.

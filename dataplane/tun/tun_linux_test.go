@@ -254,6 +254,7 @@ func TestOpenTUN(t *testing.T) {
 		{Config{Offload: true, HeaderSize: segment.HeaderSizeMrg, MTU: 9000}, OffloadCsum | OffloadTSO4 | OffloadTSO6},
 		{Config{Offload: false, SndBuf: 1 << 20}, 0},
 		{Config{Offload: true, Name: "-"}, OffloadCsum}, // kernel-chosen name
+		{Config{Offload: false, HeaderSize: segment.HeaderSizeTunnel}, 0},
 	} {
 		cfg := tc.cfg
 		switch cfg.Name {
@@ -270,8 +271,16 @@ func TestOpenTUN(t *testing.T) {
 		if cfg.Offload && kernelAtLeast(t, 6, 2) && !tun.Offloads().Has(OffloadUSO4|OffloadUSO6) {
 			t.Errorf("%+v: offloads %v: no USO on Linux >= 6.2", cfg, tun.Offloads())
 		}
-		if want := max(cfg.HeaderSize, segment.HeaderSize); tun.HeaderSize() != want {
-			t.Errorf("HeaderSize() = %d, want %d", tun.HeaderSize(), want)
+		// The tunnel offloads and their header where the kernel has them
+		// and the header size is left to Open (or is the tunnel one).
+		tunnel := cfg.Offload && (cfg.HeaderSize == 0 || cfg.HeaderSize == segment.HeaderSizeTunnel) &&
+			netlab.Lacks(t, netlab.VirtioNetTunnel) == nil
+		want := max(cfg.HeaderSize, segment.HeaderSize)
+		if tunnel {
+			want = segment.HeaderSizeTunnel
+		}
+		if tun.HeaderSize() != want || tun.Offloads().Has(OffloadUDPTunnel|OffloadUDPTunnelCsum) != tunnel {
+			t.Errorf("HeaderSize() = %d, offloads %v; want %d, tunnel offloads %v", tun.HeaderSize(), tun.Offloads(), want, tunnel)
 		}
 		if cfg.Name != "" && tun.Name() != cfg.Name {
 			t.Errorf("Name() = %q, want %q", tun.Name(), cfg.Name)
