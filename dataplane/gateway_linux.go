@@ -119,7 +119,11 @@ func (g *Gateway) openInside(cfg GatewayConfig) error {
 		g.inside = []inside{{h.Source, h.Writer}}
 		return nil
 	}
-	t, err := tun.Open(tunConfig(cfg.TUN))
+	tc := tunConfig(cfg.TUN)
+	if cfg.Port == PortPacket {
+		tc.HeaderSize = 0 // the tunnel offloads where the kernel has them
+	}
+	t, err := tun.Open(tc)
 	if err != nil {
 		return err
 	}
@@ -131,9 +135,15 @@ func (g *Gateway) openInside(cfg GatewayConfig) error {
 }
 
 // tunConfig is the configuration of the TUN device o describes: with the
-// noqueue qdisc, so that its drops reach the senders.
+// noqueue qdisc, so that its drops reach the senders, and the 10-byte
+// virtio-net header, which fits the headroom of every port's received
+// frames (the AF_XDP port's is the Ethernet header's 14 bytes); the
+// gateway of an AF_PACKET port leaves the size to tun.Open, which takes
+// the 24-byte header and the UDP-tunnel offloads where the kernel has
+// them.
 func tunConfig(o TUNOptions) tun.Config {
-	return tun.Config{Name: o.Name, Queues: o.Queues, MTU: o.MTU, Offload: !o.DisableOffload, TxQueueLen: o.TxQueueLen, NoQueue: true}
+	return tun.Config{Name: o.Name, Queues: o.Queues, MTU: o.MTU, Offload: !o.DisableOffload, TxQueueLen: o.TxQueueLen, NoQueue: true,
+		HeaderSize: segment.HeaderSize}
 }
 
 // OpenTUNHost opens the TUN device o describes, as OpenGateway would, and

@@ -13,8 +13,8 @@ import (
 var errNoFrames = errors.New("no free frames")
 
 // maxSuperPacket is the largest packet a Source hands over: a 64 KiB IP
-// packet behind a 12-byte virtio-net header.
-const maxSuperPacket = 65535 + 40 + segment.HeaderSizeMrg
+// packet behind the largest virtio-net header.
+const maxSuperPacket = 65535 + 40 + segment.HeaderSizeTunnel
 
 // producer is the forwarder's source side: it reads super-packets, cuts
 // them into the sink's frames and queues the segments. Its buffers are
