@@ -86,7 +86,7 @@ const (
 )
 
 // scenarioNames lists the scenarios in the order they run.
-var scenarioNames = []string{"backpressure", "gso", "gro", "queues", "hook", "xdphook", "ingress", "peers"}
+var scenarioNames = []string{"backpressure", "gso", "tunnel-gso", "gro", "queues", "hook", "xdphook", "ingress", "peers"}
 
 // options are the parsed flags.
 type options struct {

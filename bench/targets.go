@@ -31,6 +31,8 @@ var targets = []target{
 		aim: "AF_PACKET with the NIC segmenting, within reach of the kernel alone"},
 	{scenario: "gso", key: "packet-full/gsoplane", threshold: 1,
 		aim: "AF_PACKET cutting every segment itself, at least as fast as AF_XDP"},
+	{scenario: "tunnel-gso", key: "on/off", threshold: 2,
+		aim: "TCP over VXLAN with the TUN's tunnel offloads, twice the kernel cutting before the TUN"},
 	{scenario: "gro", key: "packet-gro/no-gro", threshold: 2,
 		aim: "the kernel's GRO before the AF_PACKET port, twice the per-packet return path"},
 	{scenario: "xdphook", key: "noop/none", threshold: 1, lessBy: "none-spread", form: delta,
