@@ -165,8 +165,8 @@ func kernelAtLeast(t *testing.T, major, minor int) bool {
 func TestOffloadsString(t *testing.T) {
 	for o, want := range map[Offloads]string{
 		0:                                "none",
-		DefaultOffloads:                  "csum,tso4,tso6,tso_ecn,uso4,uso6",
-		OffloadCsum | OffloadUFO | 0x100: "csum,ufo,0x100",
+		DefaultOffloads:                  "csum,tso4,tso6,tso_ecn,uso4,uso6,udp_tunnel,udp_tunnel_csum",
+		OffloadCsum | OffloadUFO | 0x200: "csum,ufo,0x200",
 	} {
 		if got := o.String(); got != want {
 			t.Errorf("Offloads(%#x).String() = %q, want %q", uint32(o), got, want)
