@@ -127,6 +127,10 @@ func (g *Gateway) openInside(cfg GatewayConfig) error {
 	if err != nil {
 		return err
 	}
+	if tc.HeaderSize == 0 && tc.Offload && !t.Offloads().Has(tun.OffloadUDPTunnel) {
+		logger(cfg).Info("the TUN device takes no UDP-tunnel super-packets (TUN_F_UDP_TUNNEL_GSO needs Linux 6.17): the kernel cuts VXLAN and Geneve traffic before it",
+			"tun", t.Name(), "offloads", t.Offloads().String())
+	}
 	g.tun = t
 	for _, q := range t.Queues() {
 		g.inside = append(g.inside, inside{q, q})
