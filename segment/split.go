@@ -275,7 +275,7 @@ func without(acc uint64, hdr []byte, off int) uint64 {
 }
 
 // fixOuter rewrites the outer headers of segment i of a tunnel packet:
-// the outer IP header as fixIP does, the outer UDP length and, if asked
+// the outer IP header as ipFix.fix does, the outer UDP length and, if asked
 // for, the outer UDP checksum. l4 is the sum of the inner transport
 // header, payload and checksum as written.
 func (t *template) fixOuter(out []byte, i uint16, l4 uint64) {
