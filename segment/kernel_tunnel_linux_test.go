@@ -31,10 +31,10 @@ import (
 //
 // A TAP, not a TUN: the kernel wants an Ethernet header's 14 bytes before
 // outer_th_offset (outer_th_offset >= ETH_HLEN + the minimal outer IP
-// header), which a TUN's IP packets do not have, so Linux 6.17 and 6.18
-// refuse every tunnel super-packet written to a TUN whose outer headers
-// are of the minimal size (TestKernelTunnelTUNWrite). What a TUN reads,
-// the kernel's own super-packets, has outer_th_offset 20 or 40.
+// header), which a TUN's IP packets do not have, so Linux 6.18 refuses a
+// tunnel super-packet written to a TUN whose outer header has the minimal
+// size (TestKernelTunnelTUNWrite). What a TUN reads, the kernel's own
+// super-packets, has outer_th_offset 20 or 40.
 
 // The tunnel devices' names, in gw.
 const (
@@ -281,11 +281,11 @@ func TestKernelTunnelRejects(t *testing.T) {
 	})
 }
 
-// TestKernelTunnelTUNWrite records what the kernel makes of tunnel
-// super-packets written to a TUN (no Ethernet header): it refuses minimal
-// outer headers (outer_th_offset 20 or 40, below ETH_HLEN plus the
-// minimal IP header) and takes them once IP options or an extension
-// header push the outer UDP header far enough. Validate takes both.
+// TestKernelTunnelTUNWrite records what the kernel makes of a tunnel
+// super-packet written to a TUN (no Ethernet header) with a minimal outer
+// IPv4 header, outer_th_offset 20, below the ETH_HLEN + 20 it asks for
+// (Linux 6.18: EINVAL), and checks that Validate takes it: it is what a
+// TUN reads.
 func TestKernelTunnelTUNWrite(t *testing.T) {
 	lab := newKernelLab(t)
 	fd := openTunnelDev(t, lab.gwNS, labTunnelTUN, unix.IFF_TUN)
