@@ -121,13 +121,13 @@ func (g *Gateway) openInside(cfg GatewayConfig) error {
 	}
 	tc := tunConfig(cfg.TUN)
 	if cfg.Port == PortPacket {
-		tc.HeaderSize = 0 // the tunnel offloads where the kernel has them
+		tc.HeaderSize = segment.HeaderSizeTunnel // the tunnel offloads where the kernel has them
 	}
 	t, err := tun.Open(tc)
 	if err != nil {
 		return err
 	}
-	if tc.HeaderSize == 0 && tc.Offload && !t.Offloads().Has(tun.OffloadUDPTunnel) {
+	if tc.HeaderSize == segment.HeaderSizeTunnel && tc.Offload && !t.Offloads().Has(tun.OffloadUDPTunnel) {
 		logger(cfg).Info("the TUN device takes no UDP-tunnel super-packets (TUN_F_UDP_TUNNEL_GSO needs Linux 6.17): the kernel cuts VXLAN and Geneve traffic before it",
 			"tun", t.Name(), "offloads", t.Offloads().String())
 	}
@@ -142,12 +142,10 @@ func (g *Gateway) openInside(cfg GatewayConfig) error {
 // noqueue qdisc, so that its drops reach the senders, and the 10-byte
 // virtio-net header, which fits the headroom of every port's received
 // frames (the AF_XDP port's is the Ethernet header's 14 bytes); the
-// gateway of an AF_PACKET port leaves the size to tun.Open, which takes
-// the 24-byte header and the UDP-tunnel offloads where the kernel has
-// them.
+// gateway of an AF_PACKET port asks for the 24-byte header instead, and
+// with it the UDP-tunnel offloads.
 func tunConfig(o TUNOptions) tun.Config {
-	return tun.Config{Name: o.Name, Queues: o.Queues, MTU: o.MTU, Offload: !o.DisableOffload, TxQueueLen: o.TxQueueLen, NoQueue: true,
-		HeaderSize: segment.HeaderSize}
+	return tun.Config{Name: o.Name, Queues: o.Queues, MTU: o.MTU, Offload: !o.DisableOffload, TxQueueLen: o.TxQueueLen, NoQueue: true}
 }
 
 // OpenTUNHost opens the TUN device o describes, as OpenGateway would, and

@@ -45,8 +45,8 @@ const (
 	OffloadUDPTunnelCsum Offloads = 0x100
 )
 
-// DefaultOffloads is what Open asks for when Config.Offload is set. The
-// tunnel offloads only come with the 24-byte header (Config.HeaderSize).
+// DefaultOffloads is what Open asks for when Config.Offload is set; the
+// tunnel offloads only with the 24-byte header (Config.HeaderSize).
 const DefaultOffloads = OffloadCsum | OffloadTSO4 | OffloadTSO6 | OffloadTSOECN | OffloadUSO4 | OffloadUSO6 | tunnelOffloads
 
 const tunnelOffloads = OffloadUDPTunnel | OffloadUDPTunnelCsum
@@ -117,11 +117,11 @@ type Config struct {
 	// the device has no offloads and the kernel segments and checksums
 	// every packet before the TUN.
 	Offload bool
-	// HeaderSize is the virtio-net header size: segment.HeaderSize (10),
-	// segment.HeaderSizeMrg (12) or segment.HeaderSizeTunnel (24, which
-	// the tunnel offloads need). 0 picks: 24 when Offload is set and the
-	// kernel takes the tunnel offloads, else 10 (Device.HeaderSize says
-	// which). With 10 or 12 the tunnel offloads are not asked for.
+	// HeaderSize is the virtio-net header size: segment.HeaderSize (10,
+	// the default when 0), segment.HeaderSizeMrg (12) or
+	// segment.HeaderSizeTunnel (24). Only with 24 does Offload ask for the
+	// UDP-tunnel offloads, which need that header; a kernel without them
+	// (before Linux 6.17) leaves its last 14 bytes zero.
 	HeaderSize int
 	// SndBuf bounds the truesize of written packets still charged to
 	// the TUN (TUNSETSNDBUF); Write blocks while it is reached. 0 means
@@ -158,13 +158,16 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Queues == 0 {
 		cfg.Queues = 1
 	}
+	if cfg.HeaderSize == 0 {
+		cfg.HeaderSize = segment.HeaderSize
+	}
 	if cfg.SndBuf == 0 {
 		cfg.SndBuf = DefaultSndBuf
 	}
 	switch {
 	case cfg.Queues < 0 || cfg.Queues > MaxQueues:
 		return bad("%d queues, want 1 to %d", cfg.Queues, MaxQueues)
-	case cfg.HeaderSize != 0 && cfg.HeaderSize != segment.HeaderSize && cfg.HeaderSize != segment.HeaderSizeMrg && cfg.HeaderSize != segment.HeaderSizeTunnel:
+	case cfg.HeaderSize != segment.HeaderSize && cfg.HeaderSize != segment.HeaderSizeMrg && cfg.HeaderSize != segment.HeaderSizeTunnel:
 		return bad("header size %d, want %d, %d or %d", cfg.HeaderSize, segment.HeaderSize, segment.HeaderSizeMrg, segment.HeaderSizeTunnel)
 	case cfg.MTU < 0:
 		return bad("MTU %d", cfg.MTU)

@@ -193,20 +193,13 @@ func (t *Device) setQueue(cfg Config) error {
 	return nil
 }
 
-// setOffloads sets the header size and enables DefaultOffloads or the
-// first fallback the kernel accepts, or clears all offloads when
-// cfg.Offload is false. The tunnel offloads need the 24-byte header: the
-// header is set first, so that no tunnel super-packet is ever queued for
-// a shorter one, and a header size left to Open shrinks back to 10 bytes
-// when the kernel refuses them.
+// setOffloads sets the header size and enables DefaultOffloads (without
+// the tunnel offloads unless the header is the 24-byte one) or the first
+// fallback the kernel accepts, or clears all offloads when cfg.Offload is
+// false. The header is set first, so that no tunnel super-packet is ever
+// queued for a shorter one.
 func (t *Device) setOffloads(fd int, cfg Config) error {
 	t.hdrSize = cfg.HeaderSize
-	if t.hdrSize == 0 {
-		t.hdrSize = segment.HeaderSize
-		if cfg.Offload {
-			t.hdrSize = segment.HeaderSizeTunnel
-		}
-	}
 	if err := setHeaderSize(fd, t.hdrSize); err != nil {
 		return err
 	}
@@ -222,20 +215,13 @@ func (t *Device) setOffloads(fd int, cfg Config) error {
 	for _, o := range sets {
 		if err = unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, int(o)); err == nil {
 			t.offloads = o
-			break
+			return nil
 		}
 		if !errors.Is(err, unix.EINVAL) {
 			break
 		}
 	}
-	if err != nil {
-		return os.NewSyscallError("ioctl TUNSETOFFLOAD", err)
-	}
-	if cfg.HeaderSize == 0 && !t.offloads.Has(tunnelOffloads) {
-		t.hdrSize = segment.HeaderSize
-		return setHeaderSize(fd, t.hdrSize)
-	}
-	return nil
+	return os.NewSyscallError("ioctl TUNSETOFFLOAD", err)
 }
 
 func setHeaderSize(fd, size int) error {

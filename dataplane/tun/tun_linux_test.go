@@ -255,6 +255,7 @@ func TestOpenTUN(t *testing.T) {
 		{Config{Offload: false, SndBuf: 1 << 20}, 0},
 		{Config{Offload: true, Name: "-"}, OffloadCsum}, // kernel-chosen name
 		{Config{Offload: false, HeaderSize: segment.HeaderSizeTunnel}, 0},
+		{Config{Offload: true, HeaderSize: segment.HeaderSizeTunnel}, OffloadCsum | OffloadTSO4 | OffloadTSO6},
 	} {
 		cfg := tc.cfg
 		switch cfg.Name {
@@ -271,14 +272,9 @@ func TestOpenTUN(t *testing.T) {
 		if cfg.Offload && kernelAtLeast(t, 6, 2) && !tun.Offloads().Has(OffloadUSO4|OffloadUSO6) {
 			t.Errorf("%+v: offloads %v: no USO on Linux >= 6.2", cfg, tun.Offloads())
 		}
-		// The tunnel offloads and their header where the kernel has them
-		// and the header size is left to Open (or is the tunnel one).
-		tunnel := cfg.Offload && (cfg.HeaderSize == 0 || cfg.HeaderSize == segment.HeaderSizeTunnel) &&
-			netlab.Lacks(t, netlab.VirtioNetTunnel) == nil
+		// The tunnel offloads with their header, where the kernel has them.
+		tunnel := cfg.Offload && cfg.HeaderSize == segment.HeaderSizeTunnel && netlab.Lacks(t, netlab.VirtioNetTunnel) == nil
 		want := max(cfg.HeaderSize, segment.HeaderSize)
-		if tunnel {
-			want = segment.HeaderSizeTunnel
-		}
 		if tun.HeaderSize() != want || tun.Offloads().Has(OffloadUDPTunnel|OffloadUDPTunnelCsum) != tunnel {
 			t.Errorf("HeaderSize() = %d, offloads %v; want %d, tunnel offloads %v", tun.HeaderSize(), tun.Offloads(), want, tunnel)
 		}
