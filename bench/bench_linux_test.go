@@ -78,6 +78,7 @@ func TestSmoke(t *testing.T) {
 	for _, want := range []string{
 		"backpressure/on", "backpressure/off",
 		"gso/gsoplane", "gso/no-offload", "gso/kernel", "gso/packet-offload", "gso/packet-partial", "gso/packet-full",
+		"tunnel-gso/on", "tunnel-gso/off", "tunnel-gso/kernel",
 		"gro/gro", "gro/no-gro", "gro/packet-gro", "gro/kernel", "gro/wireguard-go", "gro/forward",
 		"queues/fwd-1q-1f", "queues/fwd-2q-2f", "queues/rev-1q-1f", "queues/rev-2q-2f",
 		"hook/none", "hook/noop", "hook/inspect",

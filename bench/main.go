@@ -96,7 +96,7 @@ const (
 )
 
 // scenarioNames lists the scenarios in the order they run.
-var scenarioNames = []string{"backpressure", "gso", "gro", "queues", "hook", "xdphook", "ingress", "peers", "tunnel"}
+var scenarioNames = []string{"backpressure", "gso", "tunnel-gso", "gro", "queues", "hook", "xdphook", "ingress", "peers", "tunnel"}
 
 // options are the parsed flags.
 type options struct {

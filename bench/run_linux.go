@@ -25,6 +25,7 @@ type scenarioDef struct {
 }
 
 var scenarios = map[string]scenarioDef{
+	"tunnel-gso": tunnelGSOScenario,
 	"backpressure": {
 		name: "backpressure",
 		title: func(o options) string {

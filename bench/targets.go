@@ -53,6 +53,8 @@ var targets = []target{
 		aim: "the encrypted example 1.2× a wireguard-go device, A→B"},
 	{scenario: "tunnel", key: "vpn/wg-device B→A", threshold: 1.2,
 		aim: "the same, B→A"},
+	{scenario: "tunnel-gso", key: "on/off", threshold: 2,
+		aim: "TCP over VXLAN with the TUN's tunnel offloads, twice the kernel cutting before the TUN"},
 }
 
 // isTarget reports whether the ratio key of scenario is a target.

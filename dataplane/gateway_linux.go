@@ -119,9 +119,17 @@ func (g *Gateway) openInside(cfg GatewayConfig) error {
 		g.inside = []inside{{h.Source, h.Writer}}
 		return nil
 	}
-	t, err := tun.Open(tunConfig(cfg.TUN))
+	tc := tunConfig(cfg.TUN)
+	if cfg.Port == PortPacket {
+		tc.HeaderSize = segment.HeaderSizeTunnel // the tunnel offloads where the kernel has them
+	}
+	t, err := tun.Open(tc)
 	if err != nil {
 		return err
+	}
+	if tc.HeaderSize == segment.HeaderSizeTunnel && tc.Offload && !t.Offloads().Has(tun.OffloadUDPTunnel) {
+		logger(cfg).Info("the TUN device takes no UDP-tunnel super-packets (TUN_F_UDP_TUNNEL_GSO needs Linux 6.17): the kernel cuts VXLAN and Geneve traffic before it",
+			"tun", t.Name(), "offloads", t.Offloads().String())
 	}
 	g.tun = t
 	for _, q := range t.Queues() {
@@ -131,7 +139,11 @@ func (g *Gateway) openInside(cfg GatewayConfig) error {
 }
 
 // tunConfig is the configuration of the TUN device o describes: with the
-// noqueue qdisc, so that its drops reach the senders.
+// noqueue qdisc, so that its drops reach the senders, and the 10-byte
+// virtio-net header, which fits the headroom of every port's received
+// frames (the AF_XDP port's is the Ethernet header's 14 bytes); the
+// gateway of an AF_PACKET port asks for the 24-byte header instead, and
+// with it the UDP-tunnel offloads.
 func tunConfig(o TUNOptions) tun.Config {
 	return tun.Config{Name: o.Name, Queues: o.Queues, MTU: o.MTU, Offload: !o.DisableOffload, TxQueueLen: o.TxQueueLen, NoQueue: true}
 }

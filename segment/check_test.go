@@ -43,6 +43,9 @@ func splitFresh(s *Segmenter, pkt []byte, h Header) (Layout, [][]byte, error) {
 
 // checkSplit returns the first invariant the segments of pkt break.
 func checkSplit(pkt []byte, l Layout, segs [][]byte, partial bool) error {
+	if l.tunnel != 0 {
+		return checkTunnelSplit(pkt, l, segs)
+	}
 	if len(segs) != l.segments {
 		return fmt.Errorf("%d segments, layout says %d", len(segs), l.segments)
 	}
@@ -119,9 +122,15 @@ func checkPassThrough(pkt []byte, l Layout, seg []byte, partial bool) error {
 		}
 		return nil
 	}
-	field := l.l3Len + l.csumOffset
+	field := l.csumStart + l.csumOffset
 	if !bytes.Equal(seg[:field], pkt[:field]) || !bytes.Equal(seg[field+2:], pkt[field+2:]) {
 		return fmt.Errorf("checksum completion changed more than the checksum")
+	}
+	if l.csumStart != l.l3Len { // encapsulated: the partial sum was the inner packet's
+		if Checksum(seg[l.csumStart:], binary.BigEndian.Uint16(pkt[field:])) != 0 {
+			return fmt.Errorf("completed encapsulated checksum does not verify")
+		}
+		return nil
 	}
 	if (l.proto == protoTCP || l.proto == protoUDP) && !l4Verifies(seg, l, seg[l.l3Len:]) {
 		return fmt.Errorf("completed checksum does not verify")

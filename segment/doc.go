@@ -3,8 +3,9 @@
 // every packet, and cuts TCP and UDP super-packets into wire-sized packets
 // exactly as the Linux kernel's software segmentation would.
 //
-// Validate mirrors the kernel's virtio_net_hdr_to_skb and the IP, TCP and
-// UDP GSO handlers behind it, and says which rule a packet broke with an
+// Validate mirrors the kernel's virtio_net_hdr_to_skb (for tunnels
+// virtio_net_hdr_tnl_to_skb) and the IP, TCP and UDP GSO handlers behind
+// it, and says which rule a packet broke with an
 // *Error that names the rule and matches ErrInvalid. It never trusts
 // hdr_len and caps the segments one super-packet may produce.
 //
@@ -22,6 +23,15 @@
 //     share one ID and carry MF and the offset, IPv6 fragments get a
 //     Fragment header with one identification.
 //   - GSONone with NEEDS_CSUM: the checksum is completed in place.
+//   - UDP tunnels (GSOUDPTunnelIPv4 or GSOUDPTunnelIPv6 on TSO or USO, in
+//     the 24-byte header of Linux 6.17, HeaderSizeTunnel): a VXLAN or
+//     Geneve super-packet. The inner packet is cut as above; every segment
+//     carries the outer IP and UDP headers and the tunnel header, with the
+//     outer IPv4 ID counting up, the outer lengths and IPv4 header
+//     checksum rewritten, and the outer UDP checksum computed when
+//     FlagUDPTunnelCsum asks for it (else copied, normally zero), as the
+//     kernel's skb_udp_tunnel_segment does. Its segments always carry
+//     complete checksums, also from a Segmenter in Partial mode.
 //
 // Checksums are completed in software in a single pass that copies and
 // sums the payload (AVX2 on amd64). A Segmenter in Partial mode leaves the
@@ -30,6 +40,9 @@
 //
 // A computed UDP checksum of zero is written as 0xffff. IPv4 total
 // lengths, IPv6 payload lengths and IPv4 header checksums are rewritten.
+// The kernel differential tests (kernel_linux_test.go,
+// kernel_tunnel_linux_test.go) hold Split's segments, byte for byte, and
+// Validate's refusals against the running kernel.
 //
 // GRO, the inverse of Split: a Coalescer takes a batch of IP packets
 // received from the network and merges runs of TCP segments and UDP

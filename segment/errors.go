@@ -59,6 +59,7 @@ const (
 	ruleProtocol
 	ruleTransport
 	ruleTooManySegments
+	ruleTunnel
 	// Rules of a call.
 	ruleHeaderSize
 	ruleShortBuffer
@@ -86,6 +87,7 @@ var ruleNames = [...]string{
 	ruleProtocol:        "transport protocol does not match gso_type",
 	ruleTransport:       "bad transport header",
 	ruleTooManySegments: "super-packet would produce too many segments",
+	ruleTunnel:          "bad UDP-tunnel headers or offsets",
 	ruleHeaderSize:      "bad virtio-net header size",
 	ruleShortBuffer:     "output buffer too small",
 	ruleTooFewBuffers:   "not enough output buffers",

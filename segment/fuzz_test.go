@@ -13,8 +13,13 @@ import (
 
 // accepted decodes a fuzzed header and validates a fuzzed packet with it.
 // A rejection must match ErrInvalid.
+// A header of HeaderSizeTunnel bytes or more is read as the tunnel form.
 func accepted(t *testing.T, hb, pkt []byte) (Header, Layout, bool) {
-	h, err := DecodeHeader(hb, HeaderSize)
+	size := HeaderSize
+	if len(hb) >= HeaderSizeTunnel {
+		size = HeaderSizeTunnel
+	}
+	h, err := DecodeHeader(hb, size)
 	if err != nil {
 		return h, Layout{}, false
 	}
@@ -61,16 +66,26 @@ func FuzzSplit(f *testing.F) {
 }
 
 // fixPartial writes the pseudo-header sum a Linux sender would leave in a
-// TCP or UDP packet with NEEDS_CSUM (and a matching UDP length).
+// TCP or UDP packet with NEEDS_CSUM (and a matching UDP length), and in
+// the outer UDP header of a tunnel packet with FlagUDPTunnelCsum.
 func fixPartial(pkt []byte, l Layout) {
-	if !l.needsCsum || (l.proto != protoTCP && l.proto != protoUDP) {
+	if l.tunnelCsum {
+		setPartial(pkt, l.tunnel == GSOUDPTunnelIPv6, protoUDP, pkt[l.outerL3:], udpCsumOffset)
+	}
+	if !l.needsCsum || (l.proto != protoTCP && l.proto != protoUDP) || l.csumStart != l.l3Len {
 		return
 	}
-	l4 := pkt[l.l3Len:]
-	if l.proto == protoUDP {
+	setPartial(pkt[l.inner:], l.ipv6, l.proto, pkt[l.l3Len:], l.csumOffset)
+}
+
+// setPartial writes the pseudo-header sum of the IP packet ip into the
+// checksum field at csumOff of its transport header l4 (and, for UDP, the
+// length).
+func setPartial(ip []byte, v6 bool, proto uint8, l4 []byte, csumOff int) {
+	if proto == protoUDP {
 		binary.BigEndian.PutUint16(l4[udpLenOff:], uint16(len(l4)))
 	}
-	src, dst := addrs(pkt, l.ipv6)
-	ps := header.PseudoHeaderChecksum(tcpip.TransportProtocolNumber(l.proto), src, dst, uint16(len(l4)))
-	binary.BigEndian.PutUint16(l4[l.csumOffset:], ps)
+	src, dst := addrs(ip, v6)
+	ps := header.PseudoHeaderChecksum(tcpip.TransportProtocolNumber(proto), src, dst, uint16(len(l4)))
+	binary.BigEndian.PutUint16(l4[csumOff:], ps)
 }

@@ -133,7 +133,7 @@ func newKernelLab(t *testing.T) *kernelLab {
 
 	// The TUN device, created by a thread inside gw.
 	if err := gw.Run(func() error {
-		fd, err := openTUN(labTUN)
+		fd, err := openTUN(labTUN, unix.IFF_TUN, HeaderSize)
 		lab.tun = fd
 		return err
 	}); err != nil {
@@ -172,12 +172,14 @@ func newKernelLab(t *testing.T) *kernelLab {
 	featuresOff(t, gw, labGWIf, []string{"tx", "sg", "tso", "gso"},
 		"tx-checksum-ip-generic", "tx-tcp-segmentation", "tx-tcp-ecn-segmentation",
 		"tx-tcp6-segmentation", "tx-tcp-mangleid-segmentation", "tx-tcp-accecn-segmentation",
-		"tx-udp-segmentation", "tx-udp-fragmentation", "tx-gso-list", "tx-generic-segmentation")
+		"tx-udp-segmentation", "tx-udp-fragmentation", "tx-gso-list", "tx-generic-segmentation",
+		"tx-udp_tnl-segmentation", "tx-udp_tnl-csum-segmentation")
 	// The second pair segments in software but leaves checksums partial.
 	featuresOff(t, gw, labGWIfB, []string{"tso", "gso"},
 		"tx-tcp-segmentation", "tx-tcp-ecn-segmentation",
 		"tx-tcp6-segmentation", "tx-tcp-mangleid-segmentation", "tx-tcp-accecn-segmentation",
-		"tx-udp-segmentation", "tx-udp-fragmentation", "tx-gso-list", "tx-generic-segmentation")
+		"tx-udp-segmentation", "tx-udp-fragmentation", "tx-gso-list", "tx-generic-segmentation",
+		"tx-udp_tnl-segmentation", "tx-udp_tnl-csum-segmentation")
 	if f := features(t, gw, labGWIfB)["tx-checksum-ip-generic"]; !f.Active {
 		t.Fatalf("tx checksumming is not on on %s: tx-checksum-ip-generic is %+v", labGWIfB, f)
 	}
@@ -291,9 +293,10 @@ func features(t *testing.T, ns *netlab.NS, dev string) map[string]ethtool.Featur
 	return feats
 }
 
-// openTUN creates a TUN device (IFF_TUN|IFF_NO_PI|IFF_VNET_HDR) with a
-// 10-byte virtio-net header, in the calling thread's network namespace.
-func openTUN(name string) (int, error) {
+// openTUN creates a TUN device (mode IFF_TUN or IFF_TAP, with IFF_NO_PI
+// and IFF_VNET_HDR) with a virtio-net header of hdrSize bytes, in the
+// calling thread's network namespace.
+func openTUN(name string, mode uint16, hdrSize int32) (int, error) {
 	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, os.NewSyscallError("open /dev/net/tun", err)
@@ -303,12 +306,11 @@ func openTUN(name string) (int, error) {
 		unix.Close(fd)
 		return -1, err
 	}
-	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
+	ifr.SetUint16(mode | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
 	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
 		unix.Close(fd)
 		return -1, os.NewSyscallError("ioctl TUNSETIFF", err)
 	}
-	hdrSize := int32(HeaderSize)
 	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.TUNSETVNETHDRSZ, uintptr(unsafe.Pointer(&hdrSize))); e != 0 {
 		unix.Close(fd)
 		return -1, os.NewSyscallError("ioctl TUNSETVNETHDRSZ", e)
@@ -432,17 +434,24 @@ func markerPacket(n uint64) []byte {
 // grace period after it) and the error of the write.
 func (lab *kernelLab) exchange(t *testing.T, pkt []byte, h *Header) ([][]byte, error) {
 	t.Helper()
+	return lab.exchangeOn(t, lab.tun, HeaderSize, pkt, h)
+}
+
+// exchangeOn is exchange through the TUN device fd, whose virtio-net
+// header has hdrSize bytes.
+func (lab *kernelLab) exchangeOn(t *testing.T, fd, hdrSize int, pkt []byte, h *Header) ([][]byte, error) {
+	t.Helper()
 	buf := make([]byte, 1<<17)
 	for lab.recvFrame(t, buf, 0) != nil { // drain
 	}
 	var werr error
 	if pkt != nil {
-		in := make([]byte, HeaderSize+len(pkt))
-		if err := h.Encode(in, HeaderSize); err != nil {
+		in := make([]byte, hdrSize+len(pkt))
+		if err := h.Encode(in, hdrSize); err != nil {
 			t.Fatalf("encode virtio header: %v", err)
 		}
-		copy(in[HeaderSize:], pkt)
-		_, werr = unix.Write(lab.tun, in)
+		copy(in[hdrSize:], pkt)
+		_, werr = unix.Write(fd, in)
 	}
 	lab.markers++
 	mark := lab.markers

@@ -116,26 +116,39 @@ func checkBufs(l Layout, bufs [][]byte, sizes []int, offset int) error {
 }
 
 // passThrough copies a packet that is not cut and completes its checksum
-// if it carries a partial one, as the kernel's skb_checksum_help does.
+// if it carries a partial one, as the kernel's skb_checksum_help does. A
+// tunnel packet with FlagUDPTunnelCsum also gets its outer UDP checksum
+// completed, which the kernel leaves partial (a packet no receiver
+// accepts).
 func (s *Segmenter) passThrough(pkt []byte, l Layout, out []byte) int {
-	if !l.needsCsum || s.Partial {
+	if !l.needsCsum || l.partial(s.Partial) {
 		return copy(out, pkt)
 	}
-	start := l.l3Len
+	start := l.csumStart
 	copy(out[:start], pkt[:start])
-	acc := copySum(out[start:], pkt[start:], 0)
+	complete(out[start+l.csumOffset:], copySum(out[start:], pkt[start:], 0))
+	if l.tunnelCsum {
+		complete(out[l.outerL3+udpCsumOffset:], sum(out[l.outerL3:], 0))
+	}
+	return len(pkt)
+}
+
+// complete writes into field the checksum of data whose sum, the partial
+// checksum in field included, is acc. Like skb_checksum_help, whatever
+// the protocol, it writes a checksum of zero as all ones.
+func complete(field []byte, acc uint64) {
 	c := ^fold(acc)
 	if c == 0 {
 		c = udpCsumZero
 	}
-	binary.BigEndian.PutUint16(out[start+l.csumOffset:], c)
-	return len(pkt)
+	binary.BigEndian.PutUint16(field, c)
 }
 
 // splitL4 cuts a TSO or USO super-packet: every segment carries the whole
-// L3+L4 header and up to MSS bytes of payload.
+// L3+L4 header (of a tunnel packet: the outer headers, the tunnel header
+// and the inner L3+L4 header) and up to MSS bytes of payload.
 func (s *Segmenter) splitL4(pkt []byte, l Layout, bufs [][]byte, sizes []int, offset int) {
-	hl, n := l.HdrLen(), l.segments
+	hl, n, partial := l.HdrLen(), l.segments, l.partial(s.Partial)
 	t := newTemplate(pkt, l)
 	// Segment 0 goes last: pkt may be bufs[0][offset:] itself, and the
 	// other segments copy their headers from it.
@@ -146,19 +159,21 @@ func (s *Segmenter) splitL4(pkt []byte, l Layout, bufs [][]byte, sizes []int, of
 		out := bufs[i][offset : offset+hl+end-start]
 		copy(out[:hl], pkt[:hl])
 		var acc uint64
-		if s.Partial {
+		if partial {
 			copy(out[hl:], pkt[hl+start:hl+end])
 		} else {
 			acc = copySum(out[hl:], pkt[hl+start:hl+end], 0)
 		}
-		t.fixIP(out, uint16(i))
+		t.ip.fix(out[l.inner:], uint16(i))
 		hdr := t.fixL4(out[l.l3Len:], uint32(start), i == 0, i == n-1)
 		pseudo := addAcc(t.pseudo, beAcc(uint16(len(out)-l.l3Len)))
 		field := out[l.l3Len+l.csumOffset:]
-		if s.Partial {
+		if partial {
 			binary.BigEndian.PutUint16(field, fold(pseudo))
 		} else {
-			binary.BigEndian.PutUint16(field, t.finish(addAcc(addAcc(pseudo, hdr), acc)))
+			c := t.finish(addAcc(addAcc(pseudo, hdr), acc))
+			binary.BigEndian.PutUint16(field, c)
+			t.fixOuter(out, uint16(i), addAcc(addAcc(hdr, acc), beAcc(c)))
 		}
 		sizes[i] = len(out)
 	}
@@ -170,11 +185,60 @@ func (s *Segmenter) splitL4(pkt []byte, l Layout, bufs [][]byte, sizes []int, of
 type template struct {
 	l      Layout
 	pseudo uint64 // the input's partial checksum minus the length it covers
-	ip     uint64 // IPv4 header sum without total length, ID and checksum
+	ip     ipFix  // the (inner) IP header
 	l4     uint64 // transport header sum without the fields fixL4 rewrites
-	id     uint16 // IPv4 ID of the input
 	seq    uint32 // TCP sequence number of the input
 	flags  uint16 // TCP data offset and flags word of the input
+	outer  outerFix
+}
+
+// ipFix rewrites one IP header of every segment.
+type ipFix struct {
+	ipv6 bool
+	sum  uint64 // IPv4 header sum without total length, ID and checksum
+	id   uint16 // IPv4 ID of the input
+}
+
+func newIPFix(ip []byte, ipv6 bool) ipFix {
+	f := ipFix{ipv6: ipv6}
+	if !ipv6 {
+		f.id = binary.BigEndian.Uint16(ip[ipv4IDOff:])
+		f.sum = without(without(without(sum(ip, 0), ip, ipv4TotalOff), ip, ipv4IDOff), ip, ipv4CsumOff)
+	}
+	return f
+}
+
+// fix rewrites the length of p, segment i, in the IP header at its front
+// and, for IPv4, its ID (one more per segment) and header checksum.
+func (f *ipFix) fix(p []byte, i uint16) {
+	if f.ipv6 {
+		binary.BigEndian.PutUint16(p[ipv6PLenOff:], uint16(len(p)-ipv6Len))
+		return
+	}
+	tot, id := uint16(len(p)), f.id+i
+	binary.BigEndian.PutUint16(p[ipv4TotalOff:], tot)
+	binary.BigEndian.PutUint16(p[ipv4IDOff:], id)
+	binary.BigEndian.PutUint16(p[ipv4CsumOff:], ^fold(addAcc(f.sum, beAcc(tot)+beAcc(id))))
+}
+
+// outerFix rewrites the outer headers of a tunnel packet's segments.
+// Like the kernel's skb_udp_tunnel_segment, it derives each segment's
+// outer UDP checksum from the input's partial one, adjusted by the change
+// in length, and leaves the field alone without FlagUDPTunnelCsum.
+type outerFix struct {
+	ip     ipFix
+	csum   bool
+	pseudo uint64 // the input's outer partial checksum minus its UDP length
+	fixed  uint64 // sum of the ports and the tunnel header up to the inner IP header
+}
+
+func newOuterFix(pkt []byte, l Layout) outerFix {
+	udp := pkt[l.outerL3:l.inner]
+	o := outerFix{ip: newIPFix(pkt[:l.outerL3], l.tunnel == GSOUDPTunnelIPv6), csum: l.tunnelCsum}
+	old := uint16(len(pkt) - l.outerL3)
+	o.pseudo = addAcc(beAcc(binary.BigEndian.Uint16(udp[udpCsumOffset:])), beAcc(^old))
+	o.fixed = sum(udp[udpLen:], sum(udp[:udpLenOff], 0))
+	return o
 }
 
 // newTemplate sums the input's headers once. The kernel adjusts the
@@ -196,12 +260,11 @@ func newTemplate(pkt []byte, l Layout) template {
 	}
 	t.pseudo = addAcc(beAcc(binary.BigEndian.Uint16(l4[l.csumOffset:])), beAcc(^old))
 	if !l.needsCsum { // TSO only: no partial sum to adjust
-		t.pseudo = pseudoHeader(pkt, l.ipv6, l.proto, 0)
+		t.pseudo = pseudoHeader(pkt[l.inner:], l.ipv6, l.proto, 0)
 	}
-	if !l.ipv6 {
-		ip := pkt[:l.l3Len]
-		t.id = binary.BigEndian.Uint16(ip[ipv4IDOff:])
-		t.ip = without(without(without(sum(ip, 0), ip, ipv4TotalOff), ip, ipv4IDOff), ip, ipv4CsumOff)
+	t.ip = newIPFix(pkt[l.inner:l.l3Len], l.ipv6)
+	if l.tunnel != 0 {
+		t.outer = newOuterFix(pkt, l)
 	}
 	return t
 }
@@ -211,17 +274,29 @@ func without(acc uint64, hdr []byte, off int) uint64 {
 	return addAcc(acc, beAcc(^binary.BigEndian.Uint16(hdr[off:])))
 }
 
-// fixIP rewrites the length of segment i and, for IPv4, its ID (one more
-// per segment) and header checksum.
-func (t *template) fixIP(out []byte, i uint16) {
-	if t.l.ipv6 {
-		binary.BigEndian.PutUint16(out[ipv6PLenOff:], uint16(len(out)-ipv6Len))
+// fixOuter rewrites the outer headers of segment i of a tunnel packet:
+// the outer IP header as ipFix.fix does, the outer UDP length and, if asked
+// for, the outer UDP checksum. l4 is the sum of the inner transport
+// header, payload and checksum as written.
+func (t *template) fixOuter(out []byte, i uint16, l4 uint64) {
+	l, o := &t.l, &t.outer
+	if l.tunnel == 0 {
 		return
 	}
-	tot, id := uint16(len(out)), t.id+i
-	binary.BigEndian.PutUint16(out[ipv4TotalOff:], tot)
-	binary.BigEndian.PutUint16(out[ipv4IDOff:], id)
-	binary.BigEndian.PutUint16(out[ipv4CsumOff:], ^fold(addAcc(t.ip, beAcc(tot)+beAcc(id))))
+	o.ip.fix(out, i)
+	udp := out[l.outerL3:]
+	n := beAcc(uint16(len(udp)))
+	binary.BigEndian.PutUint16(udp[udpLenOff:], uint16(len(udp)))
+	if !o.csum {
+		return
+	}
+	acc := addAcc(addAcc(o.pseudo, n+n), o.fixed)
+	acc = addAcc(addAcc(acc, sum(out[l.inner:l.l3Len], 0)), l4)
+	c := ^fold(acc)
+	if c == 0 {
+		c = udpCsumZero
+	}
+	binary.BigEndian.PutUint16(udp[udpCsumOffset:], c)
 }
 
 // fixL4 rewrites the transport header of a segment that starts sent bytes

@@ -36,13 +36,31 @@ const (
 // UFO over IPv6 refuses extension headers (the kernel emits fragments that
 // do not reassemble), the IPv4 total length or IPv6 payload length must
 // match the buffer exactly (the kernel trims excess bytes), csum_start
-// must be the transport header found by walking the IP headers, UDP
+// must be the transport header found by walking the IP headers (or, in a
+// UDP packet passed through, a TCP or UDP checksum inside its payload: an
+// encapsulated packet's), UDP
 // checksums must sit at offset 6, and a TCP or UDP header must be whole
 // even in a packet that is only passed through with NEEDS_CSUM.
 //
 // Like the kernel (tcp4_gso_segment, tcp6_gso_segment), TSO without
 // NEEDS_CSUM is accepted: the segments' checksums are then computed from a
 // fresh pseudo-header. USO requires NEEDS_CSUM, as in the kernel.
+//
+// A UDP-tunnel super-packet (GSOUDPTunnelIPv4 or GSOUDPTunnelIPv6 on top
+// of GSOTCPv4, GSOTCPv6 or GSOUDPL4, a HeaderSizeTunnel header) is checked
+// as the kernel's virtio_net_hdr_tnl_to_skb checks it — one tunnel flag,
+// an inner TSO or USO type, NEEDS_CSUM, inner_nh_offset at least 8 bytes
+// past outer_th_offset, csum_start past a minimal inner IP header — and
+// then more strictly: outer_th_offset must be where the outer IP header
+// of the flagged version ends and its protocol must be UDP, the outer IP
+// length must match the buffer, inner_nh_offset must be even, and the
+// inner packet must pass every rule above. The kernel also asks for an
+// Ethernet header's 14 bytes before outer_th_offset, which a TUN
+// device's packets (IP only) never have; Validate does not.
+//
+// Validate is the kernel's view of a packet written into a device: a
+// tunnel flag is accepted whatever the device negotiated, and an outer
+// checksum flag (FlagUDPTunnelCsum) likewise.
 func Validate(pkt []byte, h Header) (Layout, error) {
 	return validate(pkt, h, DefaultMaxSegments)
 }
@@ -55,10 +73,12 @@ func validate(pkt []byte, h Header, maxSegs int) (Layout, error) {
 	if int(h.HdrLen) > len(pkt) {
 		return l, invalid(ruleHdrLen, "hdr_len %d, packet %d bytes", h.HdrLen, len(pkt))
 	}
-	if err := parseIP(pkt, &l); err != nil {
-		return l, err
+	if l.tunnel != 0 {
+		err = parseTunnel(pkt, h, &l)
+	} else {
+		err = parsePacket(pkt, h, &l)
 	}
-	if err := checkTransport(pkt, h, &l); err != nil {
+	if err != nil {
 		return l, err
 	}
 	if err := count(pkt, &l, maxSegs); err != nil {
@@ -68,9 +88,23 @@ func validate(pkt []byte, h Header, maxSegs int) (Layout, error) {
 	return l, nil
 }
 
+// parsePacket checks the IP and transport headers of a packet that is not
+// a tunnel packet, or of a tunnel packet's inner packet.
+func parsePacket(pkt []byte, h Header, l *Layout) error {
+	if err := parseIP(pkt, l); err != nil {
+		return err
+	}
+	return checkTransport(pkt, h, l)
+}
+
 // checkGSO checks gso_type and gso_size on their own.
 func checkGSO(h Header) (Layout, error) {
-	l := Layout{kind: h.GSOType.Kind(), ecn: h.GSOType.ECN(), needsCsum: h.NeedsCsum()}
+	l := Layout{kind: h.GSOType.Kind(), ecn: h.GSOType.ECN(), needsCsum: h.NeedsCsum(), tunnel: h.GSOType & gsoTunnel}
+	if l.tunnel != 0 {
+		if err := checkTunnelGSO(h, &l); err != nil {
+			return l, err
+		}
+	}
 	switch l.kind {
 	case GSONone:
 		if l.ecn {
@@ -90,6 +124,55 @@ func checkGSO(h Header) (Layout, error) {
 	}
 	l.mss = int(h.GSOSize)
 	return l, nil
+}
+
+// checkTunnelGSO checks the tunnel flags of gso_type and flags.
+func checkTunnelGSO(h Header, l *Layout) error {
+	switch {
+	case l.tunnel == gsoTunnel:
+		return invalid(ruleGSOType, "gso_type %v: both tunnel flags", h.GSOType)
+	case l.kind != GSOTCPv4 && l.kind != GSOTCPv6 && l.kind != GSOUDPL4:
+		return invalid(ruleGSOType, "gso_type %v: a UDP tunnel carries TSO or USO", h.GSOType)
+	case !l.needsCsum:
+		return invalid(ruleNeedsCsum, "gso_type %v without NEEDS_CSUM", h.GSOType)
+	}
+	l.tunnelCsum = h.Flags&FlagUDPTunnelCsum != 0
+	return nil
+}
+
+// parseTunnel checks a UDP-tunnel packet: the offsets in its header, the
+// outer IP and UDP headers, and the inner packet, whose layout it fills
+// in with offsets from the start of pkt.
+func parseTunnel(pkt []byte, h Header, l *Layout) error {
+	outerTH, innerNH, innerTH := int(h.OuterTH), int(h.InnerNH), int(h.CsumStart)
+	innerMin := ipv4MinLen
+	if l.kind == GSOTCPv6 {
+		innerMin = ipv6Len
+	}
+	switch {
+	case innerNH < outerTH+udpLen || innerTH < innerNH+innerMin:
+		return invalid(ruleTunnel, "outer_th_offset %d, inner_nh_offset %d, csum_start %d", outerTH, innerNH, innerTH)
+	case innerNH%2 != 0 || innerNH >= len(pkt):
+		return invalid(ruleTunnel, "inner_nh_offset %d in a %d-byte packet", innerNH, len(pkt))
+	}
+	outer := Layout{kind: GSOUDPL4} // no fragments, any extension headers
+	if err := parseIP(pkt, &outer); err != nil {
+		return err
+	}
+	if outer.ipv6 != (l.tunnel == GSOUDPTunnelIPv6) {
+		return invalid(ruleIPVersion, "outer IPv6 %v with gso_type %v", outer.ipv6, h.GSOType)
+	}
+	if outer.proto != protoUDP || outer.l3Len != outerTH {
+		return invalid(ruleTunnel, "outer_th_offset %d, outer transport header (protocol %d) at %d", outerTH, outer.proto, outer.l3Len)
+	}
+	l.outerL3, l.inner = outerTH, innerNH
+	h.CsumStart -= uint16(innerNH)
+	if err := parsePacket(pkt[innerNH:], h, l); err != nil {
+		return err
+	}
+	l.l3Len += innerNH
+	l.csumStart += innerNH
+	return nil
 }
 
 // parseIP checks the IP header (and IPv6 extension headers) and fills in
@@ -183,8 +266,8 @@ func checkTransport(pkt []byte, h Header, l *Layout) error {
 	case l.kind == GSOUDPL4 && !l.needsCsum:
 		return invalid(ruleNeedsCsum, "gso_type %v without NEEDS_CSUM", l.kind)
 	}
-	if tcp {
-		l.csumOffset = tcpCsumOffset // checksummed from scratch without NEEDS_CSUM
+	if tcp { // checksummed from scratch without NEEDS_CSUM
+		l.csumStart, l.csumOffset = l.l3Len, tcpCsumOffset
 	}
 	if l.kind == GSONone && !l.needsCsum {
 		l.payloadLen = len(pkt) - l.l3Len // passes through untouched
@@ -200,6 +283,10 @@ func checkTransport(pkt []byte, h Header, l *Layout) error {
 	if start+off+2 > len(pkt) {
 		return invalid(ruleCsumRange, "csum_start %d + csum_offset %d + 2 beyond %d bytes", start, off, len(pkt))
 	}
+	l.csumStart, l.csumOffset = start, off
+	if encapsulated(l, start, off) {
+		return nil
+	}
 	if start != l.l3Len {
 		return invalid(ruleCsumStart, "csum_start %d, transport header at %d", start, l.l3Len)
 	}
@@ -213,8 +300,16 @@ func checkTransport(pkt []byte, h Header, l *Layout) error {
 	if want >= 0 && off != want {
 		return invalid(ruleCsumOffset, "csum_offset %d for protocol %d, want %d", off, l.proto, want)
 	}
-	l.csumOffset = off
 	return nil
+}
+
+// encapsulated reports a UDP packet passed through whose partial checksum
+// is an inner packet's TCP or UDP checksum, inside the UDP payload: what
+// a TUN with the tunnel offloads hands over for a VXLAN or Geneve packet
+// that is not a super-packet (the outer checksum, if any, is complete).
+func encapsulated(l *Layout, start, off int) bool {
+	return l.kind == GSONone && l.proto == protoUDP && start >= l.l3Len+udpLen &&
+		(off == tcpCsumOffset || off == udpCsumOffset)
 }
 
 // parseL4 finds the length of a TCP or UDP header. Other protocols have no

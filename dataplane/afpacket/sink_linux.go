@@ -243,8 +243,13 @@ func (s *Sink) Offload(l segment.Layout) pipeline.Offload {
 // checksum the NIC completes, and it is within the device's GSO limits. A
 // GSO frame the NIC cannot take would need the kernel's software GSO,
 // which a qdisc-bypassing packet socket does not get: __dev_direct_xmit
-// drops the segment list validate_xmit_skb makes.
+// drops the segment list validate_xmit_skb makes. A UDP-tunnel
+// super-packet is always cut here: a packet socket's virtio-net header
+// has no tunnel offsets (Linux 6.18 reads only the 10-byte header).
 func (s *Sink) segments(l segment.Layout) bool {
+	if l.Tunnel() {
+		return false
+	}
 	k := &s.nic
 	var kind bool
 	switch l.Kind() {

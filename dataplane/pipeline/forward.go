@@ -103,7 +103,7 @@ type Hook func(pkt []byte) bool
 // ForwarderConfig configures a Forwarder.
 type ForwarderConfig struct {
 	Source     Source
-	HeaderSize int // virtio-net header size of Source: segment.HeaderSize or HeaderSizeMrg
+	HeaderSize int // virtio-net header size of Source: segment.HeaderSize, HeaderSizeMrg or HeaderSizeTunnel
 	Sink       Sink
 	FrameSize  int // size of the sink's frames, for truesize
 
@@ -140,13 +140,18 @@ type Forwarder struct {
 	mtu   atomic.Int64  // see ForwarderConfig.MTU
 }
 
+// headerSizeOK reports a virtio-net header size a TUN device can have.
+func headerSizeOK(n int) bool {
+	return n == segment.HeaderSize || n == segment.HeaderSizeMrg || n == segment.HeaderSizeTunnel
+}
+
 // NewForwarder checks cfg and returns a Forwarder.
 func NewForwarder(cfg ForwarderConfig) (*Forwarder, error) {
 	switch {
 	case cfg.Source == nil || cfg.Sink == nil || cfg.Queue == nil:
 		return nil, fmt.Errorf("pipeline: %w: forwarder needs a Source, a Sink and a Queue", ErrInvalidConfig)
-	case cfg.HeaderSize != segment.HeaderSize && cfg.HeaderSize != segment.HeaderSizeMrg:
-		return nil, fmt.Errorf("pipeline: %w: virtio-net header size %d, want %d or %d", ErrInvalidConfig, cfg.HeaderSize, segment.HeaderSize, segment.HeaderSizeMrg)
+	case !headerSizeOK(cfg.HeaderSize):
+		return nil, fmt.Errorf("pipeline: %w: virtio-net header size %d, want %d, %d or %d", ErrInvalidConfig, cfg.HeaderSize, segment.HeaderSize, segment.HeaderSizeMrg, segment.HeaderSizeTunnel)
 	case cfg.FrameSize < cfg.Sink.Headroom()+576:
 		return nil, fmt.Errorf("pipeline: %w: frame size %d too small", ErrInvalidConfig, cfg.FrameSize)
 	case cfg.MTU < 0:

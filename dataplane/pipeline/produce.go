@@ -13,11 +13,11 @@ import (
 var errNoFrames = errors.New("no free frames")
 
 // maxPacket is the largest IP packet a Source hands over (IPv6 with a
-// 64 KiB payload), maxSuperPacket the same behind a 12-byte virtio-net
-// header.
+// 64 KiB payload), maxSuperPacket the same behind the largest virtio-net
+// header (a UDP tunnel's).
 const (
 	maxPacket      = 65535 + 40
-	maxSuperPacket = maxPacket + segment.HeaderSizeMrg
+	maxSuperPacket = maxPacket + segment.HeaderSizeTunnel
 )
 
 // producer is the forwarder's source side: it reads super-packets, cuts

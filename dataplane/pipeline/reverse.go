@@ -64,7 +64,7 @@ type VectorWriter interface {
 type ReturnConfig struct {
 	Receiver   Receiver
 	Writer     Writer // a VectorWriter when TCP or UDP is set
-	HeaderSize int    // virtio-net header size of Writer: segment.HeaderSize or HeaderSizeMrg
+	HeaderSize int    // virtio-net header size of Writer: segment.HeaderSize, HeaderSizeMrg or HeaderSizeTunnel
 	// TCP and UDP turn GRO on: each received batch is merged into TCP
 	// and UDP super-packets by the kernel's rules (segment.Coalescer),
 	// written with one writev(2) each. UDP needs a TUN device that takes
@@ -134,7 +134,7 @@ func NewReturnPath(cfg ReturnConfig) (*ReturnPath, error) {
 	switch {
 	case cfg.Receiver == nil || cfg.Writer == nil:
 		return nil, fmt.Errorf("pipeline: %w: a return path needs a Receiver and a Writer", ErrInvalidConfig)
-	case cfg.HeaderSize != segment.HeaderSize && cfg.HeaderSize != segment.HeaderSizeMrg:
+	case !headerSizeOK(cfg.HeaderSize):
 		return nil, fmt.Errorf("pipeline: %w: virtio-net header size %d", ErrInvalidConfig, cfg.HeaderSize)
 	case cfg.Receiver.Headroom() < cfg.HeaderSize:
 		return nil, fmt.Errorf("pipeline: %w: receiver headroom %d is shorter than the virtio-net header", ErrInvalidConfig, cfg.Receiver.Headroom())

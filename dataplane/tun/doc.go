@@ -2,7 +2,10 @@
 // TUN device with a virtio-net header in front of every packet
 // (IFF_VNET_HDR), optionally with several queues, and enables the
 // offloads (TUNSETOFFLOAD) that make the kernel hand over TCP and UDP
-// super-packets instead of segmenting them itself. Queue.Read and
+// super-packets instead of segmenting them itself — on Linux 6.17 and
+// later also VXLAN and Geneve super-packets, with the 24-byte virtio-net
+// header that carries their tunnel offsets (older kernels segment tunnel
+// traffic before the TUN, and Device.Offloads says so). Queue.Read and
 // Queue.Write move batches of packets, virtio-net header first, through
 // caller-owned buffers without allocating: a Queue is a pipeline.Source
 // and a pipeline.Writer.

@@ -37,17 +37,28 @@ const (
 	OffloadUFO    Offloads = 0x10 // legacy UFO (accepted, ignored by the kernel)
 	OffloadUSO4   Offloads = 0x20 // UDP_SEGMENT super-packets over IPv4 (Linux 6.2+)
 	OffloadUSO6   Offloads = 0x40 // UDP_SEGMENT super-packets over IPv6 (Linux 6.2+)
+
+	// UDP-tunnel (VXLAN, Geneve) super-packets, whose outer UDP checksum
+	// is computed or absent, in a 24-byte virtio-net header
+	// (segment.HeaderSizeTunnel; Linux 6.17+).
+	OffloadUDPTunnel     Offloads = 0x80
+	OffloadUDPTunnelCsum Offloads = 0x100
 )
 
-// DefaultOffloads is what Open asks for when Config.Offload is set.
-const DefaultOffloads = OffloadCsum | OffloadTSO4 | OffloadTSO6 | OffloadTSOECN | OffloadUSO4 | OffloadUSO6
+// DefaultOffloads is what Open asks for when Config.Offload is set; the
+// tunnel offloads only with the 24-byte header (Config.HeaderSize).
+const DefaultOffloads = OffloadCsum | OffloadTSO4 | OffloadTSO6 | OffloadTSOECN | OffloadUSO4 | OffloadUSO6 | tunnelOffloads
+
+const tunnelOffloads = OffloadUDPTunnel | OffloadUDPTunnelCsum
 
 // offloadFallbacks are the sets Open tries in turn when the kernel
-// refuses one with EINVAL: without USO (before Linux 6.2), then without ECN.
+// refuses one with EINVAL: without the tunnel offloads (before Linux
+// 6.17), then without USO (before Linux 6.2), then without ECN.
 var offloadFallbacks = [...]Offloads{
 	DefaultOffloads,
-	DefaultOffloads &^ (OffloadUSO4 | OffloadUSO6),
-	DefaultOffloads &^ (OffloadUSO4 | OffloadUSO6 | OffloadTSOECN),
+	DefaultOffloads &^ tunnelOffloads,
+	DefaultOffloads &^ (tunnelOffloads | OffloadUSO4 | OffloadUSO6),
+	DefaultOffloads &^ (tunnelOffloads | OffloadUSO4 | OffloadUSO6 | OffloadTSOECN),
 }
 
 var offloadNames = [...]struct {
@@ -61,6 +72,8 @@ var offloadNames = [...]struct {
 	{OffloadUFO, "ufo"},
 	{OffloadUSO4, "uso4"},
 	{OffloadUSO6, "uso6"},
+	{OffloadUDPTunnel, "udp_tunnel"},
+	{OffloadUDPTunnelCsum, "udp_tunnel_csum"},
 }
 
 // Has reports whether every flag of x is in o.
@@ -98,13 +111,17 @@ type Config struct {
 	Queues int
 	// MTU is set on the device unless it is 0.
 	MTU int
-	// Offload enables DefaultOffloads, falling back without USO and then
-	// without ECN when the kernel refuses them (Device.Offloads says what was
-	// accepted). Without it the device has no offloads and the kernel
-	// segments and checksums every packet before the TUN.
+	// Offload enables DefaultOffloads, falling back without the tunnel
+	// offloads, then without USO and then without ECN when the kernel
+	// refuses them (Device.Offloads says what was accepted). Without it
+	// the device has no offloads and the kernel segments and checksums
+	// every packet before the TUN.
 	Offload bool
 	// HeaderSize is the virtio-net header size: segment.HeaderSize (10,
-	// the default when 0) or segment.HeaderSizeMrg (12).
+	// the default when 0), segment.HeaderSizeMrg (12) or
+	// segment.HeaderSizeTunnel (24). Only with 24 does Offload ask for the
+	// UDP-tunnel offloads, which need that header; a kernel without them
+	// (before Linux 6.17) leaves its last 14 bytes zero.
 	HeaderSize int
 	// SndBuf bounds the truesize of written packets still charged to
 	// the TUN (TUNSETSNDBUF); Write blocks while it is reached. 0 means
@@ -150,8 +167,8 @@ func (cfg Config) withDefaults() (Config, error) {
 	switch {
 	case cfg.Queues < 0 || cfg.Queues > MaxQueues:
 		return bad("%d queues, want 1 to %d", cfg.Queues, MaxQueues)
-	case cfg.HeaderSize != segment.HeaderSize && cfg.HeaderSize != segment.HeaderSizeMrg:
-		return bad("header size %d, want %d or %d", cfg.HeaderSize, segment.HeaderSize, segment.HeaderSizeMrg)
+	case cfg.HeaderSize != segment.HeaderSize && cfg.HeaderSize != segment.HeaderSizeMrg && cfg.HeaderSize != segment.HeaderSizeTunnel:
+		return bad("header size %d, want %d, %d or %d", cfg.HeaderSize, segment.HeaderSize, segment.HeaderSizeMrg, segment.HeaderSizeTunnel)
 	case cfg.MTU < 0:
 		return bad("MTU %d", cfg.MTU)
 	case cfg.SndBuf < 0 || cfg.SndBuf > 1<<31-1:

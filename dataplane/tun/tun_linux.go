@@ -16,6 +16,7 @@ import (
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/internal/iphdr"
+	"github.com/gsoplane/gsoplane/segment"
 )
 
 // Every Queue is a pipeline.Source and a pipeline.Writer.
@@ -59,7 +60,7 @@ func openTUN(cfg Config, path string) (*Device, error) {
 		return nil, err
 	}
 	_, err = ifIndex(cfg.Name)
-	t := &Device{name: cfg.Name, hdrSize: cfg.HeaderSize, created: cfg.Name == "" || err != nil}
+	t := &Device{name: cfg.Name, created: cfg.Name == "" || err != nil}
 	fds, err := t.attach(cfg, path)
 	if err == nil {
 		err = t.configure(fds[0], cfg)
@@ -153,16 +154,13 @@ func (t *Device) configure(fd int, cfg Config) error {
 	wrap := func(what string, err error) error {
 		return fmt.Errorf("tun: %s %s: %s: %w", t.verb(), t.name, what, err)
 	}
-	if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, cfg.HeaderSize); err != nil {
-		return wrap(fmt.Sprintf("header size %d", cfg.HeaderSize), os.NewSyscallError("ioctl TUNSETVNETHDRSZ", err))
-	}
 	if err := unix.IoctlSetPointerInt(fd, unix.TUNSETSNDBUF, cfg.SndBuf); err != nil {
 		return wrap(fmt.Sprintf("send buffer %d", cfg.SndBuf), os.NewSyscallError("ioctl TUNSETSNDBUF", err))
 	}
-	var err error
-	if t.offloads, err = setOffloads(fd, cfg.Offload); err != nil {
+	if err := t.setOffloads(fd, cfg); err != nil {
 		return wrap("offloads", err)
 	}
+	var err error
 	if cfg.MTU != 0 {
 		if err := setMTU(t.name, cfg.MTU); err != nil {
 			return wrap(fmt.Sprintf("MTU %d", cfg.MTU), err)
@@ -196,22 +194,42 @@ func (t *Device) setQueue(cfg Config) error {
 	return nil
 }
 
-// setOffloads enables DefaultOffloads or the first fallback the kernel
-// accepts, or clears all offloads when offload is false.
-func setOffloads(fd int, offload bool) (Offloads, error) {
-	if !offload {
-		return 0, os.NewSyscallError("ioctl TUNSETOFFLOAD", unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, 0))
+// setOffloads sets the header size and enables DefaultOffloads (without
+// the tunnel offloads unless the header is the 24-byte one) or the first
+// fallback the kernel accepts, or clears all offloads when cfg.Offload is
+// false. The header is set first, so that no tunnel super-packet is ever
+// queued for a shorter one.
+func (t *Device) setOffloads(fd int, cfg Config) error {
+	t.hdrSize = cfg.HeaderSize
+	if err := setHeaderSize(fd, t.hdrSize); err != nil {
+		return err
+	}
+	if !cfg.Offload {
+		t.offloads = 0
+		return os.NewSyscallError("ioctl TUNSETOFFLOAD", unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, 0))
+	}
+	sets := offloadFallbacks[:]
+	if t.hdrSize != segment.HeaderSizeTunnel {
+		sets = sets[1:]
 	}
 	var err error
-	for _, o := range offloadFallbacks {
+	for _, o := range sets {
 		if err = unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, int(o)); err == nil {
-			return o, nil
+			t.offloads = o
+			return nil
 		}
 		if !errors.Is(err, unix.EINVAL) {
 			break
 		}
 	}
-	return 0, os.NewSyscallError("ioctl TUNSETOFFLOAD", err)
+	return os.NewSyscallError("ioctl TUNSETOFFLOAD", err)
+}
+
+func setHeaderSize(fd, size int) error {
+	if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, size); err != nil {
+		return fmt.Errorf("header size %d: %w", size, os.NewSyscallError("ioctl TUNSETVNETHDRSZ", err))
+	}
+	return nil
 }
 
 // ifreqIoctl runs an interface ioctl (SIOCGIFINDEX, SIOCSIFMTU) through a
@@ -261,11 +279,13 @@ func (t *Device) Name() string { return t.name }
 func (t *Device) Index() int { return t.index }
 
 // Offloads returns the offloads the kernel accepted: DefaultOffloads, a
-// fallback without USO or ECN, or none when Config.Offload was false.
+// fallback without the tunnel offloads, USO or ECN, or none when
+// Config.Offload was false.
 func (t *Device) Offloads() Offloads { return t.offloads }
 
 // HeaderSize returns the virtio-net header size in front of every packet
-// read or written: segment.HeaderSize or segment.HeaderSizeMrg.
+// read or written: segment.HeaderSize, segment.HeaderSizeMrg or
+// segment.HeaderSizeTunnel.
 func (t *Device) HeaderSize() int { return t.hdrSize }
 
 // Queues returns the queues, one per file descriptor.

@@ -165,8 +165,8 @@ func kernelAtLeast(t *testing.T, major, minor int) bool {
 func TestOffloadsString(t *testing.T) {
 	for o, want := range map[Offloads]string{
 		0:                                "none",
-		DefaultOffloads:                  "csum,tso4,tso6,tso_ecn,uso4,uso6",
-		OffloadCsum | OffloadUFO | 0x100: "csum,ufo,0x100",
+		DefaultOffloads:                  "csum,tso4,tso6,tso_ecn,uso4,uso6,udp_tunnel,udp_tunnel_csum",
+		OffloadCsum | OffloadUFO | 0x200: "csum,ufo,0x200",
 	} {
 		if got := o.String(); got != want {
 			t.Errorf("Offloads(%#x).String() = %q, want %q", uint32(o), got, want)
@@ -254,6 +254,8 @@ func TestOpenTUN(t *testing.T) {
 		{Config{Offload: true, HeaderSize: segment.HeaderSizeMrg, MTU: 9000}, OffloadCsum | OffloadTSO4 | OffloadTSO6},
 		{Config{Offload: false, SndBuf: 1 << 20}, 0},
 		{Config{Offload: true, Name: "-"}, OffloadCsum}, // kernel-chosen name
+		{Config{Offload: false, HeaderSize: segment.HeaderSizeTunnel}, 0},
+		{Config{Offload: true, HeaderSize: segment.HeaderSizeTunnel}, OffloadCsum | OffloadTSO4 | OffloadTSO6},
 	} {
 		cfg := tc.cfg
 		switch cfg.Name {
@@ -270,8 +272,11 @@ func TestOpenTUN(t *testing.T) {
 		if cfg.Offload && kernelAtLeast(t, 6, 2) && !tun.Offloads().Has(OffloadUSO4|OffloadUSO6) {
 			t.Errorf("%+v: offloads %v: no USO on Linux >= 6.2", cfg, tun.Offloads())
 		}
-		if want := max(cfg.HeaderSize, segment.HeaderSize); tun.HeaderSize() != want {
-			t.Errorf("HeaderSize() = %d, want %d", tun.HeaderSize(), want)
+		// The tunnel offloads with their header, where the kernel has them.
+		tunnel := cfg.Offload && cfg.HeaderSize == segment.HeaderSizeTunnel && netlab.Lacks(t, netlab.VirtioNetTunnel) == nil
+		want := max(cfg.HeaderSize, segment.HeaderSize)
+		if tun.HeaderSize() != want || tun.Offloads().Has(OffloadUDPTunnel|OffloadUDPTunnelCsum) != tunnel {
+			t.Errorf("HeaderSize() = %d, offloads %v; want %d, tunnel offloads %v", tun.HeaderSize(), tun.Offloads(), want, tunnel)
 		}
 		if cfg.Name != "" && tun.Name() != cfg.Name {
 			t.Errorf("Name() = %q, want %q", tun.Name(), cfg.Name)

@@ -56,6 +56,7 @@ var (
 	probeVirtioNetUSO     = Probe{Name: "UDP segmentation offload in the virtio-net header (TUN_F_USO4/6, VIRTIO_NET_HDR_GSO_UDP_L4)", Since: "6.2", Row: "TUN super-packets: UDP (USO)"}
 	probeTCX              = Probe{Name: "tcx", Since: "6.6", Row: "AF_PACKET ingress filter through tcx"}
 	probeAFXDPTXMetadata  = Probe{Name: "AF_XDP TX metadata (XDP_UMEM_TX_METADATA_LEN)", Since: "6.11", Row: "AF_XDP TX checksum offload"}
+	probeVirtioNetTunnel  = Probe{Name: "UDP-tunnel GSO in the virtio-net header (TUN_F_UDP_TUNNEL_GSO, VIRTIO_NET_HDR_GSO_UDP_TUNNEL_IPV4/6)", Since: "6.17", Row: "TUN super-packets: UDP tunnels"}
 )
 
 // Probes are the features probed, each with its detector, for the kernel
@@ -65,6 +66,7 @@ var Probes = []Probe{
 	withDetect(probeVirtioNetUSO, VirtioNetUSO),
 	withDetect(probeTCX, TCX),
 	withDetect(probeAFXDPTXMetadata, AFXDPTXMetadata),
+	withDetect(probeVirtioNetTunnel, VirtioNetTunnel),
 }
 
 func withDetect(p Probe, detect func() error) Probe {
@@ -97,10 +99,13 @@ var AFXDPMultiBuffer = sync.OnceValue(func() error {
 	return fmt.Errorf("probe AF_XDP multi-buffer: bind with XDP_USE_SG to no device: %v, want ENODEV or EINVAL", err)
 })
 
-// TUN offload flags of USO (Linux 6.2, include/uapi/linux/if_tun.h).
+// TUN offload flags of USO (Linux 6.2) and UDP-tunnel GSO (Linux 6.17),
+// include/uapi/linux/if_tun.h.
 const (
-	tunFUSO4 = 0x20
-	tunFUSO6 = 0x40
+	tunFUSO4          = 0x20
+	tunFUSO6          = 0x40
+	tunFUDPTunnel     = 0x80
+	tunFUDPTunnelCsum = 0x100
 )
 
 // AFXDPTXMetadata reports whether an AF_XDP UMEM registers with room for
@@ -135,27 +140,42 @@ var AFXDPTXMetadata = sync.OnceValue(func() error {
 // accepts TUN_F_USO4 and TUN_F_USO6, and writes USO super-packets to it
 // and AF_PACKET sockets with PACKET_VNET_HDR read UDP GRO super-packets
 // (the same kernel change). Before, TUNSETOFFLOAD refuses the flags
-// (EINVAL). The probe's TUN lives in a network namespace of its own,
-// which goes with the probe's thread.
+// (EINVAL).
 var VirtioNetUSO = sync.OnceValue(func() error {
+	return probeTUNOffload(probeVirtioNetUSO, unix.TUN_F_CSUM|tunFUSO4|tunFUSO6)
+})
+
+// VirtioNetTunnel reports whether the kernel takes UDP-tunnel GSO in the
+// virtio-net header (Linux 6.17): a TUN accepts TUN_F_UDP_TUNNEL_GSO and
+// TUN_F_UDP_TUNNEL_GSO_CSUM (with TSO, which they need), and a 24-byte
+// header carries the tunnel offsets. Before, TUNSETOFFLOAD refuses the
+// flags (EINVAL).
+var VirtioNetTunnel = sync.OnceValue(func() error {
+	return probeTUNOffload(probeVirtioNetTunnel, unix.TUN_F_CSUM|unix.TUN_F_TSO4|unix.TUN_F_TSO6|tunFUDPTunnel|tunFUDPTunnelCsum)
+})
+
+// probeTUNOffload asks a TUN device for the offload flags p needs. The
+// TUN lives in a network namespace of its own, which goes with the
+// probe's thread.
+func probeTUNOffload(p Probe, flags int) error {
 	errc := make(chan error, 1)
 	go func() {
 		// Never unlocked: the thread, in its own namespace, ends with
 		// this goroutine.
 		runtime.LockOSThread()
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("probe TUN USO: %w", os.NewSyscallError("unshare CLONE_NEWNET", err))
+			errc <- fmt.Errorf("probe %s: %w", p.Name, os.NewSyscallError("unshare CLONE_NEWNET", err))
 			return
 		}
-		errc <- probeTUNUSO()
+		errc <- setTUNOffload(p, flags)
 	}()
 	return <-errc
-})
+}
 
-func probeTUNUSO() error {
+func setTUNOffload(p Probe, flags int) error {
 	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("probe TUN USO: %w", os.NewSyscallError("open /dev/net/tun", err))
+		return fmt.Errorf("probe %s: %w", p.Name, os.NewSyscallError("open /dev/net/tun", err))
 	}
 	defer unix.Close(fd)
 	ifr, err := unix.NewIfreq("")
@@ -164,14 +184,14 @@ func probeTUNUSO() error {
 	}
 	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
 	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
-		return fmt.Errorf("probe TUN USO: %w", os.NewSyscallError("ioctl TUNSETIFF", err))
+		return fmt.Errorf("probe %s: %w", p.Name, os.NewSyscallError("ioctl TUNSETIFF", err))
 	}
-	err = unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, unix.TUN_F_CSUM|tunFUSO4|tunFUSO6)
+	err = unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, flags)
 	switch {
 	case errors.Is(err, unix.EINVAL):
-		return missing(probeVirtioNetUSO)
+		return missing(p)
 	case err != nil:
-		return fmt.Errorf("probe TUN USO: %w", os.NewSyscallError("ioctl TUNSETOFFLOAD", err))
+		return fmt.Errorf("probe %s: %w", p.Name, os.NewSyscallError("ioctl TUNSETOFFLOAD", err))
 	}
 	return nil
 }
