@@ -216,7 +216,9 @@ type Config struct {
 	// leaves CHECKSUM_PARTIAL), instead of summing each payload here.
 	// Every TX frame then starts TXMetadataLen bytes into its UMEM frame.
 	// Zero-copy sockets leave it off: a driver without TX metadata
-	// support would send the partial checksums as they are.
+	// support would send the partial checksums as they are; so do
+	// sockets on virtio_net, whose copy-mode frames took no TX metadata
+	// on Linux 6.12.
 	DisableTXChecksum bool
 	// BusyPollBudget is the most packets one busy poll takes
 	// (SO_BUSY_POLL_BUDGET), 1..MaxBusyPollBudget; 0 means
