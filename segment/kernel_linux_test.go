@@ -1046,6 +1046,9 @@ func (lab *kernelLab) differential(t *testing.T, c kernelCase, partial bool) {
 		t.Fatalf("%v\n(the kernel accepted it and emitted %d packets)", err, len(kernel))
 	}
 	if len(kernel) == 0 {
+		if olderThanReference() {
+			t.Skipf("this kernel (%s) took the write and sent nothing (a TUN drops what its GSO checks refuse without a word); Linux 6.18, which Split follows, segments it into %d", kernelRelease(), len(ours))
+		}
 		t.Fatalf("nothing reached the sink; Split made %d segments (layout %+v)", len(ours), l)
 	}
 	compareWithKernel(t, l.kind, kernel, ours, l.SegmentHeader(partial).NeedsCsum())
@@ -1233,6 +1236,14 @@ func fieldSummary(p []byte) string {
 		s = append(s, f.name+"="+f.val)
 	}
 	return strings.Join(s, " ")
+}
+
+// olderThanReference reports whether the running kernel is older than
+// 6.18, the one segment follows where kernels differ.
+func olderThanReference() bool {
+	var major, minor int
+	fmt.Sscanf(kernelRelease(), "%d.%d", &major, &minor)
+	return major < 6 || major == 6 && minor < 18
 }
 
 func kernelRelease() string {
