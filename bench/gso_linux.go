@@ -74,7 +74,7 @@ func gsoRows(opts measureOpts) []rowSpec {
 		return dataplane.GatewayConfig{Port: dataplane.PortPacket, Packet: dataplane.PacketOptions{GSO: mode}, DisableGRO: true}
 	}
 	rows := []rowSpec{
-		gw("default", dataplane.GatewayConfig{}),
+		gw("default", dataplane.GatewayConfig{}).copying(inPlaceCopies),
 		gw("gsoplane", xdp(true)),
 		gw("xdp-no-csum", xdpNoCsum()),
 		gw("no-offload", xdp(false)),
@@ -90,7 +90,7 @@ func gsoRows(opts measureOpts) []rowSpec {
 				return &labTrial{tr: tcpTraffic{s}, rxAtB: true}, nil
 			})
 		}}.copying(kernelCopies),
-		gw("packet-offload", packet(dataplane.PacketGSOAuto)),
+		gw("packet-offload", packet(dataplane.PacketGSOAuto)).copying(inPlaceCopies),
 		gw("packet-partial", packet(dataplane.PacketGSOPartial)),
 		gw("packet-full", packet(dataplane.PacketGSOFull)),
 	}

@@ -84,6 +84,10 @@ const (
 	// copy into a TX frame (cut or whole), the kernel's copy of the frame
 	// into an skb (AF_PACKET's sendmmsg, AF_XDP copy-mode transmit).
 	forwardCopies = 3
+	// inPlaceCopies: AF_PACKET handing the NIC whole super-packets reads
+	// each from the TUN straight into the frame it is sent from
+	// (pipeline.Stats.InPlace), then the kernel's copy into an skb.
+	inPlaceCopies = 2
 	// returnCopies: the port's receive (AF_XDP copy mode into the UMEM,
 	// AF_PACKET's recvmmsg) and the TUN write into an skb; GRO merges
 	// with a vectored write, no copy.
