@@ -1055,6 +1055,19 @@ func (lab *kernelLab) differential(t *testing.T, c kernelCase, partial bool) {
 	compareWithKernel(t, l.kind, kernel, ours, l.SegmentHeader(partial).NeedsCsum())
 }
 
+// checkRejected checks that the kernel refused a packet (the write
+// failed, or nothing reached the sink) and that Validate did too.
+func checkRejected(t *testing.T, kernel [][]byte, werr, verr error) {
+	t.Helper()
+	t.Logf("kernel: %s; Validate: %v", kernelReaction(werr, kernel), verr)
+	if werr == nil && len(kernel) > 0 {
+		t.Errorf("the kernel did not reject it: %d packets reached the sink (sizes %v)", len(kernel), sizesOf(kernel))
+	}
+	if !errors.Is(verr, ErrInvalid) {
+		t.Errorf("Validate accepted what the kernel rejects (err %v)", verr)
+	}
+}
+
 func sizesOf(pkts [][]byte) []int {
 	s := make([]int, len(pkts))
 	for i, p := range pkts {
@@ -1147,13 +1160,7 @@ func TestKernelRejects(t *testing.T) {
 			}
 			kernel, werr := lab.exchange(t, pkt, &h)
 			_, verr := Validate(pkt, h)
-			t.Logf("kernel: %s; Validate: %v", kernelReaction(werr, kernel), verr)
-			if werr == nil && len(kernel) > 0 {
-				t.Errorf("the kernel did not reject it: %d packets reached the sink (sizes %v)", len(kernel), sizesOf(kernel))
-			}
-			if !errors.Is(verr, ErrInvalid) {
-				t.Errorf("Validate accepted what the kernel rejects (err %v)", verr)
-			}
+			checkRejected(t, kernel, werr, verr)
 		})
 	}
 
