@@ -106,6 +106,40 @@ func sendAll(fd int, frame []byte, n int, stop *atomic.Bool) int {
 	return sent
 }
 
+// benchTX opens the sending side of a mechanism benchmark in A: a raw
+// socket for "sendmmsg", else a TX ring of frames slots of frameSize
+// bytes (closed in b.Cleanup).
+func benchTX(b *testing.B, l *lab, ifindex int, mech string, frameSize, frames int) (fd int, ring *txRing) {
+	l.A.Do(b, func() {
+		if mech == "sendmmsg" {
+			fd = rawTXSocket(b, ifindex)
+			return
+		}
+		var err error
+		if ring, err = newTXRing(ifindex, frameSize, frames); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(ring.close)
+	})
+	return fd, ring
+}
+
+// ringSend sends n frames through ring, batch at a time: queue(k) puts up
+// to k frames on the ring and returns how many; the ring is kicked after
+// each batch and waited on while it is full.
+func ringSend(b *testing.B, ring *txRing, n, batch int, queue func(k int) int) {
+	for sent := 0; sent < n; {
+		k := queue(min(batch, n-sent))
+		sent += k
+		if err := ring.kick(); err != nil {
+			b.Fatal(err)
+		}
+		if k == 0 {
+			unix.Poll([]unix.PollFd{{Fd: int32(ring.fd), Events: unix.POLLOUT}}, 1)
+		}
+	}
+}
+
 // BenchmarkTXMechanism sends b.N frames from gw-a to gw-b (which drops
 // them: their destination MAC is not its own) with each mechanism.
 func BenchmarkTXMechanism(b *testing.B) {
@@ -116,19 +150,7 @@ func BenchmarkTXMechanism(b *testing.B) {
 				gw := l.A.LinkT(b, netlab.NICA)
 				frame := udpFrame(net.HardwareAddr{2, 0, 0, 0, 0, 1}, gw.Attrs().HardwareAddr,
 					netip.AddrPortFrom(netlab.NICA4, 1000), netip.AddrPortFrom(netlab.NICB4, 9), size)
-				var fd int
-				var ring *txRing
-				l.A.Do(b, func() {
-					if mech == "sendmmsg" {
-						fd = rawTXSocket(b, gw.Attrs().Index)
-						return
-					}
-					var err error
-					if ring, err = newTXRing(gw.Attrs().Index, 2048, 1024); err != nil {
-						b.Fatal(err)
-					}
-					b.Cleanup(ring.close)
-				})
+				fd, ring := benchTX(b, l, gw.Attrs().Index, mech, 2048, 1024)
 				frames := make([][]byte, sinkBatch)
 				for i := range frames {
 					frames[i] = frame
@@ -140,16 +162,7 @@ func BenchmarkTXMechanism(b *testing.B) {
 				if mech == "sendmmsg" {
 					sendAll(fd, frame, b.N, nil)
 				} else {
-					for sent := 0; sent < b.N; {
-						k := ring.put(frames[:min(sinkBatch, b.N-sent)])
-						sent += k
-						if err := ring.kick(); err != nil {
-							b.Fatal(err)
-						}
-						if k == 0 {
-							unix.Poll([]unix.PollFd{{Fd: int32(ring.fd), Events: unix.POLLOUT}}, 1)
-						}
-					}
+					ringSend(b, ring, b.N, sinkBatch, func(k int) int { return ring.put(frames[:k]) })
 				}
 				b.StopTimer()
 				el, cpu := time.Since(start), cpuTime()-cpu0
@@ -385,22 +398,12 @@ func BenchmarkTXSuper(b *testing.B) {
 			gw := l.A.LinkT(b, netlab.NICA)
 			frame := tcpSuperFrame(net.HardwareAddr{2, 0, 0, 0, 0, 1}, gw.Attrs().HardwareAddr,
 				netip.AddrPortFrom(netlab.NICA4, 1000), netip.AddrPortFrom(netlab.NICB4, 9), segs)
-			var fd int
-			var ring *txRing
-			l.A.Do(b, func() {
-				if mech == "sendmmsg" {
-					fd = rawTXSocket(b, gw.Attrs().Index)
-					return
-				}
-				var err error
-				if ring, err = newTXRing(gw.Attrs().Index, 1<<16, slots); err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(ring.close)
+			fd, ring := benchTX(b, l, gw.Attrs().Index, mech, 1<<16, slots)
+			if ring != nil { // every slot holds the packet
 				for i := range slots {
 					copy(ring.slot(i)[tpacket2HdrLen:], frame)
 				}
-			})
+			}
 			b.SetBytes(int64(len(frame) - Headroom))
 			b.ReportAllocs()
 			cpu0, start := cpuTime(), time.Now()
@@ -413,21 +416,12 @@ func BenchmarkTXSuper(b *testing.B) {
 				for i := range frames {
 					frames[i] = frame
 				}
-				for sent := 0; sent < b.N; {
-					var k int
+				ringSend(b, ring, b.N, slots, func(k int) int {
 					if mech == "txring" {
-						k = ring.request(len(frame), min(slots, b.N-sent))
-					} else {
-						k = ring.put(frames[:min(slots, b.N-sent)])
+						return ring.request(len(frame), k)
 					}
-					sent += k
-					if err := ring.kick(); err != nil {
-						b.Fatal(err)
-					}
-					if k == 0 {
-						unix.Poll([]unix.PollFd{{Fd: int32(ring.fd), Events: unix.POLLOUT}}, 1)
-					}
-				}
+					return ring.put(frames[:k])
+				})
 			}
 			b.StopTimer()
 			el, cpu := time.Since(start), cpuTime()-cpu0
