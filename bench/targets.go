@@ -55,6 +55,8 @@ var targets = []target{
 		aim: "the same, B→A"},
 	{scenario: "tunnel-gso", key: "on/off", threshold: 2,
 		aim: "TCP over VXLAN with the TUN's tunnel offloads, twice the kernel cutting before the TUN"},
+	{scenario: "tunnel-gso", key: "xdp-on/xdp-off", threshold: 2,
+		aim: "the same with the AF_XDP port"},
 }
 
 // isTarget reports whether the ratio key of scenario is a target.

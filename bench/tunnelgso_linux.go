@@ -1,15 +1,17 @@
 package main
 
 // Scenario "tunnel-gso": one TCP stream from A to B through a VXLAN
-// overlay whose underlay goes through the gateway (the AF_PACKET port):
+// overlay whose underlay goes through the gateway:
 //
-//	on:     the TUN has the UDP-tunnel offloads (Linux 6.17): the kernel
-//	        hands over whole VXLAN super-packets and gsoplane cuts them;
-//	off:    the same gateway with the TUN's tunnel offloads switched off
-//	        (ethtool -K tx-udp_tnl-segmentation off): the kernel cuts the
-//	        VXLAN traffic before the TUN and the gateway reads one packet
-//	        at a time;
-//	kernel: no userspace: A routes the underlay straight out of gw-a.
+//	on:      the default port (AF_PACKET on the veth), the TUN with the
+//	         UDP-tunnel offloads (Linux 6.17): the kernel hands over whole
+//	         VXLAN super-packets and gsoplane cuts them;
+//	off:     the same gateway with the TUN's tunnel offloads switched off
+//	         (ethtool -K tx-udp_tnl-segmentation off): the kernel cuts the
+//	         VXLAN traffic before the TUN and the gateway reads one packet
+//	         at a time;
+//	xdp-on, xdp-off: the same two with the AF_XDP port;
+//	kernel:  no userspace: A routes the underlay straight out of gw-a.
 
 import (
 	"context"
@@ -38,7 +40,7 @@ const (
 var tunnelGSOScenario = scenarioDef{
 	name: "tunnel-gso",
 	title: func(o options) string {
-		return "tunnel-gso: one TCP stream A→B through a VXLAN overlay whose underlay goes through the gateway (AF_PACKET port) — the TUN's UDP-tunnel offloads on (gsoplane cuts VXLAN super-packets) vs off (the kernel cuts before the TUN) vs kernel only"
+		return "tunnel-gso: one TCP stream A→B through a VXLAN overlay whose underlay goes through the gateway (the default port, AF_PACKET here, and AF_XDP) — the TUN's UDP-tunnel offloads on (gsoplane cuts VXLAN super-packets) vs off (the kernel cuts before the TUN) vs kernel only"
 	},
 	rows:   func(o options) []rowSpec { return tunnelGSORows() },
 	ratios: func(rows []*rowResult, o options) []ratio { return tunnelGSORatios(rows) },
@@ -50,10 +52,10 @@ var tunnelGSOScenario = scenarioDef{
 }
 
 func tunnelGSORows() []rowSpec {
-	gw := func(name string, offloads bool) rowSpec {
+	gw := func(name string, port dataplane.PortKind, offloads bool) rowSpec {
 		return rowSpec{name: name, units: tcpUnits, retrans: true, start: func(ctx context.Context) (trial, error) {
 			return withLab(func(l *lab) (*labTrial, error) {
-				g, err := startGateway(l, dataplane.GatewayConfig{Port: dataplane.PortPacket, DisableGRO: true})
+				g, err := startGateway(l, dataplane.GatewayConfig{Port: port, DisableGRO: true})
 				if err != nil {
 					return nil, err
 				}
@@ -69,8 +71,10 @@ func tunnelGSORows() []rowSpec {
 		}}
 	}
 	return []rowSpec{
-		gw("on", true),
-		gw("off", false),
+		gw("on", dataplane.PortAuto, true),
+		gw("off", dataplane.PortAuto, false),
+		gw("xdp-on", dataplane.PortXDP, true),
+		gw("xdp-off", dataplane.PortXDP, false),
 		{name: "kernel", units: tcpUnits, retrans: true, ppsAtB: true, start: func(ctx context.Context) (trial, error) {
 			return withLab(func(l *lab) (*labTrial, error) {
 				s, err := overlayStream(l, netlab.NICA4, netlab.NICB4, l.RouteKernel())
@@ -114,6 +118,7 @@ func addVXLAN(ns *netlab.NS, local, remote, ovl netip.Addr) error {
 func tunnelGSORatios(rows []*rowResult) []ratio {
 	return throughputRatios(rows, []ratioSpec{
 		{"on", "off", "TCP over VXLAN, gsoplane cutting tunnel super-packets / the kernel cutting before the TUN"},
+		{"xdp-on", "xdp-off", "the same with the AF_XDP port"},
 		{"on", "kernel", "TCP over VXLAN, gsoplane / kernel only (upper bound)"},
 	})
 }

@@ -120,14 +120,11 @@ func (g *Gateway) openInside(cfg GatewayConfig) error {
 		return nil
 	}
 	tc := tunConfig(cfg.TUN)
-	if cfg.Port == PortPacket {
-		tc.HeaderSize = segment.HeaderSizeTunnel // the tunnel offloads where the kernel has them
-	}
 	t, err := tun.Open(tc)
 	if err != nil {
 		return err
 	}
-	if tc.HeaderSize == segment.HeaderSizeTunnel && tc.Offload && !t.Offloads().Has(tun.OffloadUDPTunnel) {
+	if tc.Offload && !t.Offloads().Has(tun.OffloadUDPTunnel) {
 		logger(cfg).Info("the TUN device takes no UDP-tunnel super-packets (TUN_F_UDP_TUNNEL_GSO needs Linux 6.17): the kernel cuts VXLAN and Geneve traffic before it",
 			"tun", t.Name(), "offloads", t.Offloads().String())
 	}
@@ -139,13 +136,13 @@ func (g *Gateway) openInside(cfg GatewayConfig) error {
 }
 
 // tunConfig is the configuration of the TUN device o describes: with the
-// noqueue qdisc, so that its drops reach the senders, and the 10-byte
-// virtio-net header, which fits the headroom of every port's received
-// frames (the AF_XDP port's is the Ethernet header's 14 bytes); the
-// gateway of an AF_PACKET port asks for the 24-byte header instead, and
-// with it the UDP-tunnel offloads.
+// noqueue qdisc, so that its drops reach the senders, and the 24-byte
+// virtio-net header, with which the kernel hands over UDP-tunnel
+// super-packets where it can (Linux 6.17); every port's received frames
+// have room for it in front of the IP packet.
 func tunConfig(o TUNOptions) tun.Config {
-	return tun.Config{Name: o.Name, Queues: o.Queues, MTU: o.MTU, Offload: !o.DisableOffload, TxQueueLen: o.TxQueueLen, NoQueue: true}
+	return tun.Config{Name: o.Name, Queues: o.Queues, MTU: o.MTU, Offload: !o.DisableOffload, TxQueueLen: o.TxQueueLen, NoQueue: true,
+		HeaderSize: segment.HeaderSizeTunnel}
 }
 
 // OpenTUNHost opens the TUN device o describes, as OpenGateway would, and

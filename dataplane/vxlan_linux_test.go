@@ -22,15 +22,31 @@ var (
 )
 
 // TestGatewayVXLAN moves SHA-256-checked TCP streams both ways through a
-// VXLAN overlay whose underlay is the gateway (AF_PACKET port, each GSO
-// mode): with the TUN's UDP-tunnel offloads (Linux 6.17) the kernel hands
-// the gateway whole VXLAN super-packets, which it cuts, with no drops.
+// VXLAN overlay whose underlay is the gateway (every port: AF_PACKET in
+// each GSO mode, AF_XDP with and without TX checksum offload, and the
+// default): with the TUN's UDP-tunnel offloads (Linux 6.17) the kernel
+// hands the gateway whole VXLAN super-packets, which it cuts, with no
+// drops.
 func TestGatewayVXLAN(t *testing.T) {
 	netlab.SkipWithout(t, netlab.VirtioNetTunnel)
+	ports := []struct {
+		name string
+		cfg  GatewayConfig
+	}{
+		{"auto", GatewayConfig{}},
+		{"xdp", GatewayConfig{Port: PortXDP}},
+		{"xdp/no-csum", GatewayConfig{Port: PortXDP, XDP: XDPOptions{DisableTXChecksum: true}}},
+	}
 	for _, mode := range []afpacket.GSOMode{afpacket.GSOModeOffload, afpacket.GSOModePartial, afpacket.GSOModeFull} {
-		t.Run(mode.String(), func(t *testing.T) {
-			port := labPort{name: "packet/" + mode.String(), kind: PortPacket, gso: mode}
-			lab := newGwLab(t, port.config(GatewayConfig{}))
+		port := labPort{kind: PortPacket, gso: mode}
+		ports = append(ports, struct {
+			name string
+			cfg  GatewayConfig
+		}{"packet/" + mode.String(), port.config(GatewayConfig{})})
+	}
+	for _, port := range ports {
+		t.Run(port.name, func(t *testing.T) {
+			lab := newGwLab(t, port.cfg)
 			if o, h := lab.g.tun.Offloads(), lab.g.tun.HeaderSize(); !o.Has(tun.OffloadUDPTunnel|tun.OffloadUDPTunnelCsum) || h != segment.HeaderSizeTunnel {
 				t.Fatalf("TUN offloads %v, header %d: want the tunnel offloads and header", o, h)
 			}

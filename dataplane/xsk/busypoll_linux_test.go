@@ -198,7 +198,7 @@ func busyPollReceive(t *testing.T, n *xdpNet, p *Port) {
 				}
 				mu.Lock()
 				for _, f := range frames[:k] {
-					_, payload, ok := xdpParseUDP(f)
+					_, payload, ok := xdpParseUDP(f[rxFront:])
 					if !ok || seen[string(payload)] {
 						bad = append(bad, fmt.Sprintf("%q", payload))
 					}

@@ -85,7 +85,7 @@ func progReceive(t *testing.T, p *Port) (frames <-chan []byte, stop func()) {
 				}
 				for _, f := range frames[:n] {
 					select {
-					case out <- bytes.Clone(f):
+					case out <- bytes.Clone(f[rxFront:]): // the Ethernet frame
 					case <-done:
 						return
 					}

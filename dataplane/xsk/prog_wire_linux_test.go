@@ -37,7 +37,7 @@ func progPump(t *testing.T, p *Port, fn func(frame []byte)) {
 			}
 			idle := true
 			for _, x := range socks {
-				k, m := x.receive(bufs, addrs)
+				k, m := x.receive(bufs, addrs, 0)
 				for _, f := range bufs[:k] {
 					fn(f)
 				}

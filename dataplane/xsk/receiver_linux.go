@@ -26,7 +26,16 @@ import (
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/internal/ethernet"
+	"github.com/gsoplane/gsoplane/segment"
 )
+
+// rxFront is the room the Receiver's views keep in front of a received
+// Ethernet frame: with the Ethernet header's 14 bytes, room for the
+// largest virtio-net header (segment.HeaderSizeTunnel) that a return path
+// writes in front of the IP packet. A frame in its own UMEM frame has it
+// within the XDP_PACKET_HEADROOM the kernel leaves before the packet; a
+// chain copied into the arena has it before its copy.
+const rxFront = segment.HeaderSizeTunnel - ethHdrLen
 
 // xskArenaChains is how many chains of the most frames the arena holds:
 // so many multi-buffer packets of the largest size, or more smaller ones,
@@ -47,7 +56,7 @@ type rxChain struct {
 func (x *Socket) initChains(maxChain int) {
 	x.maxChain = maxChain
 	if maxChain > 1 {
-		x.chainRoom = maxChain * x.frameSize
+		x.chainRoom = rxFront + maxChain*x.frameSize
 		x.arena = make([]byte, xskArenaChains*x.chainRoom)
 	}
 }
@@ -55,14 +64,15 @@ func (x *Socket) initChains(maxChain int) {
 // multiBuffer reports whether the socket receives multi-buffer packets.
 func (x *Socket) multiBuffer() bool { return x.maxChain > 1 }
 
-// receive returns up to len(bufs) received packets (Ethernet frames) and
-// how many frames it put in addrs. A packet in one UMEM frame is a view
+// receive returns up to len(bufs) received packets (Ethernet frames,
+// each behind front bytes of room, front at most rxFront) and how many
+// frames it put in addrs. A packet in one UMEM frame is a view
 // into its frame, valid until the frame is recycled, and its frame's
 // address goes into addrs, to give back with recycle. A multi-buffer
 // packet is a view into the arena, valid until the next receive, and its
 // frames go back to the fill ring at once. 0, 0 when none is waiting
 // (see waitRX).
-func (x *Socket) receive(bufs [][]byte, addrs []uint64) (n, m int) {
+func (x *Socket) receive(bufs [][]byte, addrs []uint64, front int) (n, m int) {
 	if !x.enter() {
 		return 0, 0
 	}
@@ -80,12 +90,12 @@ func (x *Socket) receive(bufs [][]byte, addrs []uint64) (n, m int) {
 		base, good := x.rxTake(d, chained)
 		switch {
 		case chained:
-			if pkt := x.chainAdd(d, good); pkt != nil {
-				bufs[n] = pkt
+			if c := x.chainAdd(d, good); c != nil {
+				bufs[n] = x.arena[c.start-front : c.end : c.end]
 				n++
 			}
 		case good:
-			bufs[n] = x.umem[d.Addr : d.Addr+uint64(d.Len) : base+uint64(x.frameSize)]
+			bufs[n] = x.umem[d.Addr-uint64(front) : d.Addr+uint64(d.Len) : base+uint64(x.frameSize)]
 			addrs[m] = base
 			n, m = n+1, m+1
 		}
@@ -113,7 +123,8 @@ func (x *Socket) rxRoom(chained bool, bufs, addrs int) bool {
 // becomes the caller's if it holds a packet on its own, else (a chain, or
 // a bad descriptor) it goes back to the spare frames. It returns the
 // frame's address and whether d is good: one of the socket's RX frames
-// in the kernel's hands, the packet within it. A bad descriptor is
+// in the kernel's hands, the packet within it and rxFront bytes or more
+// from its start (the kernel leaves XDP_PACKET_HEADROOM). A bad descriptor is
 // counted (BadFrames); a frame that is not the kernel's is left alone.
 func (x *Socket) rxTake(d unix.XDPDesc, chained bool) (base uint64, good bool) {
 	base = d.Addr &^ uint64(x.frameSize-1)
@@ -122,7 +133,7 @@ func (x *Socket) rxTake(d unix.XDPDesc, chained bool) (base uint64, good bool) {
 		x.st.badFrames.Add(1)
 		return base, false
 	}
-	good = d.Addr+uint64(d.Len) <= base+uint64(x.frameSize)
+	good = d.Addr >= base+rxFront && d.Addr+uint64(d.Len) <= base+uint64(x.frameSize)
 	if !good {
 		x.st.badFrames.Add(1)
 	}
@@ -135,18 +146,19 @@ func (x *Socket) rxTake(d unix.XDPDesc, chained bool) (base uint64, good bool) {
 	return base, good
 }
 
-// chainAdd adds descriptor d to the chain being received (starting one)
-// and returns the packet if d ends the chain and the chain is kept.
-func (x *Socket) chainAdd(d unix.XDPDesc, good bool) []byte {
+// chainAdd adds descriptor d to the chain being received (starting one,
+// rxFront bytes into the arena's free room) and returns the chain if d
+// ends it and it is kept.
+func (x *Socket) chainAdd(d unix.XDPDesc, good bool) *rxChain {
 	c := &x.chain
 	if c.frames == 0 {
-		*c = rxChain{start: x.arenaPos, end: x.arenaPos}
+		*c = rxChain{start: x.arenaPos + rxFront, end: x.arenaPos + rxFront}
 	}
 	c.frames++
 	switch {
 	case !good:
 		c.broken = true
-	case c.frames <= x.maxChain && !c.broken:
+	case c.frames <= x.maxChain && !c.broken && x.multiBuffer():
 		c.end += copy(x.arena[c.end:], x.umem[d.Addr:d.Addr+uint64(d.Len)])
 	}
 	if d.Options&unix.XDP_PKT_CONTD != 0 {
@@ -155,10 +167,10 @@ func (x *Socket) chainAdd(d unix.XDPDesc, good bool) []byte {
 	return x.chainEnd()
 }
 
-// chainEnd ends the chain being received: it returns the packet, or nil
-// for a chain that is too long or broken (a bad descriptor, or shorter
-// than an Ethernet header), counted.
-func (x *Socket) chainEnd() []byte {
+// chainEnd ends the chain being received: it returns it, or nil for a
+// chain that is too long or broken (a bad descriptor, or shorter than an
+// Ethernet header), counted.
+func (x *Socket) chainEnd() *rxChain {
 	c := &x.chain
 	frames := c.frames
 	c.frames = 0
@@ -170,7 +182,7 @@ func (x *Socket) chainEnd() []byte {
 	default:
 		x.arenaPos = c.end
 		x.st.multiBuffer.Add(1)
-		return x.arena[c.start:c.end:c.end]
+		return c
 	}
 	return nil
 }
@@ -233,8 +245,9 @@ var _ pipeline.Receiver = (*receiver)(nil)
 // per socket, from one goroutine.
 func (x *Socket) Receiver() pipeline.Receiver { return &receiver{x: x} }
 
-// Headroom is the Ethernet header.
-func (r *receiver) Headroom() int { return ethHdrLen }
+// Headroom is the Ethernet header and the room in front of it (rxFront):
+// 24 bytes, the largest virtio-net header.
+func (r *receiver) Headroom() int { return rxFront + ethHdrLen }
 
 func (r *receiver) Receive(frames [][]byte) (int, error) {
 	r.x.recycle(r.addrs)
@@ -242,7 +255,7 @@ func (r *receiver) Receive(frames [][]byte) (int, error) {
 		r.addrs = make([]uint64, len(frames))
 	}
 	r.addrs = r.addrs[:len(frames)]
-	n, m := r.x.receive(frames, r.addrs)
+	n, m := r.x.receive(frames, r.addrs, rxFront)
 	for n == 0 {
 		if err := r.x.waitRX(); err != nil {
 			r.addrs = r.addrs[:0]
@@ -251,12 +264,12 @@ func (r *receiver) Receive(frames [][]byte) (int, error) {
 			}
 			return 0, err
 		}
-		n, m = r.x.receive(frames, r.addrs)
+		n, m = r.x.receive(frames, r.addrs, rxFront)
 	}
 	r.addrs = r.addrs[:m]
 	for i, f := range frames[:n] {
-		if !ethernet.IsIP(f) {
-			frames[i] = f[:ethHdrLen] // within the frame: an empty packet
+		if !ethernet.IsIP(f[rxFront:]) {
+			frames[i] = f[:rxFront+ethHdrLen] // within the frame: an empty packet
 		}
 	}
 	return n, nil

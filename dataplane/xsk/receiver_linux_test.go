@@ -131,11 +131,14 @@ func (s *xskSim) deliverBad(kind byte, options uint32) bool {
 // addrs frames, and checks what it returns against the reference.
 func (s *xskSim) receive(bufs, addrs int) int {
 	s.t.Helper()
-	n, m := s.x.receive(s.frames[:bufs], s.addrs[:addrs])
+	n, m := s.x.receive(s.frames[:bufs], s.addrs[:addrs], rxFront)
 	singles := 0
 	for _, f := range s.frames[:n] {
 		want, ok := s.ref.next()
-		if !ok || !bytes.Equal(f, want.data) {
+		if len(f) < rxFront {
+			s.t.Fatalf("receive: a view of %d bytes, without the %d bytes of room in front", len(f), rxFront)
+		}
+		if f = f[rxFront:]; !ok || !bytes.Equal(f, want.data) {
 			s.t.Fatalf("receive: packet of %d bytes, want %d (%v): %x", len(f), len(want.data), ok, f[:min(len(f), 32)])
 		}
 		if want.multi {

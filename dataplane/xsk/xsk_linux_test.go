@@ -400,7 +400,7 @@ func xdpCheckRXAllocs(t *testing.T, p *Port, send func()) int {
 	got := 0
 	allocs := testing.AllocsPerRun(500, func() {
 		for _, x := range socks {
-			k, m := x.receive(bufs, addrs)
+			k, m := x.receive(bufs, addrs, 0)
 			x.recycle(addrs[:m])
 			got += k
 		}
@@ -444,7 +444,7 @@ func xdpCollect(t *testing.T, p *Port, conns []*net.UDPConn, perFlow int) map[in
 	for len(seen) < total && time.Now().Before(deadline) {
 		idle := true
 		for _, x := range p.Sockets() {
-			k, m := x.receive(bufs, addrs)
+			k, m := x.receive(bufs, addrs, 0)
 			for i := range k {
 				xdpCheckRX(t, bufs[i], seen, conns)
 			}
@@ -714,7 +714,7 @@ func TestXSKAfterClose(t *testing.T) {
 	if m, err := x.transmit(addrs[:k], []int{60, 60, 60, 60}, nil); m != 0 || !errors.Is(err, ErrClosed) || !errors.Is(err, net.ErrClosed) {
 		t.Errorf("Transmit after Close: %d, %v", m, err)
 	}
-	rn, rm := x.receive(make([][]byte, 4), addrs)
+	rn, rm := x.receive(make([][]byte, 4), addrs, 0)
 	if x.alloc(addrs) != 0 || x.complete() != 0 || rn != 0 || rm != 0 || x.frame(0) != nil || x.fd != -1 || x.txFreeCount() != 0 {
 		t.Error("a method did something after Close")
 	}
