@@ -109,15 +109,15 @@ func (s *tsSource) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 			if out > 0 && out+segs > len(bufs) {
 				break // the rest next time
 			}
-			m, err := tstun.GSOSplit(pkt[s.hdrSize:], opts, bufs[out:], sizes[out:], offset+segment.HeaderSize)
+			m, err := tstun.GSOSplit(pkt[s.hdrSize:], opts, bufs[out:], sizes[out:], offset+s.hdrSize)
 			s.next++
 			if err != nil {
 				s.errors.Add(1)
 				continue
 			}
-			for i := out; i < out+m; i++ {
-				clear(bufs[i][offset : offset+segment.HeaderSize])
-				sizes[i] += segment.HeaderSize
+			for i := out; i < out+m; i++ { // each behind a header of the device's size that says nothing
+				clear(bufs[i][offset : offset+s.hdrSize])
+				sizes[i] += s.hdrSize
 			}
 			out += m
 		}
