@@ -17,13 +17,13 @@ import (
 // batches, in place (examples/vpn does it with ChaCha20-Poly1305). It
 // needs root and a peer, so it only compiles here.
 func ExampleOpen() {
-	seal := func(dgrams [][]byte) {
+	seal := func(dgrams [][]byte, _ []int) { // one peer: peers[i] is 0
 		for _, d := range dgrams {
 			binary.LittleEndian.PutUint32(d, 4) // the header
 			copy(d[len(d)-16:], d[:16])         // the trailer: an AEAD would put its tag here
 		}
 	}
-	open := func(dgrams [][]byte, verdicts []udp.Verdict) {
+	open := func(dgrams [][]byte, _ []int, verdicts []udp.Verdict) {
 		for i, d := range dgrams {
 			if binary.LittleEndian.Uint32(d) != 4 {
 				verdicts[i] = udp.DropMalformed // counted in Stats().Receive.Malformed

@@ -30,14 +30,14 @@ func ExampleNewSink() {
 	defer conn.Close()
 
 	var counter uint64
-	seal := func(dgrams [][]byte) { // header: type 4, index 0, a counter
+	seal := func(dgrams [][]byte, _ []int) { // header: type 4, index 0, a counter; one peer
 		for _, d := range dgrams {
 			binary.LittleEndian.PutUint32(d, 4)
 			binary.LittleEndian.PutUint64(d[8:], counter)
 			counter++
 		}
 	}
-	open := func(dgrams [][]byte, verdicts []udp.Verdict) {
+	open := func(dgrams [][]byte, _ []int, verdicts []udp.Verdict) {
 		for i, d := range dgrams {
 			if binary.LittleEndian.Uint32(d) != 4 {
 				verdicts[i] = udp.DropMalformed

@@ -43,6 +43,7 @@ type Receiver struct {
 	next     int
 	toOpen   [][]byte              // the pending datagrams long enough to open
 	openIdx  []int                 // their index in pending
+	peers    []int                 // their peers, for Open
 	verdicts []Verdict             // Open's, for toOpen
 	recvFn   func(fd uintptr) bool // made once, so that Receive does not allocate
 	got      int                   // messages of the last recvmmsg
@@ -90,6 +91,7 @@ func NewReceiver(conn *net.UDPConn, cfg ReceiverConfig) (*Receiver, error) {
 	}
 	most := cfg.Messages * udpGROMaxSegments
 	r.pending, r.toOpen, r.openIdx, r.verdicts = make([][]byte, 0, most), make([][]byte, 0, most), make([]int, 0, most), make([]Verdict, most)
+	r.peers = make([]int, most)
 	r.recvFn = r.recv
 	var serr error
 	if err := rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_GRO, 1) }); err != nil {
@@ -136,10 +138,11 @@ func (r *Receiver) open() {
 		}
 		r.toOpen, r.openIdx = append(r.toOpen, d), append(r.openIdx, i)
 	}
-	verdicts := r.verdicts[:len(r.toOpen)]
+	verdicts, peers := r.verdicts[:len(r.toOpen)], r.peers[:len(r.toOpen)]
 	clear(verdicts)
+	clear(peers)
 	if r.openFn != nil && len(r.toOpen) > 0 {
-		r.openFn(r.toOpen, verdicts)
+		r.openFn(r.toOpen, peers, verdicts)
 	}
 	for k, i := range r.openIdx {
 		d := r.pending[i]

@@ -28,7 +28,7 @@ func TestUDPReceiverGRO(t *testing.T) { // not parallel: AllocsPerRun refuses
 	txGSO := uskDial(t, n.a, uskAP(uskAddrB, uskPort))
 	uskSockopt(t, txGSO, unix.SOL_UDP, unix.UDP_SEGMENT, segSize)
 	opened := 0 // datagrams Open saw whole
-	open := func(dgrams [][]byte, _ []Verdict) {
+	open := func(dgrams [][]byte, _ []int, _ []Verdict) {
 		for _, d := range dgrams {
 			if len(d) == segSize || len(d) == 2*segSize {
 				opened++

@@ -68,6 +68,7 @@ type Sink struct {
 	first     []int         // first frame of each message; first[m] ends the last
 	sealed    []atomic.Bool // frame i went through Seal since Alloc handed it out
 	toSeal    [][]byte      // the datagrams of the chunk at hand not sealed yet
+	sealPeers []int         // their peers
 	fellBack  [FallbackMsgSize + 1]bool
 	gso       bool
 	gsoTooBig int // smallest datagram size refused with EMSGSIZE in a UDP_SEGMENT message; 0: none
@@ -128,6 +129,7 @@ func NewSink(conn *net.UDPConn, cfg SinkConfig) (*Sink, error) {
 		first:      make([]int, udpSinkChunk+1),
 		sealed:     make([]atomic.Bool, cfg.Frames),
 		toSeal:     make([][]byte, 0, udpSinkChunk),
+		sealPeers:  make([]int, 0, udpSinkChunk),
 		gso:        gso,
 	}
 	if v6 {
@@ -386,15 +388,15 @@ func (s *Sink) sealChunk(chunk []pipeline.Frame) {
 	if s.seal == nil {
 		return
 	}
-	s.toSeal = s.toSeal[:0]
+	s.toSeal, s.sealPeers = s.toSeal[:0], s.sealPeers[:0]
 	for _, f := range chunk {
 		if !s.sealed[f.ID].Load() {
-			s.toSeal = append(s.toSeal, s.datagram(f))
+			s.toSeal, s.sealPeers = append(s.toSeal, s.datagram(f)), append(s.sealPeers, 0)
 			s.sealed[f.ID].Store(true)
 		}
 	}
 	if len(s.toSeal) > 0 {
-		s.seal(s.toSeal)
+		s.seal(s.toSeal, s.sealPeers)
 	}
 	clear(s.toSeal) // keep no views of frames
 }

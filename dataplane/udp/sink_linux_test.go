@@ -111,7 +111,7 @@ func uskSockopt(t *testing.T, c syscall.Conn, level, opt, v int) {
 // the header as the trailer in the last tail bytes.
 func uskSeal(tail int) SealFunc {
 	var ctr uint64
-	return func(dgrams [][]byte) {
+	return func(dgrams [][]byte, _ []int) {
 		for _, d := range dgrams {
 			binary.LittleEndian.PutUint32(d[0:], uskType)
 			binary.LittleEndian.PutUint32(d[4:], uskIndex)
@@ -757,7 +757,7 @@ func (d *uskDecap) failure() string {
 
 // open checks a batch of datagrams: each trailer is a copy of its
 // header (uskSeal), and decap checks the rest.
-func (d *uskDecap) open(dgrams [][]byte, verdicts []Verdict) {
+func (d *uskDecap) open(dgrams [][]byte, _ []int, verdicts []Verdict) {
 	for i, dg := range dgrams {
 		tail := dg[len(dg)-uskHdrLen:]
 		switch {

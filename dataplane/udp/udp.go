@@ -57,21 +57,25 @@ type SinkConfig struct {
 // datagram: Headroom bytes of header room, the inner IP packet, Tailroom
 // bytes of trailer room; it may rewrite all of it (a header with a
 // counter, the packet encrypted, a tag) but not change its length, and
-// must not keep it. The sink calls it once per batch, in transmit order,
-// on the goroutine that calls Transmit (the forwarder's sink loop), just
-// before the datagrams are first handed to the kernel; every datagram is
-// sealed once, even one offered again after ENOBUFS.
-type SealFunc func(dgrams [][]byte)
+// must not keep it. peers[i] is the peer dgrams[i] goes to, an index into
+// SinkConfig.Peers (always 0 on a connected socket), so that the hook
+// picks the peer's keys and counter. The sink calls it once per batch, in
+// transmit order, on the goroutine that calls Transmit (the forwarder's
+// sink loop), just before the datagrams are first handed to the kernel;
+// every datagram is sealed once, even one offered again after ENOBUFS.
+type SealFunc func(dgrams [][]byte, peers []int)
 
 // An OpenFunc opens a batch of received datagrams in place. dgrams[i] is
 // a whole datagram as its peer's SealFunc left it; the inner IP packet
 // is to be left at dgrams[i][Headroom:len(dgrams[i])-Tailroom] (an IP
-// packet shorter than that room is trimmed to its IP length). It sets
-// verdicts[i], which come in as Accept, to say why a datagram is
-// dropped; it must not keep dgrams. The receiver calls it once per
-// recvmmsg batch, on the goroutine that calls Receive, with only the
-// datagrams long enough to hold the headroom and the tailroom.
-type OpenFunc func(dgrams [][]byte, verdicts []Verdict)
+// packet shorter than that room is trimmed to its IP length). peers[i]
+// is the peer dgrams[i] came from, an index into ReceiverConfig.Peers
+// (always 0 without), so that the hook picks the peer's keys and replay
+// window. It sets verdicts[i], which come in as Accept, to say why a
+// datagram is dropped; it must not keep dgrams. The receiver calls it
+// once per recvmmsg batch, on the goroutine that calls Receive, with only
+// the datagrams long enough to hold the headroom and the tailroom.
+type OpenFunc func(dgrams [][]byte, peers []int, verdicts []Verdict)
 
 // A Verdict is what an OpenFunc says of a datagram: Accept, or why it is
 // dropped. ReceiverStats counts the drops by verdict.
