@@ -47,6 +47,15 @@ type SinkConfig struct {
 	// Seal, if set, frames and seals datagrams in place (see SealFunc).
 	// Without it the headroom and tailroom are sent as they are.
 	Seal SealFunc
+	// Peers, if set, makes the sink send to several peers on an
+	// unconnected (bound) socket: each frame goes to the peer its inner
+	// destination routes to (Peers.Route), and a frame whose destination
+	// routes to none is dropped (SinkStats.NoPeer). Every endpoint must
+	// be of the socket's family, except that an IPv6 socket bound to the
+	// unspecified address without IPV6_V6ONLY (net.ListenUDP("udp") on
+	// all addresses) also sends to IPv4 ones. Without Peers the socket
+	// must be connected to the one peer.
+	Peers *Peers
 	// OnFallback, if set, is called the first time the sink stops using
 	// UDP_SEGMENT for a reason (once per Fallback), on the goroutine that
 	// calls Transmit. SinkStats counts every occurrence.
@@ -127,7 +136,8 @@ type SinkStats struct {
 	GSOMessages uint64 // messages sent with UDP_SEGMENT, each of two datagrams or more
 	Bytes       uint64 // UDP payload bytes sent, headroom included
 	Syscalls    uint64 // sendmmsg calls
-	Dropped     uint64 // frames taken but not sent, because of the errors below
+	Dropped     uint64 // frames taken but not sent: NoPeer and the errors below
+	NoPeer      uint64 // frames whose inner destination routes to no peer (SinkConfig.Peers), or not an IP packet
 
 	// Errors by kind, counted per failed message (one sendmmsg error).
 	Refused     uint64 // ECONNREFUSED: the peer's port was unreachable (an earlier ICMP error); the message is dropped
@@ -195,6 +205,7 @@ func (s SinkStats) Add(o SinkStats) SinkStats {
 	s.Bytes += o.Bytes
 	s.Syscalls += o.Syscalls
 	s.Dropped += o.Dropped
+	s.NoPeer += o.NoPeer
 	s.Refused += o.Refused
 	s.Unreachable += o.Unreachable
 	s.MsgSize += o.MsgSize
