@@ -178,6 +178,14 @@ type ReceiverConfig struct {
 	// Messages is the most messages one recvmmsg call takes, each with a
 	// 64 KiB buffer allocated once; 0 means DefaultReceiverMessages.
 	Messages int
+	// Peers, if set, makes the receiver take datagrams from several
+	// peers on an unconnected socket, WireGuard's way: a datagram from an
+	// address that is no peer's endpoint is dropped before Open
+	// (ReceiverStats.UnknownPeer), Open learns each datagram's peer, and
+	// an inner packet Open accepted whose source does not route back to
+	// its peer (Peers.Allows) is dropped (ReceiverStats.NotAllowed).
+	// Without Peers every datagram the socket takes is the peer's.
+	Peers *Peers
 }
 
 // ReceiverStats is a snapshot of a Receiver's counters.
@@ -192,6 +200,8 @@ type ReceiverStats struct {
 	Replay      uint64 // of which DropReplay
 	Malformed   uint64 // of which DropMalformed (and verdicts Open does not name)
 	Truncated   uint64 // messages larger than their buffer, dropped
+	UnknownPeer uint64 // datagrams from an address that is no peer's endpoint (ReceiverConfig.Peers), dropped before Open and not handed out
+	NotAllowed  uint64 // datagrams Open accepted whose inner source does not route back to their peer (or that hold no IP header), dropped
 	PeerErrors  uint64 // errors an ICMP message left on the socket (ECONNREFUSED, EHOSTUNREACH, ...), counted and passed over
 	GRO         bool   // whether the kernel coalesces with UDP_GRO
 }
@@ -229,6 +239,8 @@ func (s ReceiverStats) Add(o ReceiverStats) ReceiverStats {
 	s.Replay += o.Replay
 	s.Malformed += o.Malformed
 	s.Truncated += o.Truncated
+	s.UnknownPeer += o.UnknownPeer
+	s.NotAllowed += o.NotAllowed
 	s.PeerErrors += o.PeerErrors
 	s.GRO = s.GRO && o.GRO
 	return s
