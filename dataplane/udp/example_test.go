@@ -14,9 +14,10 @@ import (
 
 // Wire the two halves of a tunnel by hand between a TUN queue and a UDP
 // socket connected to the peer, with a 16-byte header of one's own, as a
-// VPN with its own peers and routing would (dataplane/tunnel does this
-// for one peer, with the fast defaults). It needs root and a peer, so it
-// only compiles here.
+// VPN with its own framing would (dataplane/tunnel does this for one
+// peer or several, with the fast defaults; SinkConfig.Peers and
+// ReceiverConfig.Peers route to several on an unconnected socket). It
+// needs root and a peer, so it only compiles here.
 func ExampleNewSink() {
 	dev, err := tun.Open(tun.Config{Name: "vpn0", MTU: 1440, Offload: true})
 	if err != nil {
