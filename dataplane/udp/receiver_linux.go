@@ -76,9 +76,9 @@ type receiverCounters struct {
 
 // NewReceiver returns a Receiver on conn, a UDP socket bound to the
 // tunnel's local address (connected to the peer or not; not, for
-// several peers). It turns UDP_GRO
-// on where the kernel has it (Linux 5.0+); without it every datagram is a
-// message of its own. The caller keeps conn and closes it to stop.
+// several peers). It turns UDP_GRO on where the kernel has it (Linux
+// 5.0+); without it every datagram is a message of its own. The caller
+// keeps conn and closes it to stop.
 func NewReceiver(conn *net.UDPConn, cfg ReceiverConfig) (*Receiver, error) {
 	if cfg.Messages == 0 {
 		cfg.Messages = DefaultReceiverMessages

@@ -32,9 +32,9 @@ var _ pipeline.Sink = (*Sink)(nil)
 //
 // Transmit hands a batch to the kernel with sendmmsg(2), and coalesces
 // each run of consecutive frames of equal length (the last of a run may be
-// shorter) to the same peer into one message with a UDP_SEGMENT control message, up to 64
-// datagrams and 65507 bytes per message: the kernel then cuts the run
-// into datagrams itself, late, or lets the NIC do it. When the kernel
+// shorter) to one peer into one message with a UDP_SEGMENT control
+// message, up to 64 datagrams and 65507 bytes per message: the kernel
+// then cuts the run into datagrams itself, late, or lets the NIC do it. When the kernel
 // refuses UDP_SEGMENT (no support: EIO or EINVAL, or a socket with
 // SO_NO_CHECK), the sink remembers it and sends one datagram per message
 // from then on. Like the kernel's own UDP sockets, a full socket send
@@ -69,8 +69,8 @@ type Sink struct {
 	msgs      []ipv4.Message
 	iovs      [][]byte      // one per frame of the chunk at hand
 	oob       [][]byte      // one UDP_SEGMENT control message per message
-	first     []int         // first frame of each message; first[m] ends the last
-	segs      []int         // the number of frames of each message
+	first     []int         // first frame of each message
+	segs      []int         // the number of frames of each message (frames without a peer lie between messages)
 	sealed    []atomic.Bool // frame i was routed and went through Seal since Alloc handed it out
 	toSeal    [][]byte      // the datagrams of the chunk at hand not sealed yet
 	sealPeers []int         // their peers
@@ -144,7 +144,7 @@ func NewSink(conn *net.UDPConn, cfg SinkConfig) (*Sink, error) {
 		msgs:       make([]ipv4.Message, udpSinkChunk),
 		iovs:       make([][]byte, udpSinkChunk),
 		oob:        make([][]byte, udpSinkChunk),
-		first:      make([]int, udpSinkChunk+1),
+		first:      make([]int, udpSinkChunk),
 		segs:       make([]int, udpSinkChunk),
 		sealed:     make([]atomic.Bool, cfg.Frames),
 		toSeal:     make([][]byte, 0, udpSinkChunk),
@@ -465,7 +465,6 @@ func (s *Sink) build(chunk []pipeline.Frame) int {
 		i = j
 		m++
 	}
-	s.first[m] = len(chunk)
 	return m
 }
 
