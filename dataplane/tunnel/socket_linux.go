@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -31,6 +33,106 @@ func pathMTU(conn *net.UDPConn) (mtu int, v6 bool, err error) {
 		return nil
 	})
 	return mtu, v6, err
+}
+
+// listenNetwork is the network to bind local on for peers: local's own
+// family if it is a specified address; else the peers' family, or both
+// ("udp": an IPv6 socket without IPV6_V6ONLY) if they have both.
+func listenNetwork(local netip.Addr, peers *udp.Peers) string {
+	if local.IsValid() && !local.IsUnspecified() {
+		return "udp"
+	}
+	var v4, v6 bool
+	for i := range peers.Len() {
+		if peers.Peer(i).Endpoint.Addr().Is4() {
+			v4 = true
+		} else {
+			v6 = true
+		}
+	}
+	switch {
+	case v4 && v6:
+		return "udp"
+	case v4:
+		return "udp4"
+	}
+	return "udp6"
+}
+
+// setPeersMTU sets the inner MTU to the smallest that fits every peer's
+// path, each with the outer header of its endpoint's family.
+func (t *Tunnel) setPeersMTU() error {
+	route, err := socketRoute(t.conn)
+	if err != nil {
+		return fmt.Errorf("tunnel: %w", err)
+	}
+	for i := range t.peers.Len() {
+		ep := t.peers.Peer(i).Endpoint
+		path, err := probeMTU(ep, route)
+		if err != nil {
+			return fmt.Errorf("tunnel: path MTU to peer %d (%v): %w", i, ep, err)
+		}
+		mtu := InnerMTU(path, ep.Addr().Is6(), t.cfg.Headroom, t.cfg.Tailroom)
+		if mtu < 576 {
+			return fmt.Errorf("tunnel: path MTU %d to peer %d (%v) leaves an inner MTU of %d, less than 576", path, i, ep, mtu)
+		}
+		if t.mtu == 0 || mtu < t.mtu {
+			t.mtu = mtu
+		}
+	}
+	return nil
+}
+
+// route is what decides the route of a socket's datagrams beside their
+// destination: its local address, the device it is bound to and its
+// firewall mark.
+type route struct {
+	local  netip.Addr
+	device string
+	mark   int
+}
+
+// socketRoute reads conn's route settings.
+func socketRoute(conn *net.UDPConn) (r route, err error) {
+	if a, ok := conn.LocalAddr().(*net.UDPAddr); ok {
+		r.local = a.AddrPort().Addr().Unmap()
+	}
+	err = control(conn, func(fd int) error {
+		var err error
+		if r.device, err = unix.GetsockoptString(fd, unix.SOL_SOCKET, unix.SO_BINDTODEVICE); err != nil {
+			return os.NewSyscallError("getsockopt SO_BINDTODEVICE", err)
+		}
+		r.mark, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_MARK)
+		return os.NewSyscallError("getsockopt SO_MARK", err)
+	})
+	return r, err
+}
+
+// probeMTU reads the path MTU to ep from a short-lived socket connected
+// to it, with the tunnel socket's route settings, and closes it.
+func probeMTU(ep netip.AddrPort, r route) (int, error) {
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) {
+			if r.device != "" {
+				serr = os.NewSyscallError("setsockopt SO_BINDTODEVICE", unix.BindToDevice(int(fd), r.device))
+			}
+			if r.mark != 0 && serr == nil {
+				serr = os.NewSyscallError("setsockopt SO_MARK", unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_MARK, r.mark))
+			}
+		})
+		return errors.Join(err, serr)
+	}}
+	if r.local.IsValid() && !r.local.IsUnspecified() && r.local.Is4() == ep.Addr().Is4() {
+		d.LocalAddr = net.UDPAddrFromAddrPort(netip.AddrPortFrom(r.local, 0))
+	}
+	c, err := d.Dial("udp", ep.String())
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	mtu, _, err := pathMTU(c.(*net.UDPConn))
+	return mtu, err
 }
 
 // control runs fn on conn's file descriptor.

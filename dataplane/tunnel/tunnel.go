@@ -26,7 +26,7 @@ const (
 )
 
 // Config configures a Tunnel. The zero value of every field but the
-// peer's address is a fast default.
+// peer's address (Peer or Conn) or the peers (Peers) is a fast default.
 type Config struct {
 	// Device is an open TUN device (with offloads, tun.Config.Offload)
 	// whose queues the tunnel uses; the caller keeps it and closes it
@@ -35,15 +35,23 @@ type Config struct {
 	Device *tun.Device
 	Name   string
 	Queues int
-	// Conn is a UDP socket connected to the peer (net.DialUDP); the
+	// Conn is a UDP socket connected to the peer (net.DialUDP), or with
+	// Peers a bound one that is not connected (net.ListenUDP); the
 	// caller keeps it and closes it after the tunnel. Nil: Open dials
 	// Peer from Local (the zero Local: any address, a port the kernel
-	// picks) and closes that socket on Close.
+	// picks), or with Peers binds Local (the zero Local, or an
+	// unspecified address: all addresses of the peers' families), and
+	// closes that socket on Close.
 	Conn        *net.UDPConn
 	Local, Peer netip.AddrPort
+	// Peers makes a tunnel with several peers instead of one (Peer or a
+	// connected Conn: one or the other, not both): their endpoints and
+	// the inner prefixes routed to each (see udp.Peers). Seal and Open
+	// learn each datagram's peer.
+	Peers []udp.Peer
 	// MTU is the inner MTU, set on the TUN device; 0 derives it from the
 	// path MTU to the peer (InnerMTU), as WireGuard's 1420 is derived
-	// from 1500.
+	// from 1500; with Peers, the smallest over the peers' paths.
 	MTU int
 	// Headroom and Tailroom are the room the VPN's framing needs around
 	// each inner packet in a datagram: a header (Headroom, 0 means
@@ -51,10 +59,11 @@ type Config struct {
 	// AEAD tag (Tailroom).
 	Headroom, Tailroom int
 	// Seal and Open are the VPN's framing and crypto, run on batches in
-	// place (udp.SealFunc, udp.OpenFunc); each queue calls them from
-	// its own goroutines (Seal from its forwarder, Open from its return
-	// path). Nil sends the headroom and tailroom as they are and
-	// accepts every datagram: a plaintext tunnel.
+	// place (udp.SealFunc, udp.OpenFunc), with each datagram's peer (an
+	// index into Peers; 0 for the one peer) to pick its keys by; each
+	// queue calls them from its own goroutines (Seal from its forwarder,
+	// Open from its return path). Nil sends the headroom and tailroom as
+	// they are and accepts every datagram: a plaintext tunnel.
 	Seal udp.SealFunc
 	Open udp.OpenFunc
 	// SocketBuffer is the size asked for the socket's send and receive

@@ -32,12 +32,14 @@ const (
 	drainTime = 10 * time.Millisecond
 )
 
-// Tunnel is a running point-to-point tunnel: see the package comment.
+// Tunnel is a running tunnel, to one peer or several: see the package
+// comment.
 type Tunnel struct {
 	cfg       Config
 	log       *slog.Logger
 	dev       *tun.Device
 	conn      *net.UDPConn
+	peers     *udp.Peers // nil: one peer, on a connected socket
 	ownDev    bool
 	ownConn   bool
 	mtu       int
@@ -71,6 +73,11 @@ func Open(cfg Config) (_ *Tunnel, err error) {
 		return nil, err
 	}
 	t := &Tunnel{cfg: cfg, log: cfg.Logger, dev: cfg.Device, conn: cfg.Conn}
+	if len(cfg.Peers) > 0 {
+		if t.peers, err = udp.NewPeers(cfg.Peers); err != nil {
+			return nil, fmt.Errorf("tunnel: %w", err)
+		}
+	}
 	if t.log == nil {
 		t.log = slog.Default()
 	}
@@ -106,8 +113,10 @@ func check(cfg Config) error {
 		return fmt.Errorf("tunnel: %w: %s", pipeline.ErrInvalidConfig, fmt.Sprintf(format, args...))
 	}
 	switch {
-	case cfg.Conn == nil && !cfg.Peer.IsValid():
-		return bad("no peer: set Conn or Peer")
+	case len(cfg.Peers) > 0 && cfg.Peer.IsValid():
+		return bad("Peer and Peers: one peer or several, not both")
+	case len(cfg.Peers) == 0 && cfg.Conn == nil && !cfg.Peer.IsValid():
+		return bad("no peer: set Conn or Peer, or Peers")
 	case cfg.Headroom < MinHeadroom || cfg.Headroom > 1024:
 		return bad("headroom %d, want %d to 1024", cfg.Headroom, MinHeadroom)
 	case cfg.Tailroom < 0 || cfg.Tailroom > 1024:
@@ -120,9 +129,18 @@ func check(cfg Config) error {
 	return nil
 }
 
-// openConn dials the peer unless Config.Conn is given.
+// openConn dials the peer, or binds the socket for several, unless
+// Config.Conn is given.
 func (t *Tunnel) openConn() error {
 	if t.conn != nil {
+		return nil
+	}
+	if t.peers != nil {
+		conn, err := net.ListenUDP(listenNetwork(t.cfg.Local.Addr(), t.peers), net.UDPAddrFromAddrPort(t.cfg.Local))
+		if err != nil {
+			return fmt.Errorf("tunnel: %w", err)
+		}
+		t.conn, t.ownConn = conn, true
 		return nil
 	}
 	var laddr *net.UDPAddr
@@ -141,6 +159,9 @@ func (t *Tunnel) openConn() error {
 func (t *Tunnel) setMTU() error {
 	if t.mtu = t.cfg.MTU; t.mtu != 0 {
 		return nil
+	}
+	if t.peers != nil {
+		return t.setPeersMTU()
 	}
 	path, v6, err := pathMTU(t.conn)
 	if err != nil {
@@ -190,12 +211,12 @@ func (t *Tunnel) newLane(q *tun.Queue) (*lane, error) {
 	frameSize := t.cfg.Headroom + t.mtu + t.cfg.Tailroom
 	sink, err := udp.NewSink(t.conn, udp.SinkConfig{
 		Frames: laneFrames, FrameSize: frameSize, Headroom: t.cfg.Headroom, Tailroom: t.cfg.Tailroom,
-		Seal: t.cfg.Seal, OnFallback: t.fellBack,
+		Seal: t.cfg.Seal, OnFallback: t.fellBack, Peers: t.peers,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("tunnel: %w", err)
 	}
-	recv, err := udp.NewReceiver(t.conn, udp.ReceiverConfig{Headroom: t.cfg.Headroom, Tailroom: t.cfg.Tailroom, Open: t.cfg.Open})
+	recv, err := udp.NewReceiver(t.conn, udp.ReceiverConfig{Headroom: t.cfg.Headroom, Tailroom: t.cfg.Tailroom, Open: t.cfg.Open, Peers: t.peers})
 	if err != nil {
 		return nil, fmt.Errorf("tunnel: %w", err)
 	}
@@ -347,6 +368,15 @@ func (t *Tunnel) Device() *tun.Device { return t.dev }
 
 // LocalAddr is the socket's local address.
 func (t *Tunnel) LocalAddr() netip.AddrPort { return t.conn.LocalAddr().(*net.UDPAddr).AddrPort() }
+
+// PeerStats returns a snapshot of each peer's counters, in Config.Peers's
+// order; nil for a tunnel to one peer (Stats has its totals).
+func (t *Tunnel) PeerStats() []udp.PeerStats {
+	if t.peers == nil {
+		return nil
+	}
+	return t.peers.Stats()
+}
 
 // Stats returns a snapshot of the counters, summed over the queues.
 func (t *Tunnel) Stats() Stats {

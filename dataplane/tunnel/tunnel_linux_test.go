@@ -66,9 +66,18 @@ func (s *syncBuffer) String() string {
 // t.Cleanup.
 func openEnd(t *testing.T, ns *netlab.NS, local, peer netip.Addr, addr netip.Addr, cfg tunnel.Config) *end {
 	t.Helper()
+	cfg.Local, cfg.Peer = netip.AddrPortFrom(local, port), netip.AddrPortFrom(peer, port)
+	return openTunnel(t, ns, addr, cfg)
+}
+
+// openTunnel opens a tunnel in ns as cfg says, logging to the end's
+// buffer, gives its TUN device addr/24 and brings it up, without IPv6
+// (whose chatter would go to no peer of a tunnel with several); it is
+// closed in t.Cleanup.
+func openTunnel(t *testing.T, ns *netlab.NS, addr netip.Addr, cfg tunnel.Config) *end {
+	t.Helper()
 	e := &end{ns: ns, logs: new(syncBuffer)}
 	cfg.Name = tunName
-	cfg.Local, cfg.Peer = netip.AddrPortFrom(local, port), netip.AddrPortFrom(peer, port)
 	cfg.Logger = slog.New(slog.NewTextHandler(e.logs, nil))
 	var err error
 	ns.Do(t, func() { e.tnl, err = tunnel.Open(cfg) })
@@ -76,6 +85,7 @@ func openEnd(t *testing.T, ns *netlab.NS, local, peer netip.Addr, addr netip.Add
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.tnl.Close() })
+	netlab.Must(t, ns.Sysctl("net/ipv6/conf/"+tunName+"/disable_ipv6", "1"))
 	netlab.Must(t, ns.LinkUp(tunName))
 	netlab.Must(t, ns.AddAddr(tunName, addr.String()+"/24"))
 	return e

@@ -10,9 +10,10 @@ import (
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/dataplane/tun"
+	"github.com/gsoplane/gsoplane/dataplane/udp"
 )
 
-// Tunnel is a point-to-point tunnel; there is none on this system.
+// Tunnel is a VPN tunnel's data path; there is none on this system.
 type Tunnel struct{}
 
 var errNotSupported = fmt.Errorf("tunnel: %w on %s", pipeline.ErrNotSupported, runtime.GOOS)
@@ -23,9 +24,10 @@ func Open(cfg Config) (*Tunnel, error) { return nil, errNotSupported }
 
 // The methods Tunnel has on Linux, so that programs using it build on any
 // system.
-func (*Tunnel) Run(context.Context) error { return errNotSupported }
-func (*Tunnel) Close() error              { return errNotSupported }
-func (*Tunnel) MTU() int                  { return 0 }
-func (*Tunnel) Device() *tun.Device       { return nil }
-func (*Tunnel) LocalAddr() netip.AddrPort { return netip.AddrPort{} }
-func (*Tunnel) Stats() Stats              { return Stats{} }
+func (*Tunnel) Run(context.Context) error  { return errNotSupported }
+func (*Tunnel) Close() error               { return errNotSupported }
+func (*Tunnel) MTU() int                   { return 0 }
+func (*Tunnel) Device() *tun.Device        { return nil }
+func (*Tunnel) LocalAddr() netip.AddrPort  { return netip.AddrPort{} }
+func (*Tunnel) Stats() Stats               { return Stats{} }
+func (*Tunnel) PeerStats() []udp.PeerStats { return nil }

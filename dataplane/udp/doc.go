@@ -1,7 +1,8 @@
 // Package udp holds the two halves of a VPN's tunnel for embedders of
 // the pipeline. Sink, a pipeline.Sink, sends every segment as the payload
-// of a UDP datagram on a connected socket, with sendmmsg(2) and
-// UDP_SEGMENT, the way WireGuard sends its tunnel traffic. Receiver, a
+// of a UDP datagram on a connected socket (or to several peers, below),
+// with sendmmsg(2) and UDP_SEGMENT, the way WireGuard sends its tunnel
+// traffic. Receiver, a
 // pipeline.Receiver, takes datagrams with recvmmsg(2) and UDP_GRO and
 // hands out the inner packets, which a pipeline.ReturnPath with GRO merges
 // again and writes into a TUN device:
@@ -12,11 +13,22 @@
 // SinkConfig.Seal seals a batch of datagrams (Headroom bytes of header
 // room, the packet, Tailroom bytes of trailer room) before sendmmsg,
 // ReceiverConfig.Open opens a batch after recvmmsg and gives each a
-// Verdict, the drops counted by reason. The Receiver is a
-// pipeline.ReadDeadliner, so a ReturnPath stops promptly on cancel.
-// dataplane/tunnel wires both for one peer with fast defaults.
+// Verdict, the drops counted by reason. Both are told each datagram's
+// peer, to pick its keys by. The Receiver is a pipeline.ReadDeadliner,
+// so a ReturnPath stops promptly on cancel.
+//
+// A tunnel with several peers gives both halves one Peers table, on an
+// unconnected socket: WireGuard's cryptokey routing. The sink sends each
+// packet to the peer whose allowed prefix matches its inner destination
+// longest, and drops one that matches none; the receiver drops a
+// datagram from an address that is no peer's endpoint, and an opened
+// packet whose inner source does not route back to the peer it came
+// from. The table counts each peer's traffic (Peers.Stats).
+// dataplane/tunnel wires both halves, for one peer or several, with fast
+// defaults.
 //
 // It needs Linux (UDP_SEGMENT since 4.18, UDP_GRO since 5.0); on other
 // systems NewSink and NewReceiver return errors. It imports pipeline and,
-// for the receiver's recvmmsg(2) batches, internal/mmsg.
+// for the receiver's recvmmsg(2) batches, internal/mmsg; internal/iphdr
+// reads the inner addresses.
 package udp

@@ -14,9 +14,10 @@ import (
 
 // Wire the two halves of a tunnel by hand between a TUN queue and a UDP
 // socket connected to the peer, with a 16-byte header of one's own, as a
-// VPN with its own peers and routing would (dataplane/tunnel does this
-// for one peer, with the fast defaults). It needs root and a peer, so it
-// only compiles here.
+// VPN with its own framing would (dataplane/tunnel does this for one
+// peer or several, with the fast defaults; SinkConfig.Peers and
+// ReceiverConfig.Peers route to several on an unconnected socket). It
+// needs root and a peer, so it only compiles here.
 func ExampleNewSink() {
 	dev, err := tun.Open(tun.Config{Name: "vpn0", MTU: 1440, Offload: true})
 	if err != nil {
@@ -30,14 +31,14 @@ func ExampleNewSink() {
 	defer conn.Close()
 
 	var counter uint64
-	seal := func(dgrams [][]byte) { // header: type 4, index 0, a counter
+	seal := func(dgrams [][]byte, _ []int) { // header: type 4, index 0, a counter; one peer
 		for _, d := range dgrams {
 			binary.LittleEndian.PutUint32(d, 4)
 			binary.LittleEndian.PutUint64(d[8:], counter)
 			counter++
 		}
 	}
-	open := func(dgrams [][]byte, verdicts []udp.Verdict) {
+	open := func(dgrams [][]byte, _ []int, verdicts []udp.Verdict) {
 		for i, d := range dgrams {
 			if binary.LittleEndian.Uint32(d) != 4 {
 				verdicts[i] = udp.DropMalformed

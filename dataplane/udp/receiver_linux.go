@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"sync/atomic"
 	"syscall"
@@ -12,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/internal/iphdr"
 	"github.com/gsoplane/gsoplane/internal/mmsg"
 )
 
@@ -25,6 +27,11 @@ var _ pipeline.Receiver = (*Receiver)(nil)
 // encapsulation header. Give it to pipeline.NewReturnPath with a TUN queue
 // as the Writer and GRO on: the inner packets are merged again into
 // super-packets and written into the TUN one super-packet per write.
+//
+// With ReceiverConfig.Peers it takes each datagram's source address with
+// it, drops what comes from no peer's endpoint, tells Open each
+// datagram's peer and drops an opened packet whose inner source the peer
+// may not use: cryptokey routing's receive side.
 //
 // Receive blocks (through the Go runtime poller) until a datagram comes;
 // a read deadline (SetReadDeadline, the socket's) ends it with an error
@@ -41,25 +48,37 @@ type Receiver struct {
 	msgs     *mmsg.Batch
 	pending  [][]byte // datagrams of the last recvmmsg not handed out yet
 	next     int
-	toOpen   [][]byte              // the pending datagrams long enough to open
-	openIdx  []int                 // their index in pending
-	verdicts []Verdict             // Open's, for toOpen
-	recvFn   func(fd uintptr) bool // made once, so that Receive does not allocate
-	got      int                   // messages of the last recvmmsg
-	errno    unix.Errno
-	st       receiverCounters
+	toOpen   [][]byte  // the pending datagrams long enough to open
+	openIdx  []int     // their index in pending
+	peers    []int     // their peers, for Open
+	verdicts []Verdict // Open's, for toOpen
+
+	// With Peers: each message's source address, each pending
+	// datagram's peer, the last inner source checked and the counts.
+	table       *Peers
+	names       [][]byte
+	pendingPeer []int
+	src         routeCache
+	recvPeer    tally
+
+	recvFn func(fd uintptr) bool // made once, so that Receive does not allocate
+	got    int                   // messages of the last recvmmsg
+	errno  unix.Errno
+	st     receiverCounters
 }
 
 type receiverCounters struct {
 	datagrams, messages, groMessages, syscalls, short, truncated, peerErrors atomic.Uint64
+	unknownPeer, notAllowed                                                  atomic.Uint64
 	refused                                                                  [numVerdicts]atomic.Uint64
 	gro                                                                      atomic.Bool
 }
 
 // NewReceiver returns a Receiver on conn, a UDP socket bound to the
-// tunnel's local address (connected to the peer or not). It turns UDP_GRO
-// on where the kernel has it (Linux 5.0+); without it every datagram is a
-// message of its own. The caller keeps conn and closes it to stop.
+// tunnel's local address (connected to the peer or not; not, for
+// several peers). It turns UDP_GRO on where the kernel has it (Linux
+// 5.0+); without it every datagram is a message of its own. The caller
+// keeps conn and closes it to stop.
 func NewReceiver(conn *net.UDPConn, cfg ReceiverConfig) (*Receiver, error) {
 	if cfg.Messages == 0 {
 		cfg.Messages = DefaultReceiverMessages
@@ -90,6 +109,16 @@ func NewReceiver(conn *net.UDPConn, cfg ReceiverConfig) (*Receiver, error) {
 	}
 	most := cfg.Messages * udpGROMaxSegments
 	r.pending, r.toOpen, r.openIdx, r.verdicts = make([][]byte, 0, most), make([][]byte, 0, most), make([]int, 0, most), make([]Verdict, most)
+	r.peers = make([]int, most)
+	if cfg.Peers != nil {
+		r.table, r.recvPeer = cfg.Peers, tally{t: cfg.Peers, received: true}
+		r.names, r.pendingPeer = make([][]byte, cfg.Messages), make([]int, 0, most)
+		names := make([]byte, cfg.Messages*unix.SizeofSockaddrInet6)
+		for i := range r.names {
+			r.names[i] = names[i*unix.SizeofSockaddrInet6 : (i+1)*unix.SizeofSockaddrInet6]
+			r.msgs.SetName(i, r.names[i])
+		}
+	}
 	r.recvFn = r.recv
 	var serr error
 	if err := rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_GRO, 1) }); err != nil {
@@ -136,25 +165,50 @@ func (r *Receiver) open() {
 		}
 		r.toOpen, r.openIdx = append(r.toOpen, d), append(r.openIdx, i)
 	}
-	verdicts := r.verdicts[:len(r.toOpen)]
+	verdicts, peers := r.verdicts[:len(r.toOpen)], r.peers[:len(r.toOpen)]
 	clear(verdicts)
+	clear(peers)
+	if r.table != nil {
+		for k, i := range r.openIdx {
+			peers[k] = r.pendingPeer[i]
+		}
+	}
 	if r.openFn != nil && len(r.toOpen) > 0 {
-		r.openFn(r.toOpen, verdicts)
+		r.openFn(r.toOpen, peers, verdicts)
 	}
 	for k, i := range r.openIdx {
 		d := r.pending[i]
-		if v := verdicts[k]; v != Accept {
+		switch v := verdicts[k]; {
+		case v != Accept:
 			r.st.refused[min(v, DropMalformed)].Add(1)
 			d = d[:r.headroom+r.tailroom]
+		case r.table != nil && !r.allowed(d, r.pendingPeer[i]):
+			r.st.notAllowed.Add(1)
+			d = d[:r.headroom+r.tailroom]
+		case r.table != nil:
+			r.recvPeer.add(r.pendingPeer[i], 1, uint64(len(d)))
 		}
 		r.pending[i] = d[:len(d)-r.tailroom]
 	}
+	r.recvPeer.flush()
 	clear(r.toOpen) // keep no views of the buffers
+}
+
+// allowed reports whether the inner packet of the opened datagram d comes
+// from a source peer may use.
+func (r *Receiver) allowed(d []byte, peer int) bool {
+	src, ok := iphdr.Src(d[r.headroom : len(d)-r.tailroom])
+	if !ok {
+		return false
+	}
+	p, ok := r.src.route(r.table, src)
+	return ok && p == peer
 }
 
 // fill waits for messages and cuts them into datagrams.
 func (r *Receiver) fill() error {
 	r.pending, r.next = r.pending[:0], 0
+	r.pendingPeer = r.pendingPeer[:0]
 	for len(r.pending) == 0 {
 		if err := r.rc.Read(r.recvFn); err != nil {
 			return fmt.Errorf("udp: receiver: %w", err)
@@ -195,7 +249,9 @@ func (r *Receiver) recv(fd uintptr) bool {
 }
 
 // split cuts message k into its datagrams, gso_size bytes each (the last
-// may be shorter), as UDP_GRO says.
+// may be shorter), as UDP_GRO says. With Peers, they are all the peer's
+// whose endpoint sent the message (UDP_GRO merges one 4-tuple's), or
+// dropped if it is no peer's.
 func (r *Receiver) split(k int) {
 	if r.msgs.Flags(k)&unix.MSG_TRUNC != 0 {
 		r.st.truncated.Add(1)
@@ -203,7 +259,14 @@ func (r *Receiver) split(k int) {
 	}
 	msg := r.bufs[k][:r.msgs.MsgLen(k)]
 	size := groSize(r.oob[k][:r.msgs.ControlLen(k)])
-	if size <= 0 || size >= len(msg) {
+	n := 1 // datagrams in the message
+	if size > 0 && size < len(msg) {
+		n = (len(msg) + size - 1) / size
+	}
+	if r.table != nil && !r.fromPeer(k, n) {
+		return
+	}
+	if n == 1 {
 		r.pending = append(r.pending, msg)
 		return
 	}
@@ -213,6 +276,42 @@ func (r *Receiver) split(k int) {
 		r.pending = append(r.pending, msg[:n]) // capacity to the buffer's end: see open
 		msg = msg[n:]
 	}
+}
+
+// fromPeer notes the peer of message k's n datagrams, or counts them
+// dropped and reports false if the message comes from no peer's endpoint.
+func (r *Receiver) fromPeer(k, n int) bool {
+	from, ok := parseSockaddr(r.names[k][:min(r.msgs.NameLen(k), len(r.names[k]))])
+	peer, known := r.table.ByEndpoint(from)
+	if !ok || !known {
+		r.st.unknownPeer.Add(uint64(n))
+		return false
+	}
+	for range n {
+		r.pendingPeer = append(r.pendingPeer, peer)
+	}
+	return true
+}
+
+// parseSockaddr reads the address and port of a raw struct sockaddr_in or
+// sockaddr_in6 (family in host byte order, port and address in network
+// order), an IPv4-mapped IPv6 address as IPv4, without its scope.
+func parseSockaddr(b []byte) (netip.AddrPort, bool) {
+	if len(b) < 4 {
+		return netip.AddrPort{}, false
+	}
+	port := binary.BigEndian.Uint16(b[2:])
+	switch binary.NativeEndian.Uint16(b) {
+	case unix.AF_INET:
+		if len(b) >= unix.SizeofSockaddrInet4 {
+			return netip.AddrPortFrom(netip.AddrFrom4([4]byte(b[4:8])), port), true
+		}
+	case unix.AF_INET6:
+		if len(b) >= unix.SizeofSockaddrInet6 {
+			return netip.AddrPortFrom(netip.AddrFrom16([16]byte(b[8:24])).Unmap(), port), true
+		}
+	}
+	return netip.AddrPort{}, false
 }
 
 // groSize returns the segment size of a SOL_UDP/UDP_GRO control message
@@ -247,6 +346,7 @@ func (r *Receiver) Stats() ReceiverStats {
 		Datagrams: c.datagrams.Load(), Messages: c.messages.Load(), GROMessages: c.groMessages.Load(),
 		Syscalls: c.syscalls.Load(), Short: c.short.Load(), Truncated: c.truncated.Load(),
 		PeerErrors: c.peerErrors.Load(), GRO: c.gro.Load(),
+		UnknownPeer: c.unknownPeer.Load(), NotAllowed: c.notAllowed.Load(),
 		Auth: c.refused[DropAuth].Load(), Replay: c.refused[DropReplay].Load(), Malformed: c.refused[DropMalformed].Load(),
 	}
 	s.Refused = s.Auth + s.Replay + s.Malformed

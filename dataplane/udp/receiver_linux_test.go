@@ -2,12 +2,15 @@ package udp
 
 import (
 	"bytes"
+	"encoding/binary"
 	"net"
 	"net/netip"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gsoplane/gsoplane/internal/netlab"
 )
 
 // TestUDPReceiverGRO: datagrams sent one by one and a UDP_SEGMENT
@@ -28,7 +31,7 @@ func TestUDPReceiverGRO(t *testing.T) { // not parallel: AllocsPerRun refuses
 	txGSO := uskDial(t, n.a, uskAP(uskAddrB, uskPort))
 	uskSockopt(t, txGSO, unix.SOL_UDP, unix.UDP_SEGMENT, segSize)
 	opened := 0 // datagrams Open saw whole
-	open := func(dgrams [][]byte, _ []Verdict) {
+	open := func(dgrams [][]byte, _ []int, _ []Verdict) {
 		for _, d := range dgrams {
 			if len(d) == segSize || len(d) == 2*segSize {
 				opened++
@@ -127,5 +130,177 @@ func TestUDPReceiverPeerError(t *testing.T) {
 	}
 	if st := r.Stats(); st.PeerErrors != 1 {
 		t.Errorf("PeerErrors %d, want 1", st.PeerErrors)
+	}
+}
+
+// parseSockaddr reads what recvmmsg writes: sockaddr_in and sockaddr_in6
+// (an IPv4-mapped address as IPv4, the scope left out), and refuses what
+// is short or of another family.
+func TestParseSockaddr(t *testing.T) {
+	in4 := func(port uint16, a [4]byte) []byte {
+		b := make([]byte, unix.SizeofSockaddrInet4)
+		binary.NativeEndian.PutUint16(b, unix.AF_INET)
+		binary.BigEndian.PutUint16(b[2:], port)
+		copy(b[4:], a[:])
+		return b
+	}
+	in6 := func(port uint16, a string, scope uint32) []byte {
+		b := make([]byte, unix.SizeofSockaddrInet6)
+		binary.NativeEndian.PutUint16(b, unix.AF_INET6)
+		binary.BigEndian.PutUint16(b[2:], port)
+		binary.BigEndian.PutUint32(b[4:], 0x12345) // flow info
+		copy(b[8:], netip.MustParseAddr(a).AsSlice())
+		binary.NativeEndian.PutUint32(b[24:], scope)
+		return b
+	}
+	unixAddr := make([]byte, 16)
+	binary.NativeEndian.PutUint16(unixAddr, unix.AF_UNIX)
+	for _, c := range []struct {
+		name string
+		b    []byte
+		want string // "": refused
+	}{
+		{"IPv4", in4(51820, [4]byte{198, 18, 100, 1}), "198.18.100.1:51820"},
+		{"IPv4, port 65535", in4(65535, [4]byte{10, 0, 0, 255}), "10.0.0.255:65535"},
+		{"IPv6", in6(443, "2001:db8::1", 0), "[2001:db8::1]:443"},
+		{"IPv6 link-local with a scope", in6(1, "fe80::1", 3), "[fe80::1]:1"},
+		{"IPv4-mapped", in6(51820, "::ffff:198.18.100.2", 0), "198.18.100.2:51820"},
+		{"short IPv4", in4(1, [4]byte{1, 2, 3, 4})[:7], ""},
+		{"short IPv6", in6(1, "2001:db8::1", 0)[:27], ""},
+		{"another family", unixAddr, ""},
+		{"none", nil, ""},
+	} {
+		got, ok := parseSockaddr(c.b)
+		switch {
+		case c.want == "" && ok:
+			t.Errorf("%s: %v, want refused", c.name, got)
+		case c.want != "" && (!ok || got != netip.MustParseAddrPort(c.want)):
+			t.Errorf("%s: %v, %v; want %s", c.name, got, ok, c.want)
+		}
+	}
+}
+
+// TestUDPReceiverPeers: with Peers, on an unconnected socket, each
+// datagram is its sender's peer's, a UDP_GRO message's all of them; Open
+// is told so; an opened packet whose inner source routes to another peer
+// or that is not IP is dropped (NotAllowed), a datagram from no peer's
+// endpoint before Open (UnknownPeer); each peer's counters add up; and a
+// round of it allocates nothing.
+func TestUDPReceiverPeers(t *testing.T) { // not parallel: AllocsPerRun refuses
+	const (
+		segSize = 200
+		segs    = 8
+		tail    = 4
+	)
+	n := newUskNet(t)
+	rx := uskListen(t, n.b, uskAP(uskAddrB, uskPort))
+	dial := func(port int) *net.UDPConn {
+		var c *net.UDPConn
+		var err error
+		n.a.Do(t, func() {
+			c, err = net.DialUDP("udp4", net.UDPAddrFromAddrPort(uskAddrPort(uskAP(uskAddrA, port))), net.UDPAddrFromAddrPort(uskAddrPort(uskAP(uskAddrB, uskPort))))
+		})
+		netlab.Must(t, err)
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	tx0, tx1, stranger := dial(40001), dial(40002), dial(40003)
+	uskSockopt(t, tx0, unix.SOL_UDP, unix.UDP_SEGMENT, segSize)
+	peers, err := NewPeers([]Peer{
+		{Endpoint: uskAddrPort(uskAP(uskAddrA, 40001)), Allowed: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}},
+		{Endpoint: uskAddrPort(uskAP(uskAddrA, 40002)), Allowed: []netip.Prefix{netip.MustParsePrefix("fd00::/64")}},
+	})
+	netlab.Must(t, err)
+	// Each datagram: a header whose first byte is the peer that sent
+	// it, an inner packet from src, and a trailer.
+	dgram := func(from int, src netip.Addr, size int) []byte {
+		d := make([]byte, size)
+		d[0] = byte(from)
+		uskIPFrame(d[uskHdrLen:], src, 0)
+		p := d[uskHdrLen:] // uskIPFrame writes a source of its own; this test's is src
+		if src.Is4() {
+			copy(p[12:16], src.AsSlice())
+		} else {
+			copy(p[8:24], src.AsSlice())
+		}
+		return d
+	}
+	super := bytes.Repeat(dgram(0, netip.MustParseAddr("10.0.0.5"), segSize), segs)
+	allowed1 := dgram(1, netip.MustParseAddr("fd00::5"), 300)
+	spoofed1 := dgram(1, netip.MustParseAddr("10.0.0.5"), 300) // peer 0's source
+	notIP := make([]byte, 300)
+	notIP[0] = 1
+	opened := 0 // datagrams Open was told the peer of that sent them
+	open := func(dgrams [][]byte, peers []int, _ []Verdict) {
+		for i, d := range dgrams {
+			if int(d[0]) == peers[i] {
+				opened++
+			}
+		}
+	}
+	r, err := NewReceiver(rx, ReceiverConfig{Headroom: uskHdrLen, Tailroom: tail, Messages: 4, Open: open, Peers: peers})
+	netlab.Must(t, err)
+	frames := make([][]byte, 64)
+	send := func(c *net.UDPConn, d []byte) {
+		if _, err := c.Write(d); err != nil {
+			t.Fatalf("send: %v", err)
+		}
+	}
+	round := func() {
+		send(tx0, super)
+		send(tx1, allowed1)
+		send(tx1, spoofed1)
+		send(tx1, notIP)
+		var got [2]int // whole packets handed out, per peer
+		empty := 0
+		for got[0]+got[1]+empty < segs+3 {
+			k, err := r.Receive(frames)
+			if err != nil {
+				t.Fatalf("Receive: %v", err)
+			}
+			for _, f := range frames[:k] {
+				switch {
+				case len(f) == uskHdrLen:
+					empty++
+				case len(f) == segSize-tail && f[0] == 0, len(f) == len(allowed1)-tail && f[0] == 1:
+					got[f[0]]++
+				default:
+					t.Fatalf("handed out %d bytes from peer %d", len(f), f[0])
+				}
+			}
+		}
+		if got != [2]int{segs, 1} || empty != 2 {
+			t.Fatalf("handed out %v whole and %d empty, want [%d 1] and 2", got, empty, segs)
+		}
+	}
+	round()
+	st := r.Stats()
+	if st.NotAllowed != 2 || st.Datagrams != segs+3 || opened != segs+3 || st.Refused != 0 || st.GRO && st.GROMessages != 1 {
+		t.Errorf("stats %+v, Open told the right peer of %d: want %d datagrams handed out, 2 of them not allowed, all opened", st, opened, segs+3)
+	}
+	ps := peers.Stats()
+	if ps[0].ReceivedDatagrams != segs || ps[0].ReceivedBytes != segs*segSize || ps[1].ReceivedDatagrams != 1 || ps[1].ReceivedBytes != uint64(len(allowed1)) {
+		t.Errorf("per-peer stats %+v: want %d datagrams from peer 0, 1 from peer 1", ps, segs)
+	}
+	if allocs := testing.AllocsPerRun(20, round); allocs != 0 {
+		t.Errorf("send and Receive: %.1f allocations per round, want 0", allocs)
+	} else {
+		t.Logf("%.1f allocations per round of %d datagrams", allocs, segs+3)
+	}
+	// A stranger's datagrams are dropped before Open: send the peer's
+	// until the receiver has passed them over.
+	send(stranger, allowed1)
+	send(stranger, allowed1)
+	for deadline := time.Now().Add(uskWait); r.Stats().UnknownPeer < 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("stranger's datagrams not counted: %+v", r.Stats())
+		}
+		send(tx1, allowed1)
+		if k, err := r.Receive(frames); err != nil || k == 0 || frames[0][0] != 1 {
+			t.Fatalf("Receive: %d, %v", k, err)
+		}
+	}
+	if st := r.Stats(); st.UnknownPeer != 2 {
+		t.Errorf("UnknownPeer %d, want 2", st.UnknownPeer)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/internal/framepool"
+	"github.com/gsoplane/gsoplane/internal/iphdr"
 )
 
 var _ pipeline.Sink = (*Sink)(nil)
@@ -24,13 +26,15 @@ var _ pipeline.Sink = (*Sink)(nil)
 // Sink is a pipeline.Sink that sends every segment, an IP packet behind
 // Headroom bytes of encapsulation header, as the payload of one UDP
 // datagram on a connected UDP socket: the way a VPN such as WireGuard
-// sends its tunnel traffic to the peer.
+// sends its tunnel traffic to the peer. With SinkConfig.Peers it sends
+// on an unconnected socket to several peers instead, each datagram to
+// the peer its packet's inner destination routes to.
 //
 // Transmit hands a batch to the kernel with sendmmsg(2), and coalesces
 // each run of consecutive frames of equal length (the last of a run may be
-// shorter) into one message with a UDP_SEGMENT control message, up to 64
-// datagrams and 65507 bytes per message: the kernel then cuts the run
-// into datagrams itself, late, or lets the NIC do it. When the kernel
+// shorter) to one peer into one message with a UDP_SEGMENT control
+// message, up to 64 datagrams and 65507 bytes per message: the kernel
+// then cuts the run into datagrams itself, late, or lets the NIC do it. When the kernel
 // refuses UDP_SEGMENT (no support: EIO or EINVAL, or a socket with
 // SO_NO_CHECK), the sink remembers it and sends one datagram per message
 // from then on. Like the kernel's own UDP sockets, a full socket send
@@ -65,12 +69,23 @@ type Sink struct {
 	msgs      []ipv4.Message
 	iovs      [][]byte      // one per frame of the chunk at hand
 	oob       [][]byte      // one UDP_SEGMENT control message per message
-	first     []int         // first frame of each message; first[m] ends the last
-	sealed    []atomic.Bool // frame i went through Seal since Alloc handed it out
+	first     []int         // first frame of each message
+	segs      []int         // the number of frames of each message (frames without a peer lie between messages)
+	sealed    []atomic.Bool // frame i was routed and went through Seal since Alloc handed it out
 	toSeal    [][]byte      // the datagrams of the chunk at hand not sealed yet
+	sealPeers []int         // their peers
 	fellBack  [FallbackMsgSize + 1]bool
 	gso       bool
 	gsoTooBig int // smallest datagram size refused with EMSGSIZE in a UDP_SEGMENT message; 0: none
+
+	// With Peers: each peer's address, each frame's peer (-1: none),
+	// each message's, the last destination routed and the sent counts.
+	peers     *Peers
+	addrs     []net.Addr
+	framePeer []int32
+	msgPeer   []int
+	dst       routeCache
+	sentPeer  tally
 
 	st udpSinkCounters
 }
@@ -83,13 +98,14 @@ type batchWriter interface {
 }
 
 type udpSinkCounters struct {
-	datagrams, messages, gsoMessages, bytes, syscalls, dropped atomic.Uint64
-	refused, unreachable, msgSize, noBufs, gsoRefused, other   atomic.Uint64
-	gso                                                        atomic.Bool
+	datagrams, messages, gsoMessages, bytes, syscalls, dropped, noPeer atomic.Uint64
+	refused, unreachable, msgSize, noBufs, gsoRefused, other           atomic.Uint64
+	gso                                                                atomic.Bool
 }
 
 // NewSink returns a Sink sending on conn, which must be connected to
-// the remote tunnel endpoint (net.DialUDP). The caller keeps conn: it may
+// the remote tunnel endpoint (net.DialUDP), or, with SinkConfig.Peers,
+// bound and not connected (net.ListenUDP). The caller keeps conn: it may
 // read from it (the tunnel's receive side) and closes it after the
 // forwarder has stopped. A socket opened as a raw file descriptor (for
 // example one bound to a device or with a firewall mark) is wrapped with
@@ -111,9 +127,12 @@ func NewSink(conn *net.UDPConn, cfg SinkConfig) (*Sink, error) {
 		cfg.FrameSize > cfg.Headroom+cfg.Tailroom+1<<16:
 		return nil, fmt.Errorf("udp: sink: frame size %d with headroom %d and tailroom %d", cfg.FrameSize, cfg.Headroom, cfg.Tailroom)
 	}
-	v6, gso, err := udpSocketInfo(conn)
+	info, err := udpSocketInfo(conn)
 	if err != nil {
 		return nil, err
+	}
+	if err := info.check(cfg.Peers); err != nil {
+		return nil, fmt.Errorf("udp: sink: %w", err)
 	}
 	s := &Sink{
 		headroom:   cfg.Headroom,
@@ -125,12 +144,22 @@ func NewSink(conn *net.UDPConn, cfg SinkConfig) (*Sink, error) {
 		msgs:       make([]ipv4.Message, udpSinkChunk),
 		iovs:       make([][]byte, udpSinkChunk),
 		oob:        make([][]byte, udpSinkChunk),
-		first:      make([]int, udpSinkChunk+1),
+		first:      make([]int, udpSinkChunk),
+		segs:       make([]int, udpSinkChunk),
 		sealed:     make([]atomic.Bool, cfg.Frames),
 		toSeal:     make([][]byte, 0, udpSinkChunk),
-		gso:        gso,
+		sealPeers:  make([]int, 0, udpSinkChunk),
+		gso:        info.gso,
+		peers:      cfg.Peers,
+		sentPeer:   tally{t: cfg.Peers},
 	}
-	if v6 {
+	if p := cfg.Peers; p != nil {
+		s.addrs, s.framePeer, s.msgPeer = make([]net.Addr, p.Len()), make([]int32, cfg.Frames), make([]int, udpSinkChunk)
+		for i := range s.addrs {
+			s.addrs[i] = net.UDPAddrFromAddrPort(p.peers[i].Endpoint) // x/net marshals an IPv4 one as sockaddr_in
+		}
+	}
+	if info.v6 {
 		s.pc = ipv6.NewPacketConn(conn)
 	} else {
 		s.pc = ipv4.NewPacketConn(conn)
@@ -141,36 +170,83 @@ func NewSink(conn *net.UDPConn, cfg SinkConfig) (*Sink, error) {
 		s.oob[i] = oob[i*space : (i+1)*space : (i+1)*space]
 		putUDPSegmentCmsg(s.oob[i], 0)
 	}
-	s.st.gso.Store(gso)
+	s.st.gso.Store(info.gso)
 	return s, nil
 }
 
-// udpSocketInfo checks that conn is a connected UDP socket and reports
-// its family and whether the kernel knows UDP_SEGMENT (Linux 4.18+; older
+// sinkSocket is what NewSink needs to know of its socket.
+type sinkSocket struct {
+	v6        bool       // AF_INET6
+	v6only    bool       // IPV6_V6ONLY
+	local     netip.Addr // the address it is bound to
+	connected error      // nil if connected; else why not (getpeername's error)
+	gso       bool       // whether the kernel knows UDP_SEGMENT
+}
+
+// udpSocketInfo reports conn's family, local address, whether it is
+// connected and whether the kernel knows UDP_SEGMENT (Linux 4.18+; older
 // kernels would ignore the control message and send one big datagram).
-func udpSocketInfo(conn *net.UDPConn) (v6, gso bool, err error) {
+func udpSocketInfo(conn *net.UDPConn) (info sinkSocket, err error) {
 	rc, err := conn.SyscallConn()
 	if err != nil {
-		return false, false, fmt.Errorf("udp: sink: %w", err)
+		return info, fmt.Errorf("udp: sink: %w", err)
 	}
-	var domain int
 	var serr error
 	cerr := rc.Control(func(fd uintptr) {
-		if domain, serr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_DOMAIN); serr != nil {
-			serr = os.NewSyscallError("getsockopt SO_DOMAIN", serr)
+		domain, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_DOMAIN)
+		if err != nil {
+			serr = os.NewSyscallError("getsockopt SO_DOMAIN", err)
 			return
 		}
-		if _, serr = unix.Getpeername(int(fd)); serr != nil {
-			serr = fmt.Errorf("socket not connected to the tunnel endpoint (use net.DialUDP): %w", os.NewSyscallError("getpeername", serr))
+		if info.v6 = domain == unix.AF_INET6; info.v6 {
+			v6only, _ := unix.GetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_V6ONLY)
+			info.v6only = v6only != 0
+		}
+		switch sa, err := unix.Getsockname(int(fd)); sa := sa.(type) {
+		case *unix.SockaddrInet4:
+			info.local = netip.AddrFrom4(sa.Addr)
+		case *unix.SockaddrInet6:
+			info.local = netip.AddrFrom16(sa.Addr)
+		default:
+			serr = fmt.Errorf("not a UDP socket: %w", os.NewSyscallError("getsockname", err))
 			return
+		}
+		if _, err := unix.Getpeername(int(fd)); err != nil {
+			info.connected = os.NewSyscallError("getpeername", err)
 		}
 		_, probe := unix.GetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_SEGMENT)
-		gso = probe == nil
+		info.gso = probe == nil
 	})
 	if err := errors.Join(cerr, serr); err != nil {
-		return false, false, fmt.Errorf("udp: sink: %w", err)
+		return info, fmt.Errorf("udp: sink: %w", err)
 	}
-	return domain == unix.AF_INET6, gso, nil
+	return info, nil
+}
+
+// check refuses a socket that cannot send to peers: a connected one, one
+// of another family than an endpoint's; or, without peers, one that is
+// not connected.
+func (info sinkSocket) check(peers *Peers) error {
+	switch {
+	case peers == nil && info.connected != nil:
+		return fmt.Errorf("socket not connected to the tunnel endpoint (use net.DialUDP, or give Peers): %w", info.connected)
+	case peers == nil:
+		return nil
+	case info.connected == nil:
+		return errors.New("socket connected: with Peers it must be bound and not connected (net.ListenUDP)")
+	}
+	for i, p := range peers.peers {
+		ep := p.Endpoint.Addr()
+		switch {
+		case !info.v6 && ep.Is6():
+			return fmt.Errorf("peer %d: IPv6 endpoint %v on an IPv4 socket", i, p.Endpoint)
+		case info.v6 && ep.Is4() && (info.v6only || !info.local.IsUnspecified() && !info.local.Is4In6()):
+			return fmt.Errorf("peer %d: IPv4 endpoint %v on an IPv6 socket bound to %v, IPV6_V6ONLY %v: bind one on all addresses without IPV6_V6ONLY (net.ListenUDP(\"udp\", ...)) for both families", i, p.Endpoint, info.local, info.v6only)
+		case info.v6 && ep.Is6() && info.local.Is4In6():
+			return fmt.Errorf("peer %d: IPv6 endpoint %v on a socket bound to the IPv4 address %v", i, p.Endpoint, info.local)
+		}
+	}
+	return nil
 }
 
 // putUDPSegmentCmsg writes a SOL_UDP/UDP_SEGMENT control message with the
@@ -218,7 +294,8 @@ func (s *Sink) Free(frames []pipeline.Frame) { s.pool.Free(frames) }
 // Transmit sends frames in order and returns how many it took: all of
 // them, unless ENOBUFS stopped it (the rest is offered again) or the
 // socket failed (the error says why). Frames dropped for a counted error
-// are taken like sent ones. A full send buffer blocks it.
+// or for want of a peer are taken like sent ones. A full send buffer
+// blocks it.
 func (s *Sink) Transmit(frames []pipeline.Frame) (int, error) {
 	s.txMu.Lock()
 	defer s.txMu.Unlock()
@@ -234,6 +311,7 @@ func (s *Sink) Transmit(frames []pipeline.Frame) (int, error) {
 	for taken < len(frames) {
 		chunk := frames[taken:min(len(frames), taken+udpSinkChunk)]
 		n, more, serr := s.send(chunk)
+		s.noPeers(chunk[:n])
 		s.pool.Take(chunk[:n])
 		taken += n
 		if serr != nil || !more {
@@ -263,6 +341,7 @@ func (s *Sink) check(f pipeline.Frame) error {
 // more set, so that Transmit builds the rest of the chunk again.
 func (s *Sink) send(chunk []pipeline.Frame) (taken int, more bool, err error) {
 	m := s.build(chunk)
+	defer s.sentPeer.flush()
 	for k := 0; k < m; {
 		n, err := s.pc.WriteBatch(s.msgs[k:m], 0)
 		s.st.syscalls.Add(1)
@@ -276,7 +355,7 @@ func (s *Sink) send(chunk []pipeline.Frame) (taken int, more bool, err error) {
 		}
 		var errno syscall.Errno
 		errors.As(err, &errno)
-		segs, size := s.first[k+1]-s.first[k], len(s.msgs[k].Buffers[0])
+		segs, size := s.segs[k], len(s.msgs[k].Buffers[0])
 		switch {
 		case errno == unix.EINTR:
 			continue
@@ -342,19 +421,25 @@ func (s *Sink) lost(errno syscall.Errno, segs int) {
 }
 
 // build lays chunk out as messages: runs of equal-length frames (the last
-// may be shorter) become UDP_SEGMENT messages while GSO is on, every
-// other frame a message of its own. Frames not yet sealed go through
-// Seal first. It returns the number of messages.
+// may be shorter) to one peer become UDP_SEGMENT messages while GSO is
+// on, every other frame a message of its own; a frame without a peer
+// goes in none. Frames not yet routed and sealed are first. It returns
+// the number of messages.
 func (s *Sink) build(chunk []pipeline.Frame) int {
-	s.sealChunk(chunk)
+	s.prepare(chunk)
 	m := 0
-	for i := 0; i < len(chunk); m++ {
+	for i := 0; i < len(chunk); {
+		peer := s.peerOf(chunk[i])
+		if peer < 0 {
+			i++
+			continue
+		}
 		size := s.datagramLen(chunk[i])
 		j := i + 1
 		if s.gso && (s.gsoTooBig == 0 || size < s.gsoTooBig) {
 			for total := size; j < len(chunk) && j-i < udpGSOMaxSegments; {
 				next := s.datagramLen(chunk[j])
-				if next > size || total+next > udpMaxPayload {
+				if next > size || total+next > udpMaxPayload || s.peerOf(chunk[j]) != peer {
 					break
 				}
 				total += next
@@ -373,30 +458,81 @@ func (s *Sink) build(chunk []pipeline.Frame) int {
 			putUDPSegmentCmsg(s.oob[m], uint16(size))
 			msg.OOB = s.oob[m]
 		}
-		s.first[m] = i
+		if s.peers != nil {
+			msg.Addr, s.msgPeer[m] = s.addrs[peer], peer
+		}
+		s.first[m], s.segs[m] = i, j-i
 		i = j
+		m++
 	}
-	s.first[m] = len(chunk)
 	return m
 }
 
-// sealChunk seals, in one call of Seal, the frames of chunk that were not
-// sealed yet.
-func (s *Sink) sealChunk(chunk []pipeline.Frame) {
-	if s.seal == nil {
+// prepare routes (with Peers) and seals, in one call of Seal, the frames
+// of chunk that were not yet: a frame offered again after ENOBUFS keeps
+// its peer, which its sealed packet no longer tells.
+func (s *Sink) prepare(chunk []pipeline.Frame) {
+	if s.seal == nil && s.peers == nil {
 		return
 	}
-	s.toSeal = s.toSeal[:0]
+	s.toSeal, s.sealPeers = s.toSeal[:0], s.sealPeers[:0]
 	for _, f := range chunk {
-		if !s.sealed[f.ID].Load() {
-			s.toSeal = append(s.toSeal, s.datagram(f))
-			s.sealed[f.ID].Store(true)
+		if s.sealed[f.ID].Load() {
+			continue
+		}
+		s.sealed[f.ID].Store(true)
+		peer := 0
+		if s.peers != nil {
+			peer = s.route(f)
+			s.framePeer[f.ID] = int32(peer)
+		}
+		if s.seal != nil && peer >= 0 {
+			s.toSeal, s.sealPeers = append(s.toSeal, s.datagram(f)), append(s.sealPeers, peer)
 		}
 	}
 	if len(s.toSeal) > 0 {
-		s.seal(s.toSeal)
+		s.seal(s.toSeal, s.sealPeers)
 	}
 	clear(s.toSeal) // keep no views of frames
+}
+
+// route returns the peer of frame f's inner destination, or -1.
+func (s *Sink) route(f pipeline.Frame) int {
+	dst, ok := iphdr.Dst(f.Buf[s.headroom : s.headroom+f.Len])
+	if !ok {
+		return -1
+	}
+	peer, ok := s.dst.route(s.peers, dst)
+	if !ok {
+		return -1
+	}
+	return peer
+}
+
+// peerOf returns the peer of a routed frame, -1 for none; 0 without
+// Peers.
+func (s *Sink) peerOf(f pipeline.Frame) int {
+	if s.peers == nil {
+		return 0
+	}
+	return int(s.framePeer[f.ID])
+}
+
+// noPeers counts the frames taken that had no peer.
+func (s *Sink) noPeers(taken []pipeline.Frame) {
+	if s.peers == nil {
+		return
+	}
+	n := 0
+	for _, f := range taken {
+		if s.framePeer[f.ID] < 0 {
+			n++
+		}
+	}
+	if n > 0 {
+		s.st.noPeer.Add(uint64(n))
+		s.st.dropped.Add(uint64(n))
+	}
 }
 
 // datagram is the UDP payload of frame f: headroom, packet, tailroom,
@@ -409,12 +545,15 @@ func (s *Sink) datagramLen(f pipeline.Frame) int { return s.headroom + f.Len + s
 func (s *Sink) sent(from, to int) {
 	var datagrams, gso, bytes uint64
 	for k := from; k < to; k++ {
-		segs := s.first[k+1] - s.first[k]
+		segs := s.segs[k]
 		datagrams += uint64(segs)
 		if segs > 1 {
 			gso++
 		}
 		bytes += uint64(s.msgs[k].N)
+		if s.peers != nil {
+			s.sentPeer.add(s.msgPeer[k], uint64(segs), uint64(s.msgs[k].N))
+		}
 	}
 	s.st.datagrams.Add(datagrams)
 	s.st.messages.Add(uint64(to - from))
@@ -448,6 +587,7 @@ func (s *Sink) Stats() SinkStats {
 		Bytes:       c.bytes.Load(),
 		Syscalls:    c.syscalls.Load(),
 		Dropped:     c.dropped.Load(),
+		NoPeer:      c.noPeer.Load(),
 		Refused:     c.refused.Load(),
 		Unreachable: c.unreachable.Load(),
 		MsgSize:     c.msgSize.Load(),

@@ -111,7 +111,7 @@ func uskSockopt(t *testing.T, c syscall.Conn, level, opt, v int) {
 // the header as the trailer in the last tail bytes.
 func uskSeal(tail int) SealFunc {
 	var ctr uint64
-	return func(dgrams [][]byte) {
+	return func(dgrams [][]byte, _ []int) {
 		for _, d := range dgrams {
 			binary.LittleEndian.PutUint32(d[0:], uskType)
 			binary.LittleEndian.PutUint32(d[4:], uskIndex)
@@ -224,6 +224,34 @@ func TestUDPSinkConfig(t *testing.T) {
 	unconnected := uskListen(t, n.a, uskAddrA+":0")
 	if _, err := NewSink(unconnected, SinkConfig{}); err == nil {
 		t.Error("NewSink on an unconnected socket succeeded")
+	}
+	// With Peers: unconnected, and of the endpoints' family (IPv4 ones on
+	// an IPv6 socket that takes both).
+	v4, _ := NewPeers([]Peer{{Endpoint: uskAddrPort(uskAP(uskAddrB, uskPort))}})
+	v6, _ := NewPeers([]Peer{{Endpoint: netip.MustParseAddrPort("[2001:db8::1]:1")}})
+	listen := func(network, addr string) *net.UDPConn {
+		var c *net.UDPConn
+		var err error
+		n.a.Do(t, func() { c, err = net.ListenUDP(network, net.UDPAddrFromAddrPort(netip.MustParseAddrPort(addr))) })
+		netlab.Must(t, err)
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	dual, only6, mapped := listen("udp", "[::]:0"), listen("udp6", "[::]:0"), listen("udp", "[::ffff:"+uskAddrA+"]:0") // Go makes the last IPv4
+	for _, c := range []struct {
+		conn  *net.UDPConn
+		peers *Peers
+		ok    bool
+	}{
+		{tx, v4, false}, {unconnected, v4, true}, {unconnected, v6, false},
+		{dual, v4, true}, {dual, v6, true}, {only6, v4, false}, {only6, v6, true}, {mapped, v4, true}, {mapped, v6, false},
+	} {
+		_, err := NewSink(c.conn, SinkConfig{Peers: c.peers})
+		if (err == nil) != c.ok {
+			t.Errorf("NewSink on %v (connected %v) to %v: %v", c.conn.LocalAddr(), c.conn.RemoteAddr() != nil, c.peers.Peer(0).Endpoint, err)
+		} else if err != nil {
+			t.Logf("%v", err)
+		}
 	}
 	s, err := NewSink(tx, SinkConfig{})
 	if err != nil {
@@ -440,29 +468,167 @@ func TestUDPSinkNoBufs(t *testing.T) {
 	t.Logf("%+v", st)
 }
 
+// Alloc, Transmit and Complete allocate nothing, on a connected socket
+// and with Peers (two of them, each frame's destination routed and the
+// message's address set).
 func TestUDPSinkAllocs(t *testing.T) { // not parallel: AllocsPerRun refuses
 	n := newUskNet(t)
 	s, _, rx := newUskSink(t, n, uskPort, SinkConfig{Frames: 64, Headroom: uskHdrLen, Tailroom: 16, Seal: uskSeal(16)})
-	uskSockopt(t, rx, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64<<20)
-	frames := make([]pipeline.Frame, 40)
-	allocs := testing.AllocsPerRun(100, func() {
-		k := s.Alloc(frames)
-		for i := range frames[:k] {
-			frames[i].Len = 1400 - i/39*1000 // 39 equal, a short one last
-		}
-		if m, err := s.Transmit(frames[:k]); m != k || err != nil {
-			panic(fmt.Sprint("Transmit: ", m, err))
-		}
-		s.Complete()
-	})
-	switch {
-	case uskRace():
-		t.Logf("%.1f allocations per run: not checked under the race detector (it empties x/net's sync.Pool)", allocs)
-	case allocs != 0:
-		t.Errorf("Alloc+Transmit+Complete: %.1f allocations per run, want 0", allocs)
+	peers := uskTwoPeers(t)
+	rx0, rx1 := uskListen(t, n.b, uskAP(uskAddrB, uskPort+1)), uskListen(t, n.b, uskAP(uskAddrB, uskPort+2))
+	sp, err := NewSink(uskListen(t, n.a, uskAP(uskAddrA, 0)), SinkConfig{Frames: 64, Headroom: uskHdrLen, Tailroom: 16, Seal: uskSeal(16), Peers: peers})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if st := s.Stats(); st.GSOMessages != st.Messages || st.Dropped != 0 {
-		t.Errorf("stats %+v: want every message GSO", st)
+	for _, c := range []*net.UDPConn{rx, rx0, rx1} {
+		uskSockopt(t, c, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64<<20)
+	}
+	for _, c := range []struct {
+		name string
+		s    *Sink
+	}{{"connected", s}, {"peers", sp}} {
+		frames := make([]pipeline.Frame, 40)
+		allocs := testing.AllocsPerRun(100, func() {
+			k := c.s.Alloc(frames)
+			for i := range frames[:k] {
+				frames[i].Len = 1400 - i/39*1000                                           // 39 equal, a short one last
+				uskIPFrame(frames[i].Buf[uskHdrLen:], uskPeerDst[min(i/20, 1)], uint32(i)) // 20 to each peer
+			}
+			if m, err := c.s.Transmit(frames[:k]); m != k || err != nil {
+				panic(fmt.Sprint("Transmit: ", m, err))
+			}
+			c.s.Complete()
+		})
+		switch {
+		case uskRace():
+			t.Logf("%s: %.1f allocations per run: not checked under the race detector (it empties x/net's sync.Pool)", c.name, allocs)
+		case allocs != 0:
+			t.Errorf("%s: Alloc+Transmit+Complete: %.1f allocations per run, want 0", c.name, allocs)
+		default:
+			t.Logf("%s: %.1f allocations per run of 40 frames", c.name, allocs)
+		}
+		if st := c.s.Stats(); st.GSOMessages != st.Messages || st.Dropped != 0 {
+			t.Errorf("%s: stats %+v: want every message GSO", c.name, st)
+		}
+	}
+	if ps := peers.Stats(); ps[0].SentDatagrams == 0 || ps[0].SentDatagrams != ps[1].SentDatagrams {
+		t.Errorf("per-peer stats %+v: want as many datagrams to each", ps)
+	}
+}
+
+// uskPeerDst are inner destinations: one routed to each of uskTwoPeers,
+// and one routed to neither.
+var uskPeerDst = []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.1.1"), netip.MustParseAddr("10.0.9.9")}
+
+// uskTwoPeers are two peers on B, ports uskPort+1 and uskPort+2, with an
+// IPv4 /24 and an IPv6 /64 each.
+func uskTwoPeers(t *testing.T) *Peers {
+	t.Helper()
+	peers, err := NewPeers([]Peer{
+		{Endpoint: uskAddrPort(uskAP(uskAddrB, uskPort+1)), Allowed: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24"), netip.MustParsePrefix("fd00::/64")}},
+		{Endpoint: uskAddrPort(uskAP(uskAddrB, uskPort+2)), Allowed: []netip.Prefix{netip.MustParsePrefix("10.0.1.0/24"), netip.MustParsePrefix("fd00:0:0:1::/64")}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return peers
+}
+
+// uskIPFrame writes into p, a packet of at least 40 bytes, the start of
+// an IP header (its version, its source and destination dst, the other
+// fields left as they are) and, behind the IPv6 header's room, seq.
+func uskIPFrame(p []byte, dst netip.Addr, seq uint32) {
+	if dst.Is4() {
+		p[0] = 0x45
+		copy(p[12:16], []byte{10, 0, 0, 99})
+		a := dst.As4()
+		copy(p[16:20], a[:])
+	} else {
+		p[0] = 0x60
+		copy(p[8:24], netip.MustParseAddr("fd00::99").AsSlice())
+		a := dst.As16()
+		copy(p[24:40], a[:])
+	}
+	binary.BigEndian.PutUint32(p[40:], seq)
+}
+
+// With Peers, the sink sends each frame to the peer its inner destination
+// routes to, IPv4 or IPv6, in UDP_SEGMENT runs that break where the peer
+// changes; it drops and counts a frame without a peer (a destination no
+// prefix covers, a packet that is not IP) without sealing it; Seal learns
+// each datagram's peer; each peer's counters add up.
+func TestUDPSinkPeers(t *testing.T) {
+	n := newUskNet(t)
+	peers := uskTwoPeers(t)
+	rx := []*net.UDPConn{uskListen(t, n.b, uskAP(uskAddrB, uskPort+1)), uskListen(t, n.b, uskAP(uskAddrB, uskPort+2))}
+	var sealed []int // the peers Seal was told, in order
+	seal := func(dgrams [][]byte, peers []int) {
+		for i, d := range dgrams {
+			binary.BigEndian.PutUint32(d, uint32(peers[i])) // the header: the peer
+		}
+		sealed = append(sealed, peers...)
+	}
+	s, err := NewSink(uskListen(t, n.a, uskAP(uskAddrA, 0)), SinkConfig{Frames: 64, Headroom: uskHdrLen, Seal: seal, Peers: peers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v6a, v6b := netip.MustParseAddr("fd00::1"), netip.MustParseAddr("fd00:0:0:2::1")
+	runs := []struct {
+		dst  netip.Addr // the zero Addr: not an IP packet
+		n    int
+		peer int // -1: none
+	}{
+		{uskPeerDst[0], 5, 0}, {uskPeerDst[1], 3, 1}, {uskPeerDst[2], 1, -1}, {uskPeerDst[0], 2, 0},
+		{netip.Addr{}, 1, -1}, {v6a, 2, 0}, {v6b, 1, -1}, {uskPeerDst[1], 1, 1},
+	}
+	var frames []pipeline.Frame
+	var want [2][]uint32 // the sequence numbers each peer gets
+	var wantSealed []int
+	for _, r := range runs {
+		f := make([]pipeline.Frame, r.n)
+		if k := s.Alloc(f); k != r.n {
+			t.Fatalf("Alloc: %d", k)
+		}
+		for i := range f {
+			seq := uint32(len(frames) + i)
+			f[i].Len = 1000
+			if r.dst.IsValid() {
+				uskIPFrame(f[i].Buf[uskHdrLen:], r.dst, seq)
+			} else {
+				f[i].Buf[uskHdrLen] = 0
+			}
+			if r.peer >= 0 {
+				want[r.peer] = append(want[r.peer], seq)
+				wantSealed = append(wantSealed, r.peer)
+			}
+		}
+		frames = append(frames, f...)
+	}
+	uskTransmit(t, s, frames)
+	buf := make([]byte, 2048)
+	for p, c := range rx {
+		c.SetReadDeadline(time.Now().Add(uskWait))
+		for _, seq := range want[p] {
+			k, err := c.Read(buf)
+			if err != nil {
+				t.Fatalf("peer %d: %v", p, err)
+			}
+			if got, gotSeq := binary.BigEndian.Uint32(buf), binary.BigEndian.Uint32(buf[uskHdrLen+40:]); k != uskHdrLen+1000 || got != uint32(p) || gotSeq != seq {
+				t.Fatalf("peer %d: %d bytes sealed for peer %d, sequence %d; want frame %d", p, k, got, gotSeq, seq)
+			}
+		}
+	}
+	if !slices.Equal(sealed, wantSealed) {
+		t.Errorf("Seal was told peers %v, want %v", sealed, wantSealed)
+	}
+	st := s.Stats()
+	if st.Datagrams != 13 || st.Dropped != 3 || st.NoPeer != 3 || st.Messages != 5 || st.GSOMessages != 4 {
+		t.Errorf("stats %+v: want 13 datagrams in 5 messages (4 UDP_SEGMENT), 3 frames dropped for want of a peer", st)
+	}
+	for p, ps := range peers.Stats() {
+		if n := uint64(len(want[p])); ps.SentDatagrams != n || ps.SentBytes != n*(uskHdrLen+1000) || ps.ReceivedDatagrams != 0 {
+			t.Errorf("peer %d: %+v, want %d datagrams sent", p, ps, n)
+		}
 	}
 }
 
@@ -757,7 +923,7 @@ func (d *uskDecap) failure() string {
 
 // open checks a batch of datagrams: each trailer is a copy of its
 // header (uskSeal), and decap checks the rest.
-func (d *uskDecap) open(dgrams [][]byte, verdicts []Verdict) {
+func (d *uskDecap) open(dgrams [][]byte, _ []int, verdicts []Verdict) {
 	for i, dg := range dgrams {
 		tail := dg[len(dg)-uskHdrLen:]
 		switch {

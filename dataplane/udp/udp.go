@@ -47,6 +47,15 @@ type SinkConfig struct {
 	// Seal, if set, frames and seals datagrams in place (see SealFunc).
 	// Without it the headroom and tailroom are sent as they are.
 	Seal SealFunc
+	// Peers, if set, makes the sink send to several peers on an
+	// unconnected (bound) socket: each frame goes to the peer its inner
+	// destination routes to (Peers.Route), and a frame whose destination
+	// routes to none is dropped (SinkStats.NoPeer). Every endpoint must
+	// be of the socket's family, except that an IPv6 socket bound to the
+	// unspecified address without IPV6_V6ONLY (net.ListenUDP("udp") on
+	// all addresses) also sends to IPv4 ones. Without Peers the socket
+	// must be connected to the one peer.
+	Peers *Peers
 	// OnFallback, if set, is called the first time the sink stops using
 	// UDP_SEGMENT for a reason (once per Fallback), on the goroutine that
 	// calls Transmit. SinkStats counts every occurrence.
@@ -57,21 +66,25 @@ type SinkConfig struct {
 // datagram: Headroom bytes of header room, the inner IP packet, Tailroom
 // bytes of trailer room; it may rewrite all of it (a header with a
 // counter, the packet encrypted, a tag) but not change its length, and
-// must not keep it. The sink calls it once per batch, in transmit order,
-// on the goroutine that calls Transmit (the forwarder's sink loop), just
-// before the datagrams are first handed to the kernel; every datagram is
-// sealed once, even one offered again after ENOBUFS.
-type SealFunc func(dgrams [][]byte)
+// must not keep it. peers[i] is the peer dgrams[i] goes to, an index into
+// SinkConfig.Peers (always 0 on a connected socket), so that the hook
+// picks the peer's keys and counter. The sink calls it once per batch, in
+// transmit order, on the goroutine that calls Transmit (the forwarder's
+// sink loop), just before the datagrams are first handed to the kernel;
+// every datagram is sealed once, even one offered again after ENOBUFS.
+type SealFunc func(dgrams [][]byte, peers []int)
 
 // An OpenFunc opens a batch of received datagrams in place. dgrams[i] is
 // a whole datagram as its peer's SealFunc left it; the inner IP packet
 // is to be left at dgrams[i][Headroom:len(dgrams[i])-Tailroom] (an IP
-// packet shorter than that room is trimmed to its IP length). It sets
-// verdicts[i], which come in as Accept, to say why a datagram is
-// dropped; it must not keep dgrams. The receiver calls it once per
-// recvmmsg batch, on the goroutine that calls Receive, with only the
-// datagrams long enough to hold the headroom and the tailroom.
-type OpenFunc func(dgrams [][]byte, verdicts []Verdict)
+// packet shorter than that room is trimmed to its IP length). peers[i]
+// is the peer dgrams[i] came from, an index into ReceiverConfig.Peers
+// (always 0 without), so that the hook picks the peer's keys and replay
+// window. It sets verdicts[i], which come in as Accept, to say why a
+// datagram is dropped; it must not keep dgrams. The receiver calls it
+// once per recvmmsg batch, on the goroutine that calls Receive, with only
+// the datagrams long enough to hold the headroom and the tailroom.
+type OpenFunc func(dgrams [][]byte, peers []int, verdicts []Verdict)
 
 // A Verdict is what an OpenFunc says of a datagram: Accept, or why it is
 // dropped. ReceiverStats counts the drops by verdict.
@@ -123,7 +136,8 @@ type SinkStats struct {
 	GSOMessages uint64 // messages sent with UDP_SEGMENT, each of two datagrams or more
 	Bytes       uint64 // UDP payload bytes sent, headroom included
 	Syscalls    uint64 // sendmmsg calls
-	Dropped     uint64 // frames taken but not sent, because of the errors below
+	Dropped     uint64 // frames taken but not sent: NoPeer and the errors below
+	NoPeer      uint64 // frames whose inner destination routes to no peer (SinkConfig.Peers), or not an IP packet
 
 	// Errors by kind, counted per failed message (one sendmmsg error).
 	Refused     uint64 // ECONNREFUSED: the peer's port was unreachable (an earlier ICMP error); the message is dropped
@@ -164,6 +178,14 @@ type ReceiverConfig struct {
 	// Messages is the most messages one recvmmsg call takes, each with a
 	// 64 KiB buffer allocated once; 0 means DefaultReceiverMessages.
 	Messages int
+	// Peers, if set, makes the receiver take datagrams from several
+	// peers on an unconnected socket, WireGuard's way: a datagram from an
+	// address that is no peer's endpoint is dropped before Open
+	// (ReceiverStats.UnknownPeer), Open learns each datagram's peer, and
+	// an inner packet Open accepted whose source does not route back to
+	// its peer (Peers.Allows) is dropped (ReceiverStats.NotAllowed).
+	// Without Peers every datagram the socket takes is the peer's.
+	Peers *Peers
 }
 
 // ReceiverStats is a snapshot of a Receiver's counters.
@@ -178,6 +200,8 @@ type ReceiverStats struct {
 	Replay      uint64 // of which DropReplay
 	Malformed   uint64 // of which DropMalformed (and verdicts Open does not name)
 	Truncated   uint64 // messages larger than their buffer, dropped
+	UnknownPeer uint64 // datagrams from an address that is no peer's endpoint (ReceiverConfig.Peers), dropped before Open and not handed out
+	NotAllowed  uint64 // datagrams Open accepted whose inner source does not route back to their peer (or that hold no IP header), dropped
 	PeerErrors  uint64 // errors an ICMP message left on the socket (ECONNREFUSED, EHOSTUNREACH, ...), counted and passed over
 	GRO         bool   // whether the kernel coalesces with UDP_GRO
 }
@@ -191,6 +215,7 @@ func (s SinkStats) Add(o SinkStats) SinkStats {
 	s.Bytes += o.Bytes
 	s.Syscalls += o.Syscalls
 	s.Dropped += o.Dropped
+	s.NoPeer += o.NoPeer
 	s.Refused += o.Refused
 	s.Unreachable += o.Unreachable
 	s.MsgSize += o.MsgSize
@@ -214,6 +239,8 @@ func (s ReceiverStats) Add(o ReceiverStats) ReceiverStats {
 	s.Replay += o.Replay
 	s.Malformed += o.Malformed
 	s.Truncated += o.Truncated
+	s.UnknownPeer += o.UnknownPeer
+	s.NotAllowed += o.NotAllowed
 	s.PeerErrors += o.PeerErrors
 	s.GRO = s.GRO && o.GRO
 	return s

@@ -51,10 +51,11 @@ func newSealer(key []byte) (*sealer, error) {
 	return &sealer{aead: aead}, nil
 }
 
-// seal is a udp.SealFunc. Counters are taken for the whole batch at once;
-// past maxCounter it seals nothing more: the datagrams go out all zeros,
-// which the peer refuses, and no plaintext leaves.
-func (s *sealer) seal(dgrams [][]byte) {
+// seal is a udp.SealFunc for the tunnel's one peer (peers[i] is always
+// 0). Counters are taken for the whole batch at once; past maxCounter it
+// seals nothing more: the datagrams go out all zeros, which the peer
+// refuses, and no plaintext leaves.
+func (s *sealer) seal(dgrams [][]byte, _ []int) {
 	next := s.counter.Add(uint64(len(dgrams))) - uint64(len(dgrams))
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -91,10 +92,11 @@ func newOpener(key []byte) (*opener, error) {
 	return &opener{aead: aead}, nil
 }
 
-// open is a udp.OpenFunc: a datagram that is not a data message, whose
-// counter the window refuses or whose tag does not verify is dropped, for
-// that reason; the others are decrypted in place.
-func (o *opener) open(dgrams [][]byte, verdicts []udp.Verdict) {
+// open is a udp.OpenFunc for the tunnel's one peer (peers[i] is always
+// 0): a datagram that is not a data message, whose counter the window
+// refuses or whose tag does not verify is dropped, for that reason; the
+// others are decrypted in place.
+func (o *opener) open(dgrams [][]byte, _ []int, verdicts []udp.Verdict) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	nonce := o.nonce[:]

@@ -92,13 +92,14 @@ func TestSealOpen(t *testing.T) {
 			verdicts[i] = udp.Accept
 		}
 	}
+	peers := make([]int, n) // one peer
 	fill()
-	sa.seal(dgrams)
+	sa.seal(dgrams, peers)
 	replay := bytes.Clone(dgrams[3])
 	dgrams[1][headerLen+100] ^= 1                    // a flipped bit: bad tag
 	binary.LittleEndian.PutUint32(dgrams[2], 1)      // not a data message
 	binary.LittleEndian.PutUint64(dgrams[5][8:], 99) // a forged counter: bad tag
-	ob.open(dgrams, verdicts)
+	ob.open(dgrams, peers, verdicts)
 	want := []udp.Verdict{udp.Accept, udp.DropAuth, udp.DropMalformed, udp.Accept, udp.Accept, udp.DropAuth, udp.Accept, udp.Accept}
 	for i := range n {
 		if verdicts[i] != want[i] {
@@ -109,15 +110,15 @@ func TestSealOpen(t *testing.T) {
 		}
 	}
 	v := []udp.Verdict{udp.Accept}
-	ob.open([][]byte{replay}, v)
+	ob.open([][]byte{replay}, peers[:1], v)
 	if v[0] != udp.DropReplay {
 		t.Errorf("a replayed datagram: verdict %d, want DropReplay", v[0])
 	}
 
 	allocs := testing.AllocsPerRun(100, func() {
 		fill()
-		sa.seal(dgrams)
-		ob.open(dgrams, verdicts)
+		sa.seal(dgrams, peers)
+		ob.open(dgrams, peers, verdicts)
 	})
 	if allocs != 0 {
 		t.Errorf("seal and open: %.1f allocations per batch, want 0", allocs)
@@ -138,7 +139,7 @@ func TestSealExhausted(t *testing.T) {
 	}
 	s.counter.Store(maxCounter - 1)
 	d := [][]byte{bytes.Repeat([]byte{0xaa}, headerLen+100+tagLen), bytes.Repeat([]byte{0xaa}, headerLen+100+tagLen)}
-	s.seal(d)
+	s.seal(d, []int{0, 0})
 	if binary.LittleEndian.Uint64(d[0][8:]) != maxCounter-1 || bytes.Count(d[0], []byte{0xaa}) > 8 {
 		t.Errorf("the last counter's datagram is not sealed: %x", d[0][:32])
 	}
@@ -160,7 +161,7 @@ func FuzzOpen(f *testing.F) {
 			return // the Receiver drops these before Open
 		}
 		v := []udp.Verdict{udp.Accept}
-		o.open([][]byte{d}, v)
+		o.open([][]byte{d}, []int{0}, v)
 		if v[0] == udp.Accept {
 			t.Fatalf("accepted a forged datagram %x", d)
 		}

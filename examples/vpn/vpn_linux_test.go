@@ -83,7 +83,7 @@ func TestVPNForgeries(t *testing.T) {
 	s, _, err := newCiphers(psk, peer, netip.AddrPortFrom(p.AddrA, 51820)) // B's sealer: the attacker has the key
 	netlab.Must(t, err)
 	sealed := make([]byte, headerLen+100+tagLen)
-	s.seal([][]byte{sealed})
+	s.seal([][]byte{sealed}, []int{0})
 	forged := make([]byte, len(sealed))
 	binary.LittleEndian.PutUint32(forged, msgData)
 	binary.LittleEndian.PutUint64(forged[8:], 7)

@@ -8,13 +8,15 @@ type Batch struct {
 	hdrs []unix.Mmsghdr
 	iovs []unix.Iovec
 	ctl  []int // each message's control buffer size, 0 for none
+	name []int // each message's name buffer size, 0 for none
 	oob  bool  // some message has a control buffer
+	addr bool  // some message has a name buffer
 }
 
 // New returns a batch of n messages (n ≥ 1) without buffers: point each
 // message that is used at its buffer with Set before Send or Recv.
 func New(n int) *Batch {
-	b := &Batch{hdrs: make([]unix.Mmsghdr, n), iovs: make([]unix.Iovec, n), ctl: make([]int, n)}
+	b := &Batch{hdrs: make([]unix.Mmsghdr, n), iovs: make([]unix.Iovec, n), ctl: make([]int, n), name: make([]int, n)}
 	for i := range b.hdrs {
 		b.hdrs[i].Hdr.Iov = &b.iovs[i]
 		b.hdrs[i].Hdr.SetIovlen(1)
@@ -44,6 +46,17 @@ func (b *Batch) SetControl(i int, oob []byte) {
 	h.SetControllen(0)
 }
 
+// SetName gives message i a name buffer for Recv to write the sender's
+// address into, a raw struct sockaddr (nil or empty: none): room for a
+// sockaddr_in6 takes both IPv4 and IPv6 senders. Send leaves it out.
+func (b *Batch) SetName(i int, name []byte) {
+	h := &b.hdrs[i].Hdr
+	h.Name, h.Namelen, b.name[i] = nil, 0, len(name)
+	if len(name) > 0 {
+		h.Name, b.addr = &name[0], true
+	}
+}
+
 // Clear drops the references to the buffers of messages [0, n), so that
 // the batch does not keep them alive; control buffers stay.
 func (b *Batch) Clear(n int) {
@@ -60,9 +73,10 @@ func (b *Batch) Send(fd uintptr, from, to int) (int, unix.Errno) {
 	if from >= to {
 		return 0, 0
 	}
-	if b.oob { // what Recv left there is not to be sent
+	if b.oob || b.addr { // what Recv left there is not to be sent
 		for i := from; i < to; i++ {
 			b.hdrs[i].Hdr.SetControllen(0)
+			b.hdrs[i].Hdr.Namelen = 0 // no destination: the kernel ignores the name
 		}
 	}
 	return mmsg(unix.SYS_SENDMMSG, fd, b.hdrs[from:to])
@@ -73,7 +87,8 @@ func (b *Batch) Send(fd uintptr, from, to int) (int, unix.Errno) {
 // the errno when none did (EAGAIN: nothing is waiting). Message i's
 // length is then MsgLen(i), its flags Flags(i) (MSG_TRUNC: the buffer was
 // too small and the rest is lost) and its control messages the first
-// ControlLen(i) bytes of its control buffer.
+// ControlLen(i) bytes of its control buffer, its sender's address the
+// first NameLen(i) bytes of its name buffer.
 func (b *Batch) Recv(fd uintptr, n int) (int, unix.Errno) {
 	n = min(n, len(b.hdrs))
 	if n <= 0 {
@@ -83,6 +98,7 @@ func (b *Batch) Recv(fd uintptr, n int) (int, unix.Errno) {
 		h := &b.hdrs[i].Hdr
 		h.Flags = 0
 		h.SetControllen(b.ctl[i])
+		h.Namelen = uint32(b.name[i])
 	}
 	return mmsg(unix.SYS_RECVMMSG, fd, b.hdrs[:n])
 }
@@ -97,6 +113,11 @@ func (b *Batch) Flags(i int) int { return int(b.hdrs[i].Hdr.Flags) }
 // ControlLen returns the length of message i's control messages after
 // Recv.
 func (b *Batch) ControlLen(i int) int { return int(b.hdrs[i].Hdr.Controllen) }
+
+// NameLen returns the length of the address Recv wrote into message i's
+// name buffer (SetName), or 0 without one. It may exceed the buffer's
+// length for an address longer than the buffer, which was cut short.
+func (b *Batch) NameLen(i int) int { return int(b.hdrs[i].Hdr.Namelen) }
 
 // BufLen returns the length of message i's buffer (Set).
 func (b *Batch) BufLen(i int) int { return int(b.iovs[i].Len) }

@@ -2,6 +2,7 @@ package mmsg
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"testing"
@@ -142,7 +143,8 @@ func credentials(oob []byte) (*unix.Ucred, error) {
 	return unix.ParseUnixCredentials(&msgs[0])
 }
 
-// TestAllocs: Send and Recv allocate nothing.
+// TestAllocs: Send and Recv allocate nothing, with control and name
+// buffers.
 func TestAllocs(t *testing.T) {
 	a, b := pair(t)
 	out, in := New(8), New(8)
@@ -151,6 +153,7 @@ func TestAllocs(t *testing.T) {
 		out.Set(i, msg)
 		in.Set(i, make([]byte, 128))
 		in.SetControl(i, make([]byte, 64))
+		in.SetName(i, make([]byte, unix.SizeofSockaddrInet6))
 	}
 	round := func() {
 		if n, errno := out.Send(uintptr(a), 0, 8); n != 8 || errno != 0 {
@@ -166,5 +169,67 @@ func TestAllocs(t *testing.T) {
 	}
 	if allocs := testing.AllocsPerRun(100, round); allocs != 0 {
 		t.Errorf("%v allocations per Send and Recv", allocs)
+	}
+}
+
+// TestName: the name buffers receive each sender's address, which every
+// Recv offers whole again; a message without one reports none; Send
+// leaves the names out (here, one no kernel would take as a destination).
+func TestName(t *testing.T) {
+	loop := [4]byte{127, 0, 0, 1}
+	udp := func(connectTo int) (int, int) {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Close(fd) })
+		if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: loop}); err != nil {
+			t.Fatal(err)
+		}
+		if connectTo != 0 {
+			if err := unix.Connect(fd, &unix.SockaddrInet4{Addr: loop, Port: connectTo}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sa, err := unix.Getsockname(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fd, sa.(*unix.SockaddrInet4).Port
+	}
+	rx, rxPort := udp(0)
+	tx, txPort := udp(rxPort)
+	out, in := New(2), New(2)
+	name := make([]byte, unix.SizeofSockaddrInet6)
+	for i := range 2 {
+		out.Set(i, []byte{byte(i)})
+		in.Set(i, make([]byte, 16))
+	}
+	in.SetName(0, name)
+	for round := range 2 {
+		clear(name)
+		if n, errno := out.Send(uintptr(tx), 0, 2); n != 2 || errno != 0 {
+			t.Fatalf("round %d: Send: %d, %v", round, n, errno)
+		}
+		if n, errno := in.Recv(uintptr(rx), 2); n != 2 || errno != 0 {
+			t.Fatalf("round %d: Recv: %d, %v", round, n, errno)
+		}
+		l := in.NameLen(0)
+		family := binary.NativeEndian.Uint16(name)
+		port := binary.BigEndian.Uint16(name[2:])
+		if l != unix.SizeofSockaddrInet4 || family != unix.AF_INET || int(port) != txPort || [4]byte(name[4:8]) != loop {
+			t.Errorf("round %d: name %d bytes %x, want AF_INET 127.0.0.1 port %d", round, l, name[:l], txPort)
+		}
+		if in.NameLen(1) != 0 {
+			t.Errorf("round %d: message without a name buffer: name length %d", round, in.NameLen(1))
+		}
+	}
+	for i := range name {
+		name[i] = 0xff // no address family
+	}
+	in.Set(0, []byte("back"))
+	in.Set(1, []byte("back"))
+	if n, errno := in.Send(uintptr(tx), 0, 2); n != 2 || errno != 0 {
+		t.Errorf("Send of received messages: %d, %v", n, errno)
 	}
 }
