@@ -54,10 +54,11 @@ import (
 //	                              Hop-by-Hop header that is not first)
 //	every single packet           DATA_VALID if GRO verified it         all-zero header
 //
-// Older kernels differ in more cases (groKernelOlder: Linux 6.1 lets a
-// CWR segment start a merge, and merges fixed IPv4 IDs only with DF);
-// a kernel that merges exactly as documented there skips the case,
-// naming the difference. Cases with UDP packets need a capture that
+// Other kernels differ in more cases (groKernelOther: Linux 6.1 lets a
+// CWR segment start a merge, and merges fixed IPv4 IDs only with DF;
+// kernels with AccECN, such as Debian's 7.3, merge a run of segments that
+// all carry CWR); a kernel that merges exactly as documented there skips
+// the case, naming the difference. Cases with UDP packets need a capture that
 // reads UDP GRO super-packets (VIRTIO_NET_HDR_GSO_UDP_L4, Linux 6.2).
 //
 // In every other case the kernel merges exactly as Coalesce does, and its
@@ -225,7 +226,8 @@ func attribute(t *testing.T, in [][]byte, used []bool, p []byte, h Header) groOu
 			if k > 0 {
 				first = in[o.idx[0]]
 			}
-			if !used[i] && (sameSegment(seg, q, first, k) == nil || sameSegment(urgentOf(seg, q), q, first, k) == nil) {
+			if !used[i] && (sameSegment(seg, q, first, k) == nil || sameSegment(urgentOf(seg, q), q, first, k) == nil ||
+				sameSegment(cwrOf(seg, q), q, first, k) == nil) {
 				j = i
 				break
 			}
@@ -251,6 +253,22 @@ func urgentOf(seg, q []byte) []byte {
 	seg = slices.Clone(seg)
 	off := l.L3Len() + 18
 	copy(seg[off:off+2], q[off:off+2])
+	refix(seg, l)
+	return seg
+}
+
+// cwrOf is seg with q's CWR flag: a kernel with AccECN merges segments
+// that all carry CWR and would keep it on every segment
+// (SKB_GSO_TCP_ACCECN), where the virtio-net header it hands over says
+// plain TCP, whose segments after the first Split gives without CWR.
+func cwrOf(seg, q []byte) []byte {
+	l, err := Validate(q, Header{})
+	if err != nil || l.Proto() != protoTCP || len(seg) != len(q) {
+		return seg
+	}
+	seg = slices.Clone(seg)
+	off := l.L3Len() + 13
+	seg[off] |= q[off] & tcpCWR
 	refix(seg, l)
 	return seg
 }
@@ -341,17 +359,22 @@ func isUDP(p []byte) bool {
 	return false
 }
 
-// groKernelOlder are the cases where older kernels' GRO merges otherwise
-// than Linux 6.18's, which Coalesce follows: their output packets there
-// (as groCase.want) and why. A kernel that gives exactly that output
-// skips the case with the reason; any other output fails it as before.
-var groKernelOlder = map[string]struct{ kernel, why string }{
+// groKernelOther are the cases where older or newer kernels' GRO merges
+// otherwise than Linux 6.18's, which Coalesce follows: their output
+// packets there (as groCase.want) and why. A kernel that gives exactly
+// that output skips the case with the reason; any other output fails it
+// as before.
+var groKernelOther = map[string]struct{ kernel, why string }{
 	"tcp4/cwr-first":      {"0-4", groCWRWhy},
 	"tcp6/cwr-first":      {"0-4", groCWRWhy},
 	"tcp4/cwr-middle":     {"0-1 2-4", groCWRWhy},
 	"tcp6/cwr-middle":     {"0-1 2-4", groCWRWhy},
 	"tcp4/id-fixed-no-df": {"0 1 2 3 4", "this kernel's GRO merges fixed IPv4 IDs only with DF set (inet_gro_receive); Linux 6.18, which Coalesce follows, merges them without DF too"},
+	"tcp4/cwr-all":        {"0-4", groAccECNWhy},
+	"tcp6/cwr-all":        {"0-4", groAccECNWhy},
 }
+
+const groAccECNWhy = "this kernel's GRO (AccECN) merges a run of segments that all carry CWR into one super-packet it marks SKB_GSO_TCP_ACCECN, CWR on every segment; Coalesce, as Linux 6.18, delivers each alone, which a TUN takes from every kernel (virtio-net's AccECN flag is newer still)"
 
 const groCWRWhy = "this kernel's GRO lets a segment with CWR start a merge that the next segments join (tcp_gro_receive flushes only before it); Linux 6.18, which Coalesce follows, delivers it on its own"
 
@@ -363,22 +386,22 @@ func (lab *groLab) compare(t *testing.T, co *Coalescer, c groKernelCase) {
 	if c.kernel != "" {
 		want = parseGroups(t, c.kernel)
 	}
-	older, hasOlder := groKernelOlder[c.name]
-	var olderWant [][]int
-	if hasOlder {
-		olderWant = parseGroups(t, older.kernel)
+	other, hasOther := groKernelOther[c.name]
+	var otherWant [][]int
+	if hasOther {
+		otherWant = parseGroups(t, other.kernel)
 	}
 	var kernel []groOut
 	for range 3 {
 		kernel = lab.exchange(t, c.in)
-		if g := sortedGroups(kernel); reflect.DeepEqual(g, want) || hasOlder && reflect.DeepEqual(g, olderWant) {
+		if g := sortedGroups(kernel); reflect.DeepEqual(g, want) || hasOther && reflect.DeepEqual(g, otherWant) {
 			break
 		}
 	}
 	got := sortedGroups(kernel)
 	t.Logf("kernel %v (single packets' flags %v), ours %v", groups(kernel), singleFlags(kernel), groups(ours))
-	if hasOlder && reflect.DeepEqual(got, olderWant) {
-		t.Skipf("the kernel merged %v, Coalesce %v: %s", got, want, older.why)
+	if hasOther && reflect.DeepEqual(got, otherWant) {
+		t.Skipf("the kernel merged %v, Coalesce %v: %s", got, want, other.why)
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("the kernel merged %v, want %v (ours %v)", got, want, groups(ours))
