@@ -729,8 +729,8 @@ func TestTunnel(t *testing.T) {
 	tunnelTCP(t, n.a, n.b, peerAddr, tcpPort, tcpBytes)   // A to B
 	tunnelTCP(t, n.b, n.a, tunAddrA, tcpPort+1, tcpBytes) // B to A
 
-	a.stop(t)
-	b.stop(t)
+	a.halt(t)
+	b.halt(t)
 	for _, e := range []*tunnelEnd{a, b} {
 		e.check(t, uso == nil)
 	}
@@ -815,16 +815,18 @@ func (e *tunnelEnd) start(t *testing.T) {
 	t.Cleanup(func() { e.stop(t) })
 }
 
-// stop cancels both halves and closes what blocks them: the TUN device
-// (the forwarder's Read) and the socket (the receiver's).
-func (e *tunnelEnd) stop(t *testing.T) {
+// halt cancels both halves, which return on their own (the TUN queue and
+// the receiver are ReadDeadliners), the forwarder once it has sent what
+// it queued, and waits for them. The TUN device and the socket stay open
+// until the test's cleanup (stop): closing them first could leave a frame
+// charged that the forwarder was still to send, and closing one end's
+// socket while the other still sends would make the other's sends fail.
+func (e *tunnelEnd) halt(t *testing.T) {
 	if e.cancel == nil {
 		return
 	}
 	e.cancel()
 	e.cancel = nil
-	e.dev.Close()
-	e.conn.Close()
 	for range 2 {
 		select {
 		case err := <-e.done:
@@ -833,8 +835,16 @@ func (e *tunnelEnd) stop(t *testing.T) {
 			}
 		case <-time.After(uskWait):
 			t.Errorf("%s: the tunnel did not stop", e.name)
+			return
 		}
 	}
+}
+
+// stop halts the tunnel end and closes its TUN device and socket.
+func (e *tunnelEnd) stop(t *testing.T) {
+	e.halt(t)
+	e.dev.Close()
+	e.conn.Close()
 }
 
 // check compares the counters of both halves after the run. Where the
