@@ -165,7 +165,7 @@ var scenarios = map[string]scenarioDef{
 	"tunnel": {
 		name: "tunnel",
 		title: func(o options) string {
-			return "tunnel: a VPN's data path between two namespaces over a veth of MTU 1500, one TCP stream each way at once — gsoplane's Tunnel vs wireguard-go's plumbing (plaintext), examples/vpn vs a wireguard-go device (encrypted), the kernel alone"
+			return "tunnel: a VPN's data path between two namespaces over a veth of MTU 1500, one TCP stream each way at once — gsoplane's Tunnel (one peer, and routed among several) vs wireguard-go's plumbing (plaintext), examples/vpn vs a wireguard-go device (encrypted), the kernel alone"
 		},
 		rows:   func(o options) []rowSpec { return tunnelRows() },
 		ratios: func(rows []*rowResult, o options) []ratio { return tunnelRatios(rows) },
@@ -177,6 +177,8 @@ var scenarios = map[string]scenarioDef{
 			"tunnel = dataplane/tunnel with every default, configured exactly as the README's recipe (TestREADMETunnel runs the",
 			"  recipe itself as written): readme/tunnel is 1 by construction. Inner MTU 1456 (16-byte header), wg-plumbing 1472",
 			"  (no header), vpn 1440 (header and tag), wg-device 1420 (wg-quick's).",
+			"tunnel-peers = the same Tunnel with Config.Peers (the peer and a second one nothing is routed to): one unconnected",
+			"  socket, every packet routed by its inner destination, every datagram's source looked up.",
 			"wg-plumbing = golang.zx2c4.com/wireguard tun.CreateTUN (offloads: Read splits, Write coalesces) and conn.StdNetBind",
 			"  (UDP_SEGMENT, UDP_GRO) wired by a read/send loop and a receive/write loop, no crypto, no header.",
 			"wg-device = golang.zx2c4.com/wireguard/device configured with IpcSet (no wg binary): the userspace WireGuard VPN.",

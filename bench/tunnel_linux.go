@@ -8,6 +8,10 @@ package main
 //	tunnel        gsoplane's dataplane/tunnel, plaintext, configured as
 //	              the README's recipe is (a name, the local and the peer's
 //	              addresses: every default)
+//	tunnel-peers  the same with Config.Peers: the peer and a second one
+//	              (an address on the veth's subnet that nobody has), on an
+//	              unconnected socket, each packet routed by its inner
+//	              destination
 //	wg-plumbing   wireguard-go's own plumbing, plaintext: its TUN device
 //	              (CreateTUN, offloads) and conn.StdNetBind (UDP GSO and
 //	              GRO) wired by loops of reads and writes, no crypto
@@ -23,6 +27,7 @@ import (
 	"path/filepath"
 
 	"github.com/gsoplane/gsoplane/dataplane/tunnel"
+	"github.com/gsoplane/gsoplane/dataplane/udp"
 	"github.com/gsoplane/gsoplane/examples/vpn"
 	"github.com/gsoplane/gsoplane/internal/netlab"
 )
@@ -60,6 +65,7 @@ func tunnelRows() []rowSpec {
 	return []rowSpec{
 		row("kernel", nil),
 		row("tunnel", openGsoTunnel),
+		row("tunnel-peers", openGsoTunnelPeers),
 		row("wg-plumbing", openWGPlumbing),
 		row("vpn", openVPN),
 		row("wg-device", openWGDevice),
@@ -160,6 +166,28 @@ func openGsoTunnel(ns *netlab.NS, local, peer netip.Addr) (tunnelEnd, error) {
 	})
 }
 
+// openGsoTunnelPeers opens the same tunnel with Config.Peers: the peer,
+// routed the other end's inner address, and a second peer on the veth's
+// subnet (nobody's address: nothing is routed to it in the run) with an
+// inner address of its own, so that every packet is routed.
+func openGsoTunnelPeers(ns *netlab.NS, local, peer netip.Addr) (tunnelEnd, error) {
+	inner := tnlInnerB
+	if local.Compare(peer) > 0 {
+		inner = tnlInnerA
+	}
+	other := netip.AddrFrom4([4]byte(append(peer.AsSlice()[:3:3], 99)))
+	return runTunnel(ns, func() (*tunnel.Tunnel, error) {
+		return tunnel.Open(tunnel.Config{
+			Name:  tnlName,
+			Local: netip.AddrPortFrom(local, tnlPort),
+			Peers: []udp.Peer{
+				{Endpoint: netip.AddrPortFrom(peer, tnlPort), Allowed: []netip.Prefix{netip.PrefixFrom(inner, 32)}},
+				{Endpoint: netip.AddrPortFrom(other, tnlPort), Allowed: []netip.Prefix{netip.MustParsePrefix("198.19.0.99/32")}},
+			},
+		})
+	})
+}
+
 // openVPN opens examples/vpn's tunnel with a key file of its own.
 func openVPN(ns *netlab.NS, local, peer netip.Addr) (tunnelEnd, error) {
 	dir, err := os.MkdirTemp("", "gsoplane-bench-vpn-")
@@ -204,6 +232,7 @@ func tunnelRatios(rows []*rowResult) []ratio {
 		{"vpn", "wg-device", "TCP both ways, examples/vpn (ChaCha20-Poly1305) / a wireguard-go device"},
 		{"tunnel", "kernel", "TCP both ways, gsoplane's Tunnel / the kernel alone over the veth (upper bound)"},
 		{"vpn", "tunnel", "TCP both ways, the cost of the crypto: examples/vpn / the plaintext Tunnel"},
+		{"tunnel-peers", "tunnel", "TCP both ways, the cost of several peers: routed on an unconnected socket / connected to the one peer"},
 	}
 	out := throughputRatios(rows, specs)
 	for _, dir := range []struct {
