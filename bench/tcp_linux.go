@@ -32,6 +32,12 @@ type tcpStream struct {
 	wg       sync.WaitGroup
 }
 
+// connectTimeout bounds a stream's connection: long enough for a
+// WireGuard handshake that is tried again (wireguard-go's wg-device row
+// retries a lost handshake initiation after REKEY_TIMEOUT, 5 s, and the
+// SYN retransmitted at 7 s then gets through).
+const connectTimeout = 15 * time.Second
+
 // startStream connects from the sender's namespace to dst:port in the
 // receiver's and starts the stream.
 func startStream(sender, receiver *netlab.NS, dst netip.Addr, port int) (*tcpStream, error) {
@@ -46,14 +52,14 @@ func startStream(sender, receiver *netlab.NS, dst netip.Addr, port int) (*tcpStr
 		return nil, fmt.Errorf("listen tcp %v: %w", addr, err)
 	}
 	err = sender.Run(func() error {
-		c, err := net.DialTimeout("tcp4", addr.String(), 5*time.Second)
+		c, err := net.DialTimeout("tcp4", addr.String(), connectTimeout)
 		if err == nil {
 			s.conn = c.(*net.TCPConn)
 		}
 		return err
 	})
 	if err == nil {
-		s.ln.SetDeadline(time.Now().Add(5 * time.Second))
+		s.ln.SetDeadline(time.Now().Add(connectTimeout))
 		s.peer, err = s.ln.AcceptTCP()
 	}
 	if err != nil {
