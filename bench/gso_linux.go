@@ -20,8 +20,9 @@ package main
 //	    segments, the NIC completes the checksums) and full (complete
 //	    segments, as from AF_XDP).
 //
-// (a) and (b) use the AF_XDP port. With iperf3 installed, a last row runs
-// iperf3 through (a).
+// (a) and (b) use the AF_XDP port. With iperf3 installed, three last rows
+// run iperf3 processes through (a), the default gateway and the kernel
+// alone.
 
 import (
 	"context"
@@ -95,27 +96,48 @@ func gsoRows(opts measureOpts) []rowSpec {
 		gw("packet-full", packet(dataplane.PacketGSOFull)),
 	}
 	if iperf3Skipped() == "" {
-		rows = append(rows, rowSpec{name: "gsoplane-iperf3", units: tcpUnits, retrans: true, start: func(ctx context.Context) (trial, error) {
-			return withLab(func(l *lab) (*labTrial, error) {
-				g, err := startGateway(l, xdp(true))
-				if err != nil {
-					return nil, err
-				}
-				ip, err := startIperf3(ctx, l, srv4, opts.warmup, opts.duration)
-				if err != nil {
-					return nil, errors.Join(err, g.stop())
-				}
-				return &labTrial{dp: gwDataplane{gateway: g, ipBytesAsRx: true}, tr: ip, rxAtB: true}, nil
-			})
-		}}.copying(forwardCopies))
+		def, gsoplane := dataplane.GatewayConfig{}, xdp(true)
+		rows = append(rows,
+			iperf3Row("gsoplane-iperf3", &gsoplane, opts).copying(forwardCopies),
+			iperf3Row("default-iperf3", &def, opts).copying(inPlaceCopies),
+			iperf3Row("kernel-iperf3", nil, opts).copying(kernelCopies))
 	}
 	return rows
 }
 
-// iperf3Skipped says why the gsoplane-iperf3 row is left out, or "".
+// iperf3Row is a row of one iperf3 TCP stream from A to B (processes of
+// their own, as a deployment's applications are) through a gateway
+// configured by cfg, or, for nil, routed by the kernel alone.
+func iperf3Row(name string, cfg *dataplane.GatewayConfig, opts measureOpts) rowSpec {
+	return rowSpec{name: name, units: tcpUnits, retrans: true, ppsAtB: cfg == nil, start: func(ctx context.Context) (trial, error) {
+		return withLab(func(l *lab) (*labTrial, error) {
+			if cfg == nil {
+				if err := l.RouteKernel(); err != nil {
+					return nil, err
+				}
+				ip, err := startIperf3(ctx, l, srv4, opts.warmup, opts.duration)
+				if err != nil {
+					return nil, err
+				}
+				return &labTrial{tr: ip, rxAtB: true}, nil
+			}
+			g, err := startGateway(l, *cfg)
+			if err != nil {
+				return nil, err
+			}
+			ip, err := startIperf3(ctx, l, srv4, opts.warmup, opts.duration)
+			if err != nil {
+				return nil, errors.Join(err, g.stop())
+			}
+			return &labTrial{dp: gwDataplane{gateway: g, ipBytesAsRx: true}, tr: ip, rxAtB: true}, nil
+		})
+	}}
+}
+
+// iperf3Skipped says why the iperf3 rows are left out, or "".
 func iperf3Skipped() string {
 	if _, err := exec.LookPath("iperf3"); err != nil {
-		return "iperf3 is not installed: the gsoplane-iperf3 row is skipped (apt-get install iperf3 adds it)"
+		return "iperf3 is not installed: the *-iperf3 rows are skipped (apt-get install iperf3 adds them)"
 	}
 	return ""
 }
@@ -130,5 +152,7 @@ func gsoRatios(rows []*rowResult) []ratio {
 		{"packet-full", "gsoplane", "TCP throughput, AF_PACKET with complete segments / AF_XDP"},
 		{"packet-partial", "packet-full", "TCP throughput, AF_PACKET, partial checksums / complete segments"},
 		{"packet-offload", "gsoplane", "TCP throughput, AF_PACKET with the NIC segmenting / AF_XDP"},
+		{"default-iperf3", "kernel-iperf3", "TCP throughput, iperf3 processes: the default gateway / kernel only"},
+		{"gsoplane-iperf3", "gsoplane", "TCP throughput, the AF_XDP row with iperf3 processes / with the bench's own streams"},
 	})
 }

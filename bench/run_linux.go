@@ -59,7 +59,8 @@ var scenarios = map[string]scenarioDef{
 		notes: []string{
 			"Mbit/s = bytes read by the receiving socket; retrans = tcpi_total_retrans of the sender; Mpps = segments the gateway sent;",
 			"kernel: A routes B's prefix out of gw-a, super-packets cross the veth unsegmented (its Mpps counts gw-b's skbs).",
-			"gsoplane-iperf3 (when iperf3 is installed): iperf3's own report through the gsoplane row's set-up.",
+			"*-iperf3 (when iperf3 is installed): iperf3 processes in A and B (as a deployment's applications, not the bench's",
+			"  threads) through the gsoplane row's set-up, the default gateway, and the kernel alone; iperf3's own report.",
 			"default = the gateway as GatewayConfig's zero value opens it (PortAuto, GRO on): on the veth, which has no AF_XDP",
 			"  zero-copy, the AF_PACKET port with the veth segmenting (as packet-offload, with GRO on the return path's ACKs).",
 			"gsoplane, xdp-no-csum and no-offload use the AF_XDP port (copy mode on the veth): gsoplane sends its segments with",
