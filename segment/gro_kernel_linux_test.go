@@ -246,15 +246,7 @@ func attribute(t *testing.T, in [][]byte, used []bool, p []byte, h Header) groOu
 // urgent pointers differ while URG is clear, and its super-packet keeps
 // only the first one's (see the table above).
 func urgentOf(seg, q []byte) []byte {
-	l, err := Validate(q, Header{})
-	if err != nil || l.Proto() != protoTCP || len(seg) != len(q) {
-		return seg
-	}
-	seg = slices.Clone(seg)
-	off := l.L3Len() + 18
-	copy(seg[off:off+2], q[off:off+2])
-	refix(seg, l)
-	return seg
+	return fromInput(seg, q, func(seg, q []byte) { copy(seg[18:20], q[18:20]) })
 }
 
 // cwrOf is seg with q's CWR flag: a kernel with AccECN merges segments
@@ -262,13 +254,19 @@ func urgentOf(seg, q []byte) []byte {
 // (SKB_GSO_TCP_ACCECN), where the virtio-net header it hands over says
 // plain TCP, whose segments after the first Split gives without CWR.
 func cwrOf(seg, q []byte) []byte {
+	return fromInput(seg, q, func(seg, q []byte) { seg[13] |= q[13] & tcpCWR })
+}
+
+// fromInput returns a copy of seg with set applied to its TCP header from
+// q's (both from the TCP header on), its checksum fixed; seg itself when
+// q is not a TCP packet of seg's length.
+func fromInput(seg, q []byte, set func(seg, q []byte)) []byte {
 	l, err := Validate(q, Header{})
 	if err != nil || l.Proto() != protoTCP || len(seg) != len(q) {
 		return seg
 	}
 	seg = slices.Clone(seg)
-	off := l.L3Len() + 13
-	seg[off] |= q[off] & tcpCWR
+	set(seg[l.L3Len():], q[l.L3Len():])
 	refix(seg, l)
 	return seg
 }
