@@ -147,7 +147,10 @@ func tunConfig(o TUNOptions) tun.Config {
 
 // OpenTUNHost opens the TUN device o describes, as OpenGateway would, and
 // returns its first queue as a Host: for a caller that reads or writes
-// the device through its own code before handing it to a gateway.
+// the device through its own code before handing it to a gateway. Its
+// packets come behind the 24-byte virtio-net header
+// (segment.HeaderSizeTunnel, Host.HeaderSize), whose last 14 bytes a
+// kernel before Linux 6.17 leaves as they were in the caller's buffer.
 func OpenTUNHost(o TUNOptions) (*Host, error) {
 	t, err := tun.Open(tunConfig(o))
 	if err != nil {
