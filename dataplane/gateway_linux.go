@@ -107,6 +107,7 @@ func OpenGateway(cfg GatewayConfig) (*Gateway, error) {
 	if err := g.open(cfg); err != nil {
 		return nil, errors.Join(err, g.Close())
 	}
+	g.logTUN(cfg)
 	return g, nil
 }
 
@@ -119,20 +120,25 @@ func (g *Gateway) openInside(cfg GatewayConfig) error {
 		g.inside = []inside{{h.Source, h.Writer}}
 		return nil
 	}
-	tc := tunConfig(cfg.TUN)
-	t, err := tun.Open(tc)
+	t, err := tun.Open(tunConfig(cfg.TUN))
 	if err != nil {
 		return err
-	}
-	if tc.Offload && !t.Offloads().Has(tun.OffloadUDPTunnel) {
-		logger(cfg).Info("the TUN device takes no UDP-tunnel super-packets (TUN_F_UDP_TUNNEL_GSO needs Linux 6.17): the kernel cuts VXLAN and Geneve traffic before it",
-			"tun", t.Name(), "offloads", t.Offloads().String())
 	}
 	g.tun = t
 	for _, q := range t.Queues() {
 		g.inside = append(g.inside, inside{q, q})
 	}
 	return nil
+}
+
+// logTUN says, once the gateway is open, that its TUN device takes no
+// UDP-tunnel super-packets, on a kernel before Linux 6.17 (a gateway
+// that fails to open logs nothing).
+func (g *Gateway) logTUN(cfg GatewayConfig) {
+	if t := g.tun; t != nil && !cfg.TUN.DisableOffload && !t.Offloads().Has(tun.OffloadUDPTunnel) {
+		logger(cfg).Info("the TUN device takes no UDP-tunnel super-packets (TUN_F_UDP_TUNNEL_GSO needs Linux 6.17): the kernel cuts VXLAN and Geneve traffic before it",
+			"tun", t.Name(), "offloads", t.Offloads().String())
+	}
 }
 
 // tunConfig is the configuration of the TUN device o describes: with the

@@ -649,7 +649,7 @@ func gatewayUDPBackpressure(t *testing.T, port labPort) {
 		if r.lost != 0 || lost(st.Forward.Drops) != 0 {
 			t.Errorf("lost %d datagrams, the gateway dropped %v", r.lost, st.Forward.Drops)
 		}
-		if port.kind == PortPacket && st.Forward.InPlace == 0 {
+		if port.kind == PortPacket && !r.single && st.Forward.InPlace == 0 { // single datagrams (no TUN USO) are not super-packets
 			t.Errorf("of %d super-packets sent whole none left from the frame it was read into", st.Forward.Offloaded)
 		}
 		if r.enobufs == 0 || st.Budget.Stalls == 0 {
