@@ -399,11 +399,7 @@ func (g *Gateway) Close() error {
 		g.mon.close()
 	}
 	g.mtu.close()
-	for _, n := range []*nic{g.nic, g.ingress} {
-		if n != nil {
-			errs = append(errs, n.port.Close())
-		}
-	}
+	errs = append(errs, g.ClosePorts())
 	for _, f := range g.fanIns {
 		f.Close()
 	}
@@ -411,6 +407,24 @@ func (g *Gateway) Close() error {
 		g.raw.close()
 	}
 	errs = append(errs, g.closeInside())
+	return errors.Join(errs...)
+}
+
+// ClosePorts closes the NIC port and the ingress device's at once, their
+// programs taken off the interfaces and their sockets closed, without
+// stopping the dataplane first: for a process about to exit without
+// Close, such as udpfwd on a second signal. The kernel removes a program
+// the process holds by a BPF link (XDP, tcx) when it exits, but keeps a
+// cls_bpf filter (the AF_PACKET port's before Linux 6.6), which would
+// go on taking the redirected prefixes' packets from the host. Close
+// closes the ports too.
+func (g *Gateway) ClosePorts() error {
+	var errs []error
+	for _, n := range []*nic{g.nic, g.ingress} {
+		if n != nil {
+			errs = append(errs, n.port.Close())
+		}
+	}
 	return errors.Join(errs...)
 }
 

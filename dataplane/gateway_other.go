@@ -34,6 +34,7 @@ func OpenTUNHost(o TUNOptions) (*Host, error) {
 // wrapping ErrNotSupported.
 func (*Gateway) Run(context.Context) error { return errGateway }
 func (*Gateway) Close() error              { return errGateway }
+func (*Gateway) ClosePorts() error         { return errGateway }
 func (*Gateway) TUN() *tun.Device          { return nil }
 func (*Gateway) Port() PortKind            { return 0 }
 func (*Gateway) XDP() *xsk.Port            { return nil }

@@ -3,6 +3,7 @@ package main
 import (
 	"net"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -71,8 +72,17 @@ func TestStartFailures(t *testing.T) {
 // way, that /debug/pprof/ is off without -pprof).
 func TestSecondSignal(t *testing.T) {
 	requireRoot(t)
+	for _, c := range []struct{ name, filter string }{
+		{"default", "auto"},
+		{"clsact", "clsact"}, // a cls_bpf filter, which the kernel keeps after the process (before tcx, Linux 6.6)
+	} {
+		t.Run(c.name, func(t *testing.T) { secondSignal(t, append(slices.Clone(labArgs), "-packet-filter", c.filter)) })
+	}
+}
+
+func secondSignal(t *testing.T, args []string) {
 	a, _ := newLab(t)
-	p := startUdpfwd(t, a, labEnv, labArgs...)
+	p := startUdpfwd(t, a, labEnv, args...)
 	waitReady(t, p, a)
 	if code := pprofStatus(t, a); code != 404 {
 		t.Errorf("without -pprof: /debug/pprof/ answers %d", code)

@@ -74,6 +74,9 @@ type daemon struct {
 	notify *notifier // systemd's READY, STOPPING and WATCHDOG
 	// stopping is set once a signal asked for the drain (/healthz: 503).
 	stopping atomic.Bool
+	// forced is the exit status a second signal set (128+N), 0 before:
+	// the stop that finishes while the ports close exits with it too.
+	forced atomic.Int32
 }
 
 // start binds the metrics address, opens the gateway, drops privileges

@@ -40,13 +40,22 @@ func (d *daemon) serve(ctx context.Context, sigs <-chan os.Signal) int {
 		if runCtx.Err() == nil {
 			err = errors.Join(errors.New("the dataplane stopped by itself"), err)
 		}
-		return d.finish(err)
+		return d.exit(d.finish(err))
 	case err := <-httpErr:
 		failure = err
 		stop()
 	case <-runCtx.Done():
 	}
-	return d.drain(runDone, failure)
+	return d.exit(d.drain(runDone, failure))
+}
+
+// exit is the exit status of a stop that ended with code: a second
+// signal's (see exitNow) if one came.
+func (d *daemon) exit(code int) int {
+	if f := d.forced.Load(); f != 0 {
+		return int(f)
+	}
+	return code
 }
 
 // drain waits up to -drain-timeout for the dataplane to stop reading and
@@ -65,12 +74,20 @@ func (d *daemon) drain(runDone <-chan error, failure error) int {
 	}
 }
 
-// exitNow exits at once on a second signal. The kernel detaches the XDP
-// program (it hangs on a BPF link the process holds) and removes a TUN
-// device udpfwd created with the process.
+// exitNow exits at once on a second signal, once the ports are closed:
+// the kernel detaches a program that hangs on a BPF link the process
+// holds (XDP, tcx) and removes a TUN device udpfwd created with the
+// process, but keeps a cls_bpf filter (the AF_PACKET port before Linux
+// 6.6), which would go on taking the redirected prefixes' packets from
+// the host.
 func (d *daemon) exitNow(s os.Signal) {
+	code := signalExitCode(s)
+	d.forced.Store(int32(code))
 	d.log.Warn("second signal: exiting now", "signal", s.String())
-	os.Exit(signalExitCode(s))
+	if err := d.gw.ClosePorts(); err != nil {
+		d.log.Error("second signal: closing the ports", "err", err)
+	}
+	os.Exit(code)
 }
 
 // startHTTP serves the metrics listener, if any. The channel reports a
