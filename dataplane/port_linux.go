@@ -170,7 +170,9 @@ func openXDP(cfg GatewayConfig, log *slog.Logger, zeroCopy bool, why string) (*n
 	if err != nil {
 		return nil, err
 	}
-	log.Info("NIC port: AF_XDP "+how, "nic", cfg.NIC, "why", why, "xdp_mode", x.Mode().String(), "busy_poll", cfg.XDP.BusyPoll)
+	log.Info("NIC port: AF_XDP "+how, "nic", cfg.NIC, "why", why, "xdp_mode", x.Mode().String(), "busy_poll", cfg.XDP.BusyPoll,
+		"multi_buffer", x.MultiBuffer())
+	warnNoMultiBuffer(cfg.NIC, x, log)
 	n := &nic{port: x, kind: PortXDP, program: "XDP program", detached: xsk.ErrDetached}
 	for _, s := range x.Sockets() {
 		n.maxPacket = s.MaxTXFrame() - ethernet.HeaderLen
@@ -180,6 +182,22 @@ func openXDP(cfg GatewayConfig, log *slog.Logger, zeroCopy bool, why string) (*n
 		})
 	}
 	return n, nil
+}
+
+// warnNoMultiBuffer warns when the AF_XDP port has no multi-buffer
+// (before Linux 6.6, or a driver without it) and the device's MTU makes
+// frames longer than one UMEM frame holds: those go to the host's
+// stack, past the gateway. The AF_PACKET port takes them.
+func warnNoMultiBuffer(ifname string, x *xsk.Port, log *slog.Logger) {
+	socks := x.Sockets()
+	if x.MultiBuffer() || len(socks) == 0 {
+		return
+	}
+	mtu, _, err := linkOf(ifname)
+	if max := socks[0].MaxRXFrame(); err == nil && mtu+ethernet.HeaderLen > max {
+		log.Warn("AF_XDP without multi-buffer (XDP_USE_SG: Linux 6.6 and a driver that has it): frames longer than one UMEM frame go to the host's stack, not through the gateway; the AF_PACKET port takes them (udpfwd -port packet)",
+			"nic", ifname, "mtu", mtu, "max_frame", max)
+	}
 }
 
 // openPacket opens an AF_PACKET port and logs it: what it leaves to

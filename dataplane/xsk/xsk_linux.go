@@ -514,6 +514,12 @@ func (x *Socket) enter() bool {
 // FrameSize returns the UMEM frame size.
 func (x *Socket) FrameSize() int { return x.frameSize }
 
+// MaxRXFrame returns the longest frame the socket receives in one UMEM
+// frame, its Ethernet header included: FrameSize less the headroom the
+// kernel leaves (XDP_PACKET_HEADROOM). Without multi-buffer
+// (Port.MultiBuffer) the XDP program passes longer ones to the kernel.
+func (x *Socket) MaxRXFrame() int { return rxFrameLen(x.frameSize) }
+
 // MaxTXFrame returns the longest frame the socket transmits, its Ethernet
 // header included: FrameSize, less the TX metadata in front of it
 // (Config.DisableTXChecksum).

@@ -62,6 +62,7 @@ func (*Port) Stats() []Stats                          { return nil }
 func (*Port) Close() error                            { return errNotSupported }
 func (*Socket) FrameSize() int                        { return 0 }
 func (*Socket) MaxTXFrame() int                       { return 0 }
+func (*Socket) MaxRXFrame() int                       { return 0 }
 func (*Socket) TXChecksum() bool                      { return false }
 func (*Socket) NumFrames() int                        { return 0 }
 func (*Socket) TxBudget() int                         { return 0 }
