@@ -225,10 +225,19 @@ func floodUnread(t *testing.T, lab *gwLab) (stop chan struct{}, sent chan int) {
 				sent <- n
 				return
 			}
+			if n%floodPace == 0 {
+				time.Sleep(time.Millisecond)
+			}
 		}
 	}()
 	return stop, sent
 }
+
+// floodPace is how many datagrams floodUnread sends per millisecond at
+// most (about 180 Mbit/s): a few milliseconds fill the unread socket's
+// buffer, and an unpaced flood on a slow machine (an emulated guest)
+// starves the TCP streams that go through the same return path.
+const floodPace = 16
 
 // udpRcvbufErrors reads the UDP datagrams ns's kernel dropped for a
 // full socket receive buffer (Udp: RcvbufErrors in /proc/net/snmp).
