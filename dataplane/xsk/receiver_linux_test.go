@@ -103,14 +103,15 @@ func (s *xskSim) deliver(lens []int, last uint32) bool {
 
 // deliverBad puts a bad descriptor on the RX ring: an address outside
 // the UMEM, a TX frame, or (if the kernel holds one) an RX frame with a
-// length past its end.
+// length past its end or a packet too close to its start for the room
+// the receiver keeps in front (rxFront).
 func (s *xskSim) deliverBad(kind byte, options uint32) bool {
 	if !s.room(1) {
 		return false
 	}
 	fs := uint64(s.x.frameSize)
 	d := unix.XDPDesc{Len: 60, Options: options}
-	switch kind % 3 {
+	switch kind % 4 {
 	case 0:
 		d.Addr = uint64(len(s.x.umem)) + xdpPacketHeadroom
 	case 1:
@@ -121,6 +122,12 @@ func (s *xskSim) deliverBad(kind byte, options uint32) bool {
 		}
 		d.Addr = s.held[len(s.held)-1] + xdpPacketHeadroom
 		d.Len = uint32(fs - xdpPacketHeadroom + 1)
+		s.held = s.held[:len(s.held)-1]
+	case 3:
+		if len(s.held) == 0 && !s.take() {
+			return false
+		}
+		d.Addr = s.held[len(s.held)-1] + rxFront - 1
 		s.held = s.held[:len(s.held)-1]
 	}
 	s.put(d, false)
@@ -350,6 +357,7 @@ func TestReceiveChains(t *testing.T) {
 		{"too long across receives", 2, []byte{2, 1, 0, 2, 2, 0, 4, 63, 64, 2, 3, 0, 4, 63, 64, 0, 0, 0}},
 		{"broken", 4, []byte{0, 1, 0, 3, 2, 1, 0, 0, 0, 3, 0, 0, 3, 1, 1, 0, 0, 1}},
 		{"room for one", 4, []byte{0, 1, 0, 0, 0, 0, 0, 1, 0, 4, 0, 1, 4, 0, 0, 4, 0, 1}},
+		{"no room in front", 4, []byte{3, 3, 0, 4, 63, 64, 3, 3, 1, 0, 1, 0, 4, 63, 64}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := newXSKSim(t, 2048, 32, 8, c.maxChain)
