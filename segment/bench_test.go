@@ -50,11 +50,7 @@ func BenchmarkSplit(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		bufs := make([][]byte, l.segments)
-		for i := range bufs {
-			bufs[i] = make([]byte, l.maxSegLen)
-		}
-		sizes := make([]int, l.segments)
+		bufs, sizes := splitBuffers(l, 0)
 		run := func(impl string, split func() (int, error)) {
 			b.Run(fmt.Sprintf("%s/%s", shape.name, impl), func(b *testing.B) {
 				b.SetBytes(int64(len(pkt)))

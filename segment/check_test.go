@@ -21,11 +21,7 @@ func splitFresh(s *Segmenter, pkt []byte, h Header) (Layout, [][]byte, error) {
 	if err != nil {
 		return l, nil, err
 	}
-	bufs := make([][]byte, l.segments)
-	for i := range bufs {
-		bufs[i] = make([]byte, 3+l.maxSegLen)
-	}
-	sizes := make([]int, l.segments)
+	bufs, sizes := splitBuffers(l, 3)
 	in := bytes.Clone(pkt)
 	n, err := s.Split(in, l, bufs, sizes, 3)
 	if err != nil {
@@ -39,6 +35,16 @@ func splitFresh(s *Segmenter, pkt []byte, h Header) (Layout, [][]byte, error) {
 		segs[i] = bufs[i][3 : 3+sizes[i]]
 	}
 	return l, segs, nil
+}
+
+// splitBuffers allocates what Split needs for l's segments, each buffer
+// headroom bytes longer than the longest segment.
+func splitBuffers(l Layout, headroom int) (bufs [][]byte, sizes []int) {
+	bufs = make([][]byte, l.Segments())
+	for i := range bufs {
+		bufs[i] = make([]byte, headroom+l.MaxSegLen())
+	}
+	return bufs, make([]int, l.Segments())
 }
 
 // checkSplit returns the first invariant the segments of pkt break.

@@ -216,11 +216,7 @@ func TestSplitAllocs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		bufs := make([][]byte, l.segments)
-		for i := range bufs {
-			bufs[i] = make([]byte, l.maxSegLen)
-		}
-		sizes := make([]int, l.segments)
+		bufs, sizes := splitBuffers(l, 0)
 		for _, s := range []*Segmenter{{}, {Partial: true}} {
 			allocs := testing.AllocsPerRun(100, func() {
 				if _, err := s.Split(pkt, l, bufs, sizes, 0); err != nil {
@@ -274,11 +270,7 @@ func TestSplitLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bufs := make([][]byte, l.Segments())
-	for i := range bufs {
-		bufs[i] = make([]byte, l.MaxSegLen())
-	}
-	sizes := make([]int, len(bufs))
+	bufs, sizes := splitBuffers(l, 0)
 	for name, c := range map[string]struct {
 		pkt []byte
 		l   Layout

@@ -126,11 +126,7 @@ func TestTunnelSplitAllocs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		bufs := make([][]byte, l.Segments())
-		for i := range bufs {
-			bufs[i] = make([]byte, l.MaxSegLen())
-		}
-		sizes := make([]int, l.Segments())
+		bufs, sizes := splitBuffers(l, 0)
 		var s Segmenter
 		if n := testing.AllocsPerRun(100, func() { s.Split(pkt, l, bufs, sizes, 0) }); n != 0 {
 			t.Errorf("%s: %.1f allocations per Split", name, n)
@@ -231,11 +227,7 @@ func BenchmarkSplitTunnel(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		bufs := make([][]byte, l.Segments())
-		for i := range bufs {
-			bufs[i] = make([]byte, l.MaxSegLen())
-		}
-		sizes := make([]int, l.Segments())
+		bufs, sizes := splitBuffers(l, 0)
 		var s Segmenter
 		b.Run(c.name, func(b *testing.B) {
 			b.SetBytes(int64(len(pkt)))

@@ -38,11 +38,7 @@ func BenchmarkForWire(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		bufs := make([][]byte, l.Segments())
-		for i := range bufs {
-			bufs[i] = make([]byte, l.MaxSegLen())
-		}
-		sizes := make([]int, len(bufs))
+		bufs, sizes := splitBuffers(l, 0)
 		run := func(what string, f func() error) {
 			b.Run(fmt.Sprintf("%s/%s", sh.name, what), func(b *testing.B) {
 				b.SetBytes(int64(len(pkt)))
