@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/gsoplane/gsoplane/dataplane/xsk"
 	"github.com/gsoplane/gsoplane/internal/netlab"
 )
 
@@ -115,5 +117,30 @@ func TestZeroCopyInvalid(t *testing.T) {
 		if !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%v %+v: %v, want ErrInvalidConfig", x.port, x.opts, err)
 		}
+	}
+}
+
+// TestWarnNoMultiBuffer: an AF_XDP port without multi-buffer warns when
+// the device's MTU makes frames longer than one UMEM frame (the XDP
+// program hands them to the host's stack), and only then.
+func TestWarnNoMultiBuffer(t *testing.T) {
+	tp := netlab.NewTopologyT(t, "gw")
+	for _, c := range []struct {
+		mtu  int
+		warn bool
+	}{{1500, false}, {9000, true}} {
+		t.Run(strconv.Itoa(c.mtu), func(t *testing.T) {
+			var log bytes.Buffer
+			tp.A.Do(t, func() {
+				netlab.Must(t, tp.A.Netlink().LinkSetMTU(tp.A.LinkT(t, netlab.NICA), c.mtu))
+				x, err := xsk.Open(xsk.Config{Ifname: netlab.NICA, MultiBuffer: xsk.MultiBufferOff})
+				netlab.Must(t, err)
+				defer x.Close()
+				warnNoMultiBuffer(netlab.NICA, x, slog.New(slog.NewTextHandler(&log, nil)))
+			})
+			if got := strings.Contains(log.String(), "AF_XDP without multi-buffer"); got != c.warn {
+				t.Errorf("MTU %d: warned %v, want %v:\n%s", c.mtu, got, c.warn, log.String())
+			}
+		})
 	}
 }
