@@ -80,16 +80,9 @@ func TestZeroCopyRefused(t *testing.T) {
 	for _, port := range []PortKind{PortXDP, PortAuto} {
 		t.Run(port.String(), func(t *testing.T) {
 			tp := netlab.NewTopologyT(t, "gw")
-			var err error
-			tp.A.Do(t, func() {
-				var g *Gateway
-				g, err = OpenGateway(GatewayConfig{
-					TUN: TUNOptions{Name: labTUN}, NIC: netlab.NICA, Routes: netlab.AppRoutes,
-					Port: port, XDP: XDPOptions{ZeroCopy: XDPZeroCopyOn},
-				})
-				if err == nil {
-					g.Close()
-				}
+			err := openRefused(t, tp.A, GatewayConfig{
+				TUN: TUNOptions{Name: labTUN}, NIC: netlab.NICA, Routes: netlab.AppRoutes,
+				Port: port, XDP: XDPOptions{ZeroCopy: XDPZeroCopyOn},
 			})
 			if !errors.Is(err, ErrZeroCopy) || !strings.Contains(err.Error(), "driver veth") {
 				t.Fatalf("OpenGateway = %v, want ErrZeroCopy naming the driver (veth)", err)

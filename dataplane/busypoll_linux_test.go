@@ -51,16 +51,9 @@ func TestGatewayBusyPoll(t *testing.T) {
 // port, before anything is left behind.
 func TestGatewayBusyPollPacket(t *testing.T) {
 	tp := netlab.NewTopologyT(t, "gw")
-	var err error
-	tp.A.Do(t, func() {
-		var g *Gateway
-		g, err = OpenGateway(GatewayConfig{
-			TUN: TUNOptions{Name: labTUN}, NIC: netlab.NICA, Routes: netlab.AppRoutes,
-			Port: PortPacket, XDP: XDPOptions{BusyPoll: 50 * time.Microsecond}, DisableBackpressure: true, DisableGRO: true,
-		})
-		if err == nil {
-			g.Close()
-		}
+	err := openRefused(t, tp.A, GatewayConfig{
+		TUN: TUNOptions{Name: labTUN}, NIC: netlab.NICA, Routes: netlab.AppRoutes,
+		Port: PortPacket, XDP: XDPOptions{BusyPoll: 50 * time.Microsecond}, DisableBackpressure: true, DisableGRO: true,
 	})
 	if !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("OpenGateway with an AF_PACKET port and busy polling: %v, want ErrInvalidConfig", err)

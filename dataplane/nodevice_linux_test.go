@@ -30,21 +30,28 @@ func TestNoDevice(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var logs bytes.Buffer
 			c.cfg.TUN.Name, c.cfg.Routes, c.cfg.Log = "nodev0", routes, slog.New(slog.NewTextHandler(&logs, nil))
-			ns.Do(t, func() {
-				g, err := OpenGateway(c.cfg)
-				if err == nil {
-					g.Close()
-				}
-				if !errors.Is(err, ErrNoDevice) {
-					t.Errorf("OpenGateway: %v, want ErrNoDevice", err)
-				}
-				if _, err := ns.Link("nodev0"); err == nil {
-					t.Error("TUN device left behind")
-				}
-			})
+			if err := openRefused(t, ns, c.cfg); !errors.Is(err, ErrNoDevice) {
+				t.Errorf("OpenGateway: %v, want ErrNoDevice", err)
+			}
+			if _, err := ns.Link("nodev0"); err == nil {
+				t.Error("TUN device left behind")
+			}
 			if logs.Len() > 0 {
 				t.Errorf("logged before failing:\n%s", logs.String())
 			}
 		})
 	}
+}
+
+// openRefused opens a gateway with cfg in ns, which is to fail, and
+// returns the error (closing the gateway should it open).
+func openRefused(t *testing.T, ns *netlab.NS, cfg GatewayConfig) (err error) {
+	t.Helper()
+	ns.Do(t, func() {
+		var g *Gateway
+		if g, err = OpenGateway(cfg); err == nil {
+			g.Close()
+		}
+	})
+	return err
 }
