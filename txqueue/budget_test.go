@@ -173,7 +173,7 @@ func TestAdmitBlocksUntilWakeMark(t *testing.T) {
 	b.charge(1, int64(4*burst))
 	done := make(chan error, 1)
 	go func() { done <- b.Admit(context.Background(), 2) }()
-	eventually(t, "Admit to park", func() bool { return b.nwait.Load() == 1 })
+	eventually(t, "Admit to park", parked(b, 1))
 	wantErr(t, "release", b.release(1, int64(2*burst-1)), nil)
 	if b.nwait.Load() != 1 {
 		t.Fatal("woken above the wake mark")
@@ -191,7 +191,7 @@ func TestAdmitContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- b.Admit(ctx, 2) }()
-	eventually(t, "Admit to park", func() bool { return b.nwait.Load() == 1 })
+	eventually(t, "Admit to park", parked(b, 1))
 	cancel()
 	wantErr(t, "Admit", <-done, context.Canceled)
 	if n := b.nwait.Load(); n != 0 {
@@ -210,7 +210,7 @@ func TestBudgetCloseWakesEveryone(t *testing.T) {
 		go func() { done <- b.Admit(context.Background(), uint64(i)) }()
 	}
 	wantErr(t, "TryAdmit", b.TryAdmit(9), ErrWouldBlock)
-	eventually(t, "all to park", func() bool { return b.nwait.Load() == n+1 })
+	eventually(t, "all to park", parked(b, n+1))
 	wantErr(t, "Close", b.Close(), nil)
 	for range n {
 		wantErr(t, "Admit", <-done, ErrClosed)

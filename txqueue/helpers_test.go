@@ -62,6 +62,18 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// parked reports whether n callers are parked in b's Admit: published as
+// waiters and past their admission check, which register does under b.mu
+// (nwait alone is set before the check: a release in between admits the
+// caller instead of parking it).
+func parked(b *Budget, n int) func() bool {
+	return func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(b.waiters) == n
+	}
+}
+
 func signalled(ch <-chan struct{}) bool {
 	select {
 	case <-ch:
