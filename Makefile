@@ -65,6 +65,7 @@ FUZZ_TARGETS = ./segment:FuzzSplit ./segment:FuzzValidate ./segment:FuzzCoalesce
 	./segment:FuzzWire ./segment:FuzzCopySum ./internal/ethernet:FuzzIsIP \
 	./internal/iphdr:FuzzRead \
 	./internal/icmperr:FuzzErrorFor ./dataplane/afpacket:FuzzReceiveFrame \
+	./dataplane/udp:FuzzReceiverHeaders \
 	./dataplane/xsk:FuzzReceiveChains ./dataplane/xsk:FuzzXDPProgram
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

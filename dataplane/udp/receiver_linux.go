@@ -22,7 +22,9 @@ var _ pipeline.Receiver = (*Receiver)(nil)
 // Receiver is the receive half of a VPN's tunnel, a pipeline.Receiver:
 // it takes datagrams from a UDP socket with recvmmsg(2), many per system
 // call, and asks the kernel to coalesce runs of them (UDP_GRO), so that
-// one message carries up to 64 datagrams; it cuts them apart again,
+// one message carries up to 64 datagrams (a peer's UDP_SEGMENT message,
+// which reaches the socket whole, up to 128, and any message up to
+// 64 KiB is taken whole); it cuts them apart again,
 // decapsulates each and hands out the inner packets behind their
 // encapsulation header. Give it to pipeline.NewReturnPath with a TUN queue
 // as the Writer and GRO on: the inner packets are merged again into
@@ -47,6 +49,7 @@ type Receiver struct {
 	oob      [][]byte
 	msgs     *mmsg.Batch
 	pending  [][]byte // datagrams of the last recvmmsg not handed out yet
+	dropped  []byte   // the frame handed out for a dropped datagram: Headroom bytes, an empty packet
 	next     int
 	toOpen   [][]byte  // the pending datagrams long enough to open
 	openIdx  []int     // their index in pending
@@ -107,9 +110,9 @@ func NewReceiver(conn *net.UDPConn, cfg ReceiverConfig) (*Receiver, error) {
 		r.msgs.Set(i, r.bufs[i])
 		r.msgs.SetControl(i, r.oob[i])
 	}
-	most := cfg.Messages * udpGROMaxSegments
+	most := cfg.Messages * msgMaxSegments
 	r.pending, r.toOpen, r.openIdx, r.verdicts = make([][]byte, 0, most), make([][]byte, 0, most), make([]int, 0, most), make([]Verdict, most)
-	r.peers = make([]int, most)
+	r.peers, r.dropped = make([]int, most), make([]byte, cfg.Headroom)
 	if cfg.Peers != nil {
 		r.table, r.recvPeer = cfg.Peers, tally{t: cfg.Peers, received: true}
 		r.names, r.pendingPeer = make([][]byte, cfg.Messages), make([]int, 0, most)
@@ -153,17 +156,20 @@ func (r *Receiver) Receive(frames [][]byte) (int, error) {
 }
 
 // open opens the pending datagrams, in one call of Open, and leaves each
-// as its headroom and inner packet; a short or refused one keeps only its
-// headroom, an empty packet.
+// as its headroom and inner packet; a short or refused one becomes
+// r.dropped, an empty packet.
 func (r *Receiver) open() {
 	r.toOpen, r.openIdx = r.toOpen[:0], r.openIdx[:0]
 	for i, d := range r.pending {
 		if len(d) < r.headroom+r.tailroom {
 			r.st.short.Add(1)
-			r.pending[i] = d[:r.headroom] // within its 64 KiB buffer
+			r.pending[i] = r.dropped // d may end closer than Headroom to its buffer's end
 			continue
 		}
 		r.toOpen, r.openIdx = append(r.toOpen, d), append(r.openIdx, i)
+	}
+	if n := len(r.toOpen); n > len(r.verdicts) { // more than msgMaxSegments a message: grow once
+		r.verdicts, r.peers = make([]Verdict, n), make([]int, n)
 	}
 	verdicts, peers := r.verdicts[:len(r.toOpen)], r.peers[:len(r.toOpen)]
 	clear(verdicts)
@@ -181,14 +187,17 @@ func (r *Receiver) open() {
 		switch v := verdicts[k]; {
 		case v != Accept:
 			r.st.refused[min(v, DropMalformed)].Add(1)
-			d = d[:r.headroom+r.tailroom]
+			d = r.dropped
 		case r.table != nil && !r.allowed(d, r.pendingPeer[i]):
 			r.st.notAllowed.Add(1)
-			d = d[:r.headroom+r.tailroom]
+			d = r.dropped
 		case r.table != nil:
 			r.recvPeer.add(r.pendingPeer[i], 1, uint64(len(d)))
+			fallthrough
+		default:
+			d = d[:len(d)-r.tailroom]
 		}
-		r.pending[i] = d[:len(d)-r.tailroom]
+		r.pending[i] = d
 	}
 	r.recvPeer.flush()
 	clear(r.toOpen) // keep no views of the buffers
@@ -273,7 +282,7 @@ func (r *Receiver) split(k int) {
 	r.st.groMessages.Add(1)
 	for len(msg) > 0 {
 		n := min(size, len(msg))
-		r.pending = append(r.pending, msg[:n]) // capacity to the buffer's end: see open
+		r.pending = append(r.pending, msg[:n])
 		msg = msg[n:]
 	}
 }

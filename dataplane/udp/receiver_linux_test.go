@@ -3,6 +3,7 @@ package udp
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"net"
 	"net/netip"
 	"testing"
@@ -303,4 +304,97 @@ func TestUDPReceiverPeers(t *testing.T) { // not parallel: AllocsPerRun refuses
 	if st := r.Stats(); st.UnknownPeer != 2 {
 		t.Errorf("UnknownPeer %d, want 2", st.UnknownPeer)
 	}
+}
+
+// TestUDPReceiverWholeMessages: whatever a message holds, the Receiver
+// takes it: a peer's UDP_SEGMENT message of 128 datagrams (Linux 6.10
+// and later) reaches the socket whole, twice the 64 that receive-side GRO
+// merges, and comes out as its 128 datagrams; a 65,527-byte IPv6 message
+// whose last datagram is one byte long, ending closer than Headroom to the
+// receive buffer's end, comes out as its two datagrams and a short one,
+// counted and handed out as an empty packet (a sender whose device takes
+// GSO packets over 64 KiB, as BIG TCP allows, sends it whole).
+func TestUDPReceiverWholeMessages(t *testing.T) {
+	t.Run("128 datagrams", func(t *testing.T) {
+		const segSize, segs = uskHdrLen + 4, 128
+		n := newUskNet(t)
+		rx := uskListen(t, n.b, uskAP(uskAddrB, uskPort))
+		tx := uskDial(t, n.a, uskAP(uskAddrB, uskPort))
+		uskSockopt(t, tx, unix.SOL_UDP, unix.UDP_SEGMENT, segSize)
+		r, err := NewReceiver(rx, ReceiverConfig{Headroom: uskHdrLen, Messages: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Write(bytes.Repeat([]byte{0x11}, segs*segSize)); errors.Is(err, unix.EINVAL) {
+			t.Skipf("this kernel sends at most 64 datagrams a UDP_SEGMENT message (128 since Linux 6.10): %v", err)
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		got := uskReceiveAll(t, r, rx, segs)
+		for i, f := range got {
+			if len(f) != segSize || f[segSize-1] != 0x11 {
+				t.Fatalf("datagram %d: %d bytes, want %d", i, len(f), segSize)
+			}
+		}
+	})
+	t.Run("short datagram at the buffer's end", func(t *testing.T) {
+		const segSize, size = 32763, 65527 // two datagrams and one byte: the largest IPv6 UDP payload
+		ns := netlab.NewT(t, "udp")
+		netlab.Must(t, ns.LinkUp("lo"))
+		// A device that takes GSO packets over 64 KiB (BIG TCP's
+		// gso_max_size), or the kernel cuts the message before the socket.
+		if err := ns.Netlink().LinkSetGSOMaxSize(ns.LinkT(t, "lo"), 2*size); err != nil {
+			t.Skipf("no gso_max_size over 64 KiB (BIG TCP, Linux 5.19): %v", err)
+		}
+		var rx, tx *net.UDPConn
+		ns.Do(t, func() {
+			var err error
+			if rx, err = net.ListenUDP("udp6", &net.UDPAddr{IP: net.IPv6loopback}); err != nil {
+				t.Fatal(err)
+			}
+			if tx, err = net.DialUDP("udp6", nil, rx.LocalAddr().(*net.UDPAddr)); err != nil {
+				t.Fatal(err)
+			}
+		})
+		defer rx.Close()
+		defer tx.Close()
+		uskSockopt(t, tx, unix.SOL_UDP, unix.UDP_SEGMENT, segSize)
+		r, err := NewReceiver(rx, ReceiverConfig{Headroom: uskHdrLen})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Write(bytes.Repeat([]byte{0x22}, size)); err != nil {
+			t.Fatal(err)
+		}
+		got := uskReceiveAll(t, r, rx, 3)
+		if len(got[0]) != segSize || len(got[1]) != segSize || len(got[2]) != uskHdrLen {
+			t.Errorf("datagrams of %d, %d and %d bytes, want %d, %d and an empty packet (%d)", len(got[0]), len(got[1]), len(got[2]), segSize, segSize, uskHdrLen)
+		}
+		if st := r.Stats(); st.Short != 1 || st.GROMessages != 1 {
+			t.Errorf("Short %d, GROMessages %d; want 1 and 1", st.Short, st.GROMessages)
+		}
+	})
+}
+
+// uskReceiveAll receives want frames from r within a deadline, copied.
+func uskReceiveAll(t *testing.T, r *Receiver, conn *net.UDPConn, want int) [][]byte {
+	t.Helper()
+	if err := conn.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	var got [][]byte
+	frames := make([][]byte, 64)
+	for len(got) < want {
+		k, err := r.Receive(frames)
+		if err != nil {
+			t.Fatalf("Receive after %d of %d frames: %v", len(got), want, err)
+		}
+		for _, f := range frames[:k] {
+			got = append(got, bytes.Clone(f))
+		}
+	}
+	if len(got) != want {
+		t.Fatalf("%d frames, want %d", len(got), want)
+	}
+	return got
 }

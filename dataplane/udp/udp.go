@@ -157,9 +157,12 @@ const (
 	// rxBufSize holds the largest message UDP_GRO makes: 64 KiB of
 	// datagrams.
 	rxBufSize = 1 << 16
-	// udpGROMaxSegments is the most datagrams one UDP_GRO message holds
-	// (UDP_GRO_CNT_MAX).
-	udpGROMaxSegments = 64
+	// msgMaxSegments is the most datagrams one message holds as the
+	// kernel makes them: a peer's UDP_SEGMENT message reaches the socket
+	// whole with up to UDP_MAX_SEGMENTS (128 since Linux 6.10), more than
+	// receive-side GRO's 64 (UDP_GRO_CNT_MAX). A Receiver sizes its
+	// per-datagram state for it, and grows it if a message ever holds more.
+	msgMaxSegments = 128
 )
 
 // ReceiverConfig configures a Receiver.
