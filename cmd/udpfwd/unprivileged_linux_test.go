@@ -31,6 +31,7 @@ func TestUnprivilegedDeployment(t *testing.T) {
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
 	bin := capBinary(t, udpfwdBinary(t))
+	tunForEveryone(t)
 	for _, c := range []struct{ name, port, filter string }{{"xdp", "xdp", "auto"}, {"packet", "packet", "auto"}, {"packet-clsact", "packet", "clsact"}} {
 		t.Run(c.name, func(t *testing.T) {
 			a, b := newLab(t)
@@ -48,6 +49,25 @@ func TestUnprivilegedDeployment(t *testing.T) {
 				t.Errorf("left behind: %s", left)
 			}
 		})
+	}
+}
+
+// tunForEveryone makes /dev/net/tun mode 0666 for the test, as udev does
+// on Debian and as the non-root deployment needs (docs/udpfwd.md,
+// PRIVILEGES); a machine without udev has devtmpfs's 0600.
+func tunForEveryone(t *testing.T) {
+	t.Helper()
+	const dev = "/dev/net/tun"
+	st, err := os.Stat(dev)
+	if err != nil {
+		t.Skipf("no %s: %v", dev, err)
+	}
+	if mode := st.Mode().Perm(); mode&0o666 != 0o666 {
+		t.Logf("%s is mode %#o here (no udev): 0666 for the test", dev, mode)
+		if err := os.Chmod(dev, 0o666); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Chmod(dev, mode) })
 	}
 }
 
