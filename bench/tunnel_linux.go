@@ -188,21 +188,34 @@ func openGsoTunnelPeers(ns *netlab.NS, local, peer netip.Addr) (tunnelEnd, error
 	})
 }
 
-// openVPN opens examples/vpn's tunnel with a key file of its own.
+// openVPN opens examples/vpn's tunnel with a key file and a state file
+// of its own, in a directory removed when it stops.
 func openVPN(ns *netlab.NS, local, peer netip.Addr) (tunnelEnd, error) {
 	dir, err := os.MkdirTemp("", "gsoplane-bench-vpn-")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir) // read by Open
 	key := filepath.Join(dir, "vpn.key")
 	if err := os.WriteFile(key, []byte("gsoplane bench, not a secret key"), 0o600); err != nil {
-		return nil, err
+		return nil, errors.Join(err, os.RemoveAll(dir))
 	}
-	args := []string{"-key", key, "-tun", tnlName,
+	args := []string{"-key", key, "-state", filepath.Join(dir, "vpn.state"), "-tun", tnlName,
 		"-local", netip.AddrPortFrom(local, tnlPort).String(), "-peer", netip.AddrPortFrom(peer, tnlPort).String()}
-	return runTunnel(ns, func() (*tunnel.Tunnel, error) { return vpn.Open(args, os.Stderr) })
+	end, err := runTunnel(ns, func() (*tunnel.Tunnel, error) { return vpn.Open(args, os.Stderr) })
+	if err != nil {
+		return nil, errors.Join(err, os.RemoveAll(dir))
+	}
+	return vpnEnd{end, dir}, nil
 }
+
+// vpnEnd is examples/vpn's end, running: it writes its state file until
+// it stops.
+type vpnEnd struct {
+	tunnelEnd
+	dir string
+}
+
+func (v vpnEnd) stop() error { return errors.Join(v.tunnelEnd.stop(), os.RemoveAll(v.dir)) }
 
 // runTunnel opens a tunnel in ns and runs it.
 func runTunnel(ns *netlab.NS, open func() (*tunnel.Tunnel, error)) (tunnelEnd, error) {

@@ -100,8 +100,9 @@ type Stats struct {
 	Receive udp.ReceiverStats    // datagrams received, per recvmmsg and UDP_GRO message, Open's drops by verdict
 	Return  pipeline.ReturnStats // datagrams → TUN: packets, writes, GRO, drops by reason
 	// Fallbacks counts the times the kernel refused UDP_SEGMENT or
-	// UDP_GRO or the sink gave UDP_SEGMENT up for datagrams over the path
-	// MTU: each costs a system call per datagram.
+	// UDP_GRO, the first time for each reason per queue (a peer's
+	// UDP_SEGMENT refusals are tried again a second later: PeerStats):
+	// each costs a system call per datagram.
 	Fallbacks uint64
 }
 

@@ -256,7 +256,7 @@ func (t *Tunnel) warnOnce(key, msg string, args ...any) {
 // fellBack is the sinks' OnFallback: counted, and warned about once.
 func (t *Tunnel) fellBack(f udp.Fallback, err error) {
 	t.fallbacks.Add(1)
-	t.warnOnce(f.String(), "tunnel: UDP_SEGMENT given up: one datagram per message", "reason", f.String(), "err", err, "inner_mtu", t.mtu)
+	t.warnOnce(f.String(), "tunnel: UDP_SEGMENT refused: one datagram per message", "reason", f.String(), "err", err, "inner_mtu", t.mtu)
 }
 
 // groRefused is the return paths' OnRefused: the TUN device refused a

@@ -24,6 +24,14 @@
 // datagram from an address that is no peer's endpoint, and an opened
 // packet whose inner source does not route back to the peer it came
 // from. The table counts each peer's traffic (Peers.Stats).
+//
+// When the kernel refuses a UDP_SEGMENT message (EMSGSIZE: over the path
+// MTU to its peer), the sink sends its datagrams again one per message,
+// and that peer's datagrams of that size or larger for a second, then
+// tries UDP_SEGMENT again for the peer (a re-probe): the other peers keep
+// it, and the peer gets it back within a second of its path MTU
+// recovering. SinkStats counts the refusals (MsgSize, GSORefused) and
+// the re-probes (Reprobes), PeerStats each peer's.
 // dataplane/tunnel wires both halves, for one peer or several, with fast
 // defaults.
 //

@@ -128,7 +128,8 @@ func (t *lpm) lookup(a netip.Addr) (int, bool) {
 type peerCounters struct {
 	sentDatagrams, sentBytes         atomic.Uint64
 	receivedDatagrams, receivedBytes atomic.Uint64
-	_                                [32]byte
+	gsoRefused, reprobes             atomic.Uint64
+	_                                [16]byte
 }
 
 // PeerStats is a snapshot of one peer's counters, like the transfer line
@@ -139,6 +140,8 @@ type PeerStats struct {
 	SentBytes         uint64 // their UDP payload bytes, headroom and tailroom included
 	ReceivedDatagrams uint64 // datagrams from the peer handed on: opened, from an allowed source
 	ReceivedBytes     uint64 // their UDP payload bytes
+	GSORefused        uint64 // UDP_SEGMENT messages to the peer the kernel refused (SinkStats.MsgSize, SinkStats.GSORefused)
+	Reprobes          uint64 // times UDP_SEGMENT was tried again for the peer after that (SinkStats.Reprobes)
 }
 
 // NewPeers checks peers and builds their table. Each endpoint must be a
@@ -237,6 +240,7 @@ func (t *Peers) Stats() []PeerStats {
 			Endpoint:      t.peers[i].Endpoint,
 			SentDatagrams: c.sentDatagrams.Load(), SentBytes: c.sentBytes.Load(),
 			ReceivedDatagrams: c.receivedDatagrams.Load(), ReceivedBytes: c.receivedBytes.Load(),
+			GSORefused: c.gsoRefused.Load(), Reprobes: c.reprobes.Load(),
 		}
 	}
 	return s

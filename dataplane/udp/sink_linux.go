@@ -34,20 +34,28 @@ var _ pipeline.Sink = (*Sink)(nil)
 // each run of consecutive frames of equal length (the last of a run may be
 // shorter) to one peer into one message with a UDP_SEGMENT control
 // message, up to 64 datagrams and 65507 bytes per message: the kernel
-// then cuts the run into datagrams itself, late, or lets the NIC do it. When the kernel
-// refuses UDP_SEGMENT (no support: EIO or EINVAL, or a socket with
-// SO_NO_CHECK), the sink remembers it and sends one datagram per message
-// from then on. Like the kernel's own UDP sockets, a full socket send
-// buffer blocks Transmit through the Go runtime poller.
+// then cuts the run into datagrams itself, late, or lets the NIC do it.
+// Like the kernel's own UDP sockets, a full socket send buffer blocks
+// Transmit through the Go runtime poller.
+//
+// When the kernel refuses a UDP_SEGMENT message (EMSGSIZE: its datagrams
+// are over the path MTU to the peer; EINVAL or EIO: over it on older
+// kernels, a socket with SO_NO_CHECK, an IPsec route), the message
+// is sent again one datagram per message, which the kernel fragments if
+// need be, and so are that peer's datagrams of that size or larger for a
+// second: then UDP_SEGMENT is tried again for the peer (a re-probe,
+// SinkStats.Reprobes), so that it comes back within a second of the path
+// MTU. A refusal concerns its peer only: the path MTU is the
+// destination's, and a forged ICMP "fragmentation needed" that the
+// kernel took for one peer costs the other peers nothing. A re-probe the
+// kernel refuses again costs one sendmmsg call, once a second per peer.
 //
 // A frame is complete when the send returned: Complete reports the frames
 // taken since its last call, in order, and puts them back in the pool.
 // Errors that concern the peer or the route (ECONNREFUSED after an ICMP
 // port unreachable, EHOSTUNREACH, ...) are counted and the message's
 // frames dropped: they complete like sent ones and are never fatal.
-// A UDP_SEGMENT message over the path MTU (EMSGSIZE) is sent again as
-// single datagrams, which the kernel fragments, and that size no longer
-// goes in UDP_SEGMENT messages. ENOBUFS (a full qdisc dropped the
+// ENOBUFS (a full qdisc dropped the
 // message: the kernel says so only on a socket with IP_RECVERR or
 // IPV6_RECVERR, and drops silently otherwise) stops Transmit, which
 // returns how many it took; the rest is offered again after Wait. Only a
@@ -75,8 +83,8 @@ type Sink struct {
 	toSeal    [][]byte      // the datagrams of the chunk at hand not sealed yet
 	sealPeers []int         // their peers
 	fellBack  [FallbackMsgSize + 1]bool
-	gso       bool
-	gsoTooBig int // smallest datagram size refused with EMSGSIZE in a UDP_SEGMENT message; 0: none
+	gso       bool      // whether the kernel knows UDP_SEGMENT
+	gsoPeers  []gsoPeer // per peer (one without Peers)
 
 	// With Peers: each peer's address, each frame's peer (-1: none),
 	// each message's, the last destination routed and the sent counts.
@@ -100,7 +108,61 @@ type batchWriter interface {
 type udpSinkCounters struct {
 	datagrams, messages, gsoMessages, bytes, syscalls, dropped, noPeer atomic.Uint64
 	refused, unreachable, msgSize, noBufs, gsoRefused, other           atomic.Uint64
-	gso                                                                atomic.Bool
+	reprobes                                                           atomic.Uint64
+}
+
+// gsoRetry is how long a peer's datagrams of a size the kernel refused
+// in a UDP_SEGMENT message go one per message before UDP_SEGMENT is
+// tried again for them.
+const gsoRetry = time.Second
+
+// gsoPeer is what the kernel refused of UDP_SEGMENT for one peer.
+type gsoPeer struct {
+	tooBig int       // the smallest datagram size refused; 0: none
+	retry  time.Time // when to try that size again
+}
+
+// coalesces reports whether datagrams of size go to peer in UDP_SEGMENT
+// messages: unless the kernel refused that size for the peer less than
+// gsoRetry ago. The first call after that re-probes.
+func (s *Sink) coalesces(peer, size int) bool {
+	g := &s.gsoPeers[peer]
+	switch {
+	case !s.gso:
+		return false
+	case g.tooBig == 0 || size < g.tooBig:
+		return true
+	case time.Now().Before(g.retry):
+		return false
+	}
+	g.tooBig = 0
+	s.st.reprobes.Add(1)
+	s.perPeer(peer, func(c *peerCounters) { c.reprobes.Add(1) })
+	return true
+}
+
+// refused records that the kernel refused a UDP_SEGMENT message of
+// datagrams of size to peer, for reason f (err).
+func (s *Sink) refused(peer, size int, f Fallback, err error) {
+	if f == FallbackMsgSize {
+		s.st.msgSize.Add(1)
+	} else {
+		s.st.gsoRefused.Add(1)
+	}
+	s.perPeer(peer, func(c *peerCounters) { c.gsoRefused.Add(1) })
+	g := &s.gsoPeers[peer]
+	if g.tooBig == 0 || size < g.tooBig {
+		g.tooBig = size
+	}
+	g.retry = time.Now().Add(gsoRetry)
+	s.fallBack(f, err)
+}
+
+// perPeer adds to peer's counters in Peers, if the sink has Peers.
+func (s *Sink) perPeer(peer int, add func(*peerCounters)) {
+	if s.peers != nil {
+		add(&s.peers.counters[peer])
+	}
 }
 
 // NewSink returns a Sink sending on conn, which must be connected to
@@ -150,11 +212,13 @@ func NewSink(conn *net.UDPConn, cfg SinkConfig) (*Sink, error) {
 		toSeal:     make([][]byte, 0, udpSinkChunk),
 		sealPeers:  make([]int, 0, udpSinkChunk),
 		gso:        info.gso,
+		gsoPeers:   make([]gsoPeer, 1),
 		peers:      cfg.Peers,
 		sentPeer:   tally{t: cfg.Peers},
 	}
 	if p := cfg.Peers; p != nil {
 		s.addrs, s.framePeer, s.msgPeer = make([]net.Addr, p.Len()), make([]int32, cfg.Frames), make([]int, udpSinkChunk)
+		s.gsoPeers = make([]gsoPeer, p.Len())
 		for i := range s.addrs {
 			s.addrs[i] = net.UDPAddrFromAddrPort(p.peers[i].Endpoint) // x/net marshals an IPv4 one as sockaddr_in
 		}
@@ -170,7 +234,6 @@ func NewSink(conn *net.UDPConn, cfg SinkConfig) (*Sink, error) {
 		s.oob[i] = oob[i*space : (i+1)*space : (i+1)*space]
 		putUDPSegmentCmsg(s.oob[i], 0)
 	}
-	s.st.gso.Store(info.gso)
 	return s, nil
 }
 
@@ -363,17 +426,10 @@ func (s *Sink) send(chunk []pipeline.Frame) (taken int, more bool, err error) {
 			s.st.noBufs.Add(1)
 			return s.first[k], false, nil
 		case segs > 1 && (errno == unix.EIO || errno == unix.EINVAL):
-			s.st.gsoRefused.Add(1)
-			s.gso = false
-			s.st.gso.Store(false)
-			s.fallBack(FallbackGSORefused, err)
+			s.refused(s.peerOfMsg(k), size, FallbackGSORefused, err)
 			return s.first[k], true, nil
 		case segs > 1 && errno == unix.EMSGSIZE: // a datagram is over the path MTU
-			s.st.msgSize.Add(1)
-			s.fallBack(FallbackMsgSize, err)
-			if s.gsoTooBig == 0 || size < s.gsoTooBig {
-				s.gsoTooBig = size
-			}
+			s.refused(s.peerOfMsg(k), size, FallbackMsgSize, err)
 			return s.first[k], true, nil
 		case udpFatal(errno):
 			return s.first[k], false, fmt.Errorf("udp: sink: %w", err)
@@ -436,7 +492,7 @@ func (s *Sink) build(chunk []pipeline.Frame) int {
 		}
 		size := s.datagramLen(chunk[i])
 		j := i + 1
-		if s.gso && (s.gsoTooBig == 0 || size < s.gsoTooBig) {
+		if s.coalesces(peer, size) {
 			for total := size; j < len(chunk) && j-i < udpGSOMaxSegments; {
 				next := s.datagramLen(chunk[j])
 				if next > size || total+next > udpMaxPayload || s.peerOf(chunk[j]) != peer {
@@ -518,6 +574,15 @@ func (s *Sink) peerOf(f pipeline.Frame) int {
 	return int(s.framePeer[f.ID])
 }
 
+// peerOfMsg returns the peer of message k of the last build; 0
+// without Peers.
+func (s *Sink) peerOfMsg(k int) int {
+	if s.peers == nil {
+		return 0
+	}
+	return s.msgPeer[k]
+}
+
 // noPeers counts the frames taken that had no peer.
 func (s *Sink) noPeers(taken []pipeline.Frame) {
 	if s.peers == nil {
@@ -594,6 +659,7 @@ func (s *Sink) Stats() SinkStats {
 		NoBufs:      c.noBufs.Load(),
 		GSORefused:  c.gsoRefused.Load(),
 		Other:       c.other.Load(),
-		GSO:         c.gso.Load(),
+		Reprobes:    c.reprobes.Load(),
+		GSO:         s.gso,
 	}
 }

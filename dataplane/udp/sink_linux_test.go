@@ -311,8 +311,8 @@ func TestUDPSinkCoalescing(t *testing.T) {
 }
 
 // TestUDPSinkGSORefused: on a socket with SO_NO_CHECK the kernel refuses
-// UDP_SEGMENT with EINVAL; the sink falls back to single datagrams for
-// good, without losing a frame or encapsulating one twice.
+// UDP_SEGMENT with EINVAL; the sink falls back to single datagrams (for
+// a second), without losing a frame or encapsulating one twice.
 func TestUDPSinkGSORefused(t *testing.T) {
 	n := newUskNet(t)
 	s, tx, rx := newUskSink(t, n, uskPort, SinkConfig{Frames: 64, Headroom: uskHdrLen, Seal: uskSeal(0)})
@@ -325,14 +325,15 @@ func TestUDPSinkGSORefused(t *testing.T) {
 		uskExpect(t, rx, uskHdrLen, lens, &rseq, &ctr)
 	}
 	st := s.Stats()
-	if st.GSORefused != 1 || st.GSO || st.GSOMessages != 0 || st.Datagrams != 10 || st.Messages != 10 || st.Dropped != 0 {
+	if st.GSORefused != 1 || !st.GSO || st.GSOMessages != 0 || st.Datagrams != 10 || st.Messages != 10 || st.Dropped != 0 {
 		t.Errorf("stats %+v: want GSO refused once, then 10 single datagrams", st)
 	}
 }
 
 // TestUDPSinkMsgSize: datagrams over the path MTU cannot go in a
 // UDP_SEGMENT message (EMSGSIZE); the sink sends them one by one, which
-// the kernel fragments, and does not try GSO again for that size.
+// the kernel fragments, and does not try GSO again for that size (for a
+// second: TestUDPSinkPathMTUPerPeer).
 func TestUDPSinkMsgSize(t *testing.T) {
 	n := newUskNet(t)
 	s, _, rx := newUskSink(t, n, uskPort, SinkConfig{Frames: 64})
@@ -629,6 +630,86 @@ func TestUDPSinkPeers(t *testing.T) {
 		if n := uint64(len(want[p])); ps.SentDatagrams != n || ps.SentBytes != n*(uskHdrLen+1000) || ps.ReceivedDatagrams != 0 {
 			t.Errorf("peer %d: %+v, want %d datagrams sent", p, ps, n)
 		}
+	}
+}
+
+// TestUDPSinkPathMTUPerPeer: a hub with two peers, the route to one of
+// them with a small MTU (as a "fragmentation needed" the kernel took
+// would leave it): that peer's UDP_SEGMENT messages are refused
+// (EMSGSIZE) and its datagrams go one by one, fragmented, re-probed
+// every second; the other peer's keep UDP_SEGMENT. Once the route
+// recovers, the first peer gets UDP_SEGMENT back at the next re-probe.
+func TestUDPSinkPathMTUPerPeer(t *testing.T) {
+	n := newUskNet(t)
+	const addrC = "198.18.100.3" // peer 1's address, on B too
+	netlab.Must(t, n.b.AddAddr("usk-b", addrC+"/24"))
+	peers, err := NewPeers([]Peer{
+		{Endpoint: uskAddrPort(uskAP(uskAddrB, uskPort+1)), Allowed: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}},
+		{Endpoint: uskAddrPort(uskAP(addrC, uskPort+2)), Allowed: []netip.Prefix{netip.MustParsePrefix("10.0.1.0/24")}},
+	})
+	netlab.Must(t, err)
+	for p, a := range []string{uskAddrB, addrC} {
+		uskSockopt(t, uskListen(t, n.b, uskAP(a, uskPort+1+p)), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 16<<20)
+	}
+	s, err := NewSink(uskListen(t, n.a, uskAP(uskAddrA, 0)), SinkConfig{Frames: 64, Headroom: uskHdrLen, Peers: peers})
+	netlab.Must(t, err)
+	// send transmits 8 frames of 1400 bytes (1444 of IP) to each peer
+	// given, and returns how many UDP_SEGMENT messages went out.
+	send := func(to ...int) uint64 {
+		t.Helper()
+		before := s.Stats().GSOMessages
+		var frames []pipeline.Frame
+		for _, p := range to {
+			f := make([]pipeline.Frame, 8)
+			if k := s.Alloc(f); k != len(f) {
+				t.Fatalf("Alloc: %d", k)
+			}
+			for i := range f {
+				f[i].Len = 1400
+				uskIPFrame(f[i].Buf[uskHdrLen:], uskPeerDst[p], uint32(i))
+			}
+			frames = append(frames, f...)
+		}
+		uskTransmit(t, s, frames)
+		return s.Stats().GSOMessages - before
+	}
+	// waitFor transmits to peer 0 every 20 ms until cond holds.
+	waitFor := func(what string, cond func() bool) time.Duration {
+		t.Helper()
+		start := time.Now()
+		for deadline := start.Add(3 * gsoRetry); !cond(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within %v: %+v, peers %+v", what, 3*gsoRetry, s.Stats(), peers.Stats())
+			}
+			send(0)
+		}
+		return time.Since(start)
+	}
+	if g := send(0, 1); g != 2 {
+		t.Fatalf("%d UDP_SEGMENT messages before the MTU drop, want 2", g)
+	}
+	route := &netlink.Route{LinkIndex: n.a.LinkT(t, "usk-a").Attrs().Index, Dst: &net.IPNet{IP: net.ParseIP(uskAddrB).To4(), Mask: net.CIDRMask(32, 32)},
+		Scope: netlink.SCOPE_LINK, MTU: 1200}
+	netlab.Must(t, n.a.Netlink().RouteAdd(route))
+	if g := send(0, 1); g != 1 {
+		t.Errorf("%d UDP_SEGMENT messages after peer 0's MTU drop, want peer 1's only", g)
+	}
+	for range 3 {
+		if g := send(1); g != 1 {
+			t.Errorf("peer 1: %d UDP_SEGMENT messages, want 1: another peer's path MTU took it off", g)
+		}
+	}
+	// Re-probed while the MTU is still low: refused again, nothing lost.
+	waitFor("a re-probe", func() bool { return s.Stats().Reprobes > 0 })
+	netlab.Must(t, n.a.Netlink().RouteDel(route))
+	took := waitFor("UDP_SEGMENT to peer 0 again", func() bool { return send(0) == 1 })
+	st, ps := s.Stats(), peers.Stats()
+	t.Logf("UDP_SEGMENT back %v after the route recovered; %+v; peers %+v", took, st, ps)
+	if st.MsgSize < 2 || st.Reprobes < 2 || st.Dropped != 0 || st.Datagrams != ps[0].SentDatagrams+ps[1].SentDatagrams {
+		t.Errorf("stats %+v: want EMSGSIZE at least twice, as many re-probes, nothing dropped", st)
+	}
+	if ps[0].GSORefused != st.MsgSize || ps[0].Reprobes != st.Reprobes || ps[1].GSORefused != 0 || ps[1].Reprobes != 0 {
+		t.Errorf("peers %+v: want peer 0's refusals and re-probes only", ps)
 	}
 }
 

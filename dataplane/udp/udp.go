@@ -56,9 +56,10 @@ type SinkConfig struct {
 	// all addresses) also sends to IPv4 ones. Without Peers the socket
 	// must be connected to the one peer.
 	Peers *Peers
-	// OnFallback, if set, is called the first time the sink stops using
-	// UDP_SEGMENT for a reason (once per Fallback), on the goroutine that
-	// calls Transmit. SinkStats counts every occurrence.
+	// OnFallback, if set, is called the first time the kernel refuses a
+	// UDP_SEGMENT message for a reason (once per Fallback), on the
+	// goroutine that calls Transmit. SinkStats counts every occurrence,
+	// and PeerStats each peer's.
 	OnFallback func(f Fallback, err error)
 }
 
@@ -99,20 +100,19 @@ const (
 	numVerdicts
 )
 
-// A Fallback is why a Sink stopped sending some datagrams with
-// UDP_SEGMENT.
+// A Fallback is why a Sink sends a peer's datagrams of some size one per
+// message for a while (see Sink).
 type Fallback int
 
 // The fall-backs.
 const (
 	// FallbackGSORefused: the kernel refused UDP_SEGMENT (EIO or EINVAL:
-	// no support, a socket with SO_NO_CHECK, or a segment larger than the
-	// route's MTU): every datagram goes in a message of its own from then
-	// on.
+	// a socket with SO_NO_CHECK, an IPsec route, or a segment larger than
+	// the route's MTU on older kernels).
 	FallbackGSORefused Fallback = iota + 1
 	// FallbackMsgSize: a UDP_SEGMENT message's datagrams were over the
-	// path MTU (EMSGSIZE): datagrams that large go one by one (the kernel
-	// fragments them). The inner MTU is too large for the path.
+	// path MTU (EMSGSIZE): the kernel fragments them. The inner MTU is too
+	// large for the path to that peer.
 	FallbackMsgSize
 )
 
@@ -144,10 +144,12 @@ type SinkStats struct {
 	Unreachable uint64 // EHOSTUNREACH, ENETUNREACH, EHOSTDOWN, ENETDOWN: the message is dropped
 	MsgSize     uint64 // EMSGSIZE: a UDP_SEGMENT message is sent again as single datagrams (FallbackMsgSize); a single datagram is dropped
 	NoBufs      uint64 // ENOBUFS: Transmit stopped and the rest is offered again
-	GSORefused  uint64 // EIO or EINVAL on a UDP_SEGMENT message: GSO is turned off, the frames sent one by one (FallbackGSORefused)
+	GSORefused  uint64 // EIO or EINVAL on a UDP_SEGMENT message: sent again as single datagrams (FallbackGSORefused)
 	Other       uint64 // any other non-fatal error: the message is dropped
 
-	GSO bool // whether UDP_SEGMENT is (still) used
+	Reprobes uint64 // times UDP_SEGMENT was tried again for a peer, a second after MsgSize or GSORefused
+
+	GSO bool // whether the kernel knows UDP_SEGMENT (Linux 4.18)
 }
 
 // Defaults and limits of a Receiver.
@@ -225,6 +227,7 @@ func (s SinkStats) Add(o SinkStats) SinkStats {
 	s.NoBufs += o.NoBufs
 	s.GSORefused += o.GSORefused
 	s.Other += o.Other
+	s.Reprobes += o.Reprobes
 	s.GSO = s.GSO && o.GSO
 	return s
 }
