@@ -1,11 +1,33 @@
 // Package tunnel is a VPN tunnel's data path, fast by default: a TUN
-// device with offloads on one side, a UDP socket on the other, and per
-// TUN queue a forwarder (TUN → segmentation → UDP_SEGMENT datagrams) and
-// a return path (UDP_GRO datagrams → GRO → TUN), with the VPN's framing
+// device with offloads on one side, a UDP socket on the other, per TUN
+// queue a forwarder (TUN → segmentation → UDP_SEGMENT datagrams) and one
+// return path (UDP_GRO datagrams → GRO → TUN), with the VPN's framing
 // and AEAD plugged in as batch hooks (Config.Seal, Config.Open) that work
 // in place:
 //
 //	TUN → Forwarder → udp.Sink (Seal) ==== UDP ==== udp.Receiver (Open) → ReturnPath (GRO) → TUN
+//
+// With several queues (Config.Queues) each flow stays on one queue end
+// to end, in order, as the kernel's own multi-queue paths keep it. The
+// socket has one reader, the return path, which opens the datagrams in
+// the order the socket took them and writes each inner packet into the
+// TUN queue its flow (addresses, protocol, ports) hashes to. The TUN
+// device reads a flow's packets the other way from the queue it last
+// wrote that flow's packets to (its flow steering; a flow nothing came
+// back for yet, from a queue its own hash picks), so one forwarder
+// reads, seals and sends the flow. The queues spread the flows over
+// forwarders; the receive side is one goroutine, as the kernel gives one
+// peer's datagrams (one address and port pair) to one socket anyway.
+// Two things still reorder, neither counted (the tunnel does not see the
+// device's steering, and only Open knows the VPN's counters): a flow the
+// device moves to another queue (its first packet back, or back after
+// its steering entry expired, a few seconds idle) may send the packets
+// still queued on the old queue after the new one's; and the datagrams
+// of different flows to one peer interleave across the queues, so that
+// the counters a Seal hook takes per peer arrive out of order by what
+// the other queues sent while one sealed and sent a batch (up to 256
+// datagrams, more if its goroutine waits for a CPU): the VPN's replay
+// window must take that (WireGuard's is 8192).
 //
 // A Tunnel has one peer (Config.Peer, the socket connected to it) or
 // several (Config.Peers, an unconnected socket), routed as WireGuard's
