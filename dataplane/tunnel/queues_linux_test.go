@@ -193,8 +193,10 @@ func TestTunnelQueuesOrder(t *testing.T) {
 	b := openEnd(t, p.B, p.AddrB, p.AddrA, innerB, tunnel.Config{Queues: 2, Seal: ba.seal, Open: ab.open})
 	a.start()
 	b.start()
+	before := dropped(t, a) + dropped(t, b)
 	st := tcpStreams(t, p, 4, 16<<20)
-	t.Logf("%d retransmissions, %d segments out of order", st.retrans, st.outOfOrder)
+	drops := dropped(t, a) + dropped(t, b) - before
+	t.Logf("%d retransmissions, %d segments out of order, %d dropped", st.retrans, st.outOfOrder, drops)
 	for _, o := range []*flowOrder{ab, ba} {
 		t.Logf("%d of %d datagrams of a flow out of order; of the peer's, %d below the highest seen, %d more than 2048 below",
 			o.reordered.Load(), o.passed.Load(), o.peerBelow.Load(), o.peerLate.Load())
@@ -202,19 +204,20 @@ func TestTunnelQueuesOrder(t *testing.T) {
 			t.Errorf("%d of %d datagrams of a flow opened after a later one", o.reordered.Load(), o.passed.Load())
 		}
 	}
-	drops := dropped(t, a) + dropped(t, b)
 	if st.outOfOrder != 0 && drops == 0 {
 		t.Errorf("%d segments out of order at the receivers, nothing dropped", st.outOfOrder)
 	}
 }
 
-// dropped sums what e's tunnel and its TUN device dropped.
+// dropped sums what e's tunnel and its TUN device dropped so far.
 func dropped(t *testing.T, e *end) uint64 {
 	st := e.tnl.Stats()
-	ls := e.ns.LinkT(t, tunName).Attrs().Statistics
-	n := st.Forward.Drops.Total() + st.Return.Drops.Total() + st.Send.Dropped + st.Receive.Refused + ls.TxDropped + ls.RxDropped
-	if n != 0 {
-		t.Logf("%s dropped %d: %+v; TUN device %d sent, %d received dropped", e.ns.Name, n, st, ls.TxDropped, ls.RxDropped)
-	}
-	return n
+	return st.Forward.Drops.Total() + st.Return.Drops.Total() + st.Send.Dropped + st.Receive.Refused + tunDropped(t, e.ns, tunName)
+}
+
+// tunDropped is what the TUN device name in ns dropped so far, either
+// way.
+func tunDropped(t *testing.T, ns *netlab.NS, name string) uint64 {
+	ls := ns.LinkT(t, name).Attrs().Statistics
+	return ls.TxDropped + ls.RxDropped
 }
