@@ -45,8 +45,12 @@
 // UDP headers, the hook's headroom and tailroom), sizes the socket
 // buffers for the batches, and warns (and counts, Stats.Fallbacks) when
 // the kernel refuses UDP_SEGMENT or UDP_GRO or a buffer size. Run returns
-// within 100 ms of its context's end and Close within 100 ms, idle or
-// under load.
+// within 100 ms of its context's end or of Close, idle or under load.
+// Close then takes longer when Open created the TUN device: closing its
+// last queue makes the kernel delete the device before close(2) returns,
+// under the lock every network configuration change on the host takes
+// (RTNL) and after RCU grace periods: 8–60 ms here, and up to 400 ms
+// while other processes created and deleted links and namespaces.
 //
 // There is no handshake or key management here: that is the VPN's (see
 // examples/); the hooks are told each datagram's peer, an index into

@@ -349,6 +349,8 @@ var errRunning = errors.New("tunnel: Run: running already")
 
 // Close stops Run, waits for its loops (within 100 ms) and closes what
 // Open opened: the TUN device and the socket unless Config gave them.
+// The kernel deletes a device Open created before Close returns, which
+// may take it hundreds of milliseconds more (see the package comment).
 // Close is idempotent.
 func (t *Tunnel) Close() error {
 	t.mu.Lock()
