@@ -75,11 +75,10 @@ func (s *sealer) seal(dgrams [][]byte, _ []int) {
 	}
 }
 
-// opener opens incoming datagrams and keeps the replay window.
+// opener opens incoming datagrams and keeps the replay window, on the
+// tunnel's one return path (no lock: Open is never called concurrently).
 type opener struct {
-	aead cipher.AEAD
-
-	mu    sync.Mutex // the queues' receivers open concurrently
+	aead  cipher.AEAD
 	win   window
 	nonce [chacha20poly1305.NonceSize]byte
 }
@@ -97,8 +96,6 @@ func newOpener(key []byte) (*opener, error) {
 // refuses or whose tag does not verify is dropped, for that reason; the
 // others are decrypted in place.
 func (o *opener) open(dgrams [][]byte, _ []int, verdicts []udp.Verdict) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
 	nonce := o.nonce[:]
 	for i, d := range dgrams {
 		hdr, ct := d[:headerLen], d[headerLen:]
