@@ -24,10 +24,11 @@
 // its steering entry expired, a few seconds idle) may send the packets
 // still queued on the old queue after the new one's; and the datagrams
 // of different flows to one peer interleave across the queues, so that
-// the counters a Seal hook takes per peer arrive out of order by what
-// the other queues sent while one sealed and sent a batch (up to 256
-// datagrams, more if its goroutine waits for a CPU): the VPN's replay
-// window must take that (WireGuard's is 8192).
+// the counters a Seal hook takes per peer reach the peer out of order by
+// as many datagrams as the other queues send while one seals a batch and
+// hands it to the kernel (up to 650 in TestTunnelQueuesOrder; more while
+// its goroutine waits for a CPU): the VPN's replay window must be that
+// wide (WireGuard's is 8192; examples/vpn runs one queue).
 //
 // A Tunnel has one peer (Config.Peer, the socket connected to it) or
 // several (Config.Peers, an unconnected socket), routed as WireGuard's
@@ -56,5 +57,6 @@
 // examples/); the hooks are told each datagram's peer, an index into
 // Config.Peers, to pick its keys by. It needs Linux and CAP_NET_ADMIN
 // (for the TUN device); on other systems Open returns an error wrapping
-// pipeline.ErrNotSupported. It imports pipeline, tun, udp and txqueue.
+// pipeline.ErrNotSupported. It imports pipeline, tun, udp and txqueue
+// (and internal/iphdr, to hash flows).
 package tunnel
