@@ -60,10 +60,11 @@ type Config struct {
 	Headroom, Tailroom int
 	// Seal and Open are the VPN's framing and crypto, run on batches in
 	// place (udp.SealFunc, udp.OpenFunc), with each datagram's peer (an
-	// index into Peers; 0 for the one peer) to pick its keys by; each
-	// queue calls them from its own goroutines (Seal from its forwarder,
-	// Open from its return path). Nil sends the headroom and tailroom as
-	// they are and accepts every datagram: a plaintext tunnel.
+	// index into Peers; 0 for the one peer) to pick its keys by: Seal
+	// from each queue's forwarder, concurrently, Open from the one return
+	// path, in the order the socket took the datagrams. Nil sends the
+	// headroom and tailroom as they are and accepts every datagram: a
+	// plaintext tunnel.
 	Seal udp.SealFunc
 	Open udp.OpenFunc
 	// SocketBuffer is the size asked for the socket's send and receive

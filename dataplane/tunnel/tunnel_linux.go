@@ -44,6 +44,8 @@ type Tunnel struct {
 	ownConn   bool
 	mtu       int
 	lanes     []*lane
+	recv      *udp.Receiver
+	ret       *pipeline.ReturnPath // the one reader of the socket
 	fallbacks atomic.Uint64
 	warned    sync.Map // what was warned about once
 
@@ -53,13 +55,11 @@ type Tunnel struct {
 	closed  bool
 }
 
-// lane is one TUN queue's forwarder and return path.
+// lane is one TUN queue's forwarder.
 type lane struct {
 	sink  *udp.Sink
-	recv  *udp.Receiver
 	queue *txqueue.Queue[pipeline.Frame]
 	fwd   *pipeline.Forwarder
-	ret   *pipeline.ReturnPath
 }
 
 // Open opens the tunnel (the TUN device and the socket unless cfg gives
@@ -102,6 +102,9 @@ func Open(cfg Config) (_ *Tunnel, err error) {
 			return nil, err
 		}
 		t.lanes = append(t.lanes, l)
+	}
+	if err := t.newReturnPath(); err != nil {
+		return nil, err
 	}
 	t.checkOffloads()
 	return t, nil
@@ -206,17 +209,13 @@ func setDeviceMTU(dev *tun.Device, mtu int) error {
 	return nil
 }
 
-// newLane wires a forwarder and a return path to queue q.
+// newLane wires a forwarder to queue q.
 func (t *Tunnel) newLane(q *tun.Queue) (*lane, error) {
 	frameSize := t.cfg.Headroom + t.mtu + t.cfg.Tailroom
 	sink, err := udp.NewSink(t.conn, udp.SinkConfig{
 		Frames: laneFrames, FrameSize: frameSize, Headroom: t.cfg.Headroom, Tailroom: t.cfg.Tailroom,
 		Seal: t.cfg.Seal, OnFallback: t.fellBack, Peers: t.peers,
 	})
-	if err != nil {
-		return nil, fmt.Errorf("tunnel: %w", err)
-	}
-	recv, err := udp.NewReceiver(t.conn, udp.ReceiverConfig{Headroom: t.cfg.Headroom, Tailroom: t.cfg.Tailroom, Open: t.cfg.Open, Peers: t.peers})
 	if err != nil {
 		return nil, fmt.Errorf("tunnel: %w", err)
 	}
@@ -229,21 +228,42 @@ func (t *Tunnel) newLane(q *tun.Queue) (*lane, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tunnel: %w", err)
 	}
-	l := &lane{sink: sink, recv: recv, queue: queue}
-	hdr := t.dev.HeaderSize()
+	l := &lane{sink: sink, queue: queue}
 	if l.fwd, err = pipeline.NewForwarder(pipeline.ForwarderConfig{
-		Source: q, HeaderSize: hdr, Sink: sink, FrameSize: frameSize, Budget: budget, Queue: queue,
+		Source: q, HeaderSize: t.dev.HeaderSize(), Sink: sink, FrameSize: frameSize, Budget: budget, Queue: queue,
 		MTU: t.mtu, DrainTime: drainTime,
 	}); err != nil {
 		return nil, fmt.Errorf("tunnel: %w", err)
 	}
-	if l.ret, err = pipeline.NewReturnPath(pipeline.ReturnConfig{
-		Receiver: recv, Writer: q, HeaderSize: hdr, TCP: true, UDP: t.dev.Offloads().Has(tun.OffloadUSO4),
+	return l, nil
+}
+
+// newReturnPath wires the socket's one receiver and return path to the
+// TUN device: on several queues, each flow's packets go into the queue
+// it hashes to (flowWriter).
+func (t *Tunnel) newReturnPath() (err error) {
+	t.recv, err = udp.NewReceiver(t.conn, udp.ReceiverConfig{Headroom: t.cfg.Headroom, Tailroom: t.cfg.Tailroom, Open: t.cfg.Open, Peers: t.peers})
+	if err != nil {
+		return fmt.Errorf("tunnel: %w", err)
+	}
+	hdr := t.dev.HeaderSize()
+	var w pipeline.VectorWriter
+	if qs := t.dev.Queues(); len(qs) == 1 {
+		w = qs[0]
+	} else {
+		fw := &flowWriter{hdr: hdr}
+		for _, q := range qs {
+			fw.queues = append(fw.queues, q)
+		}
+		w = fw
+	}
+	if t.ret, err = pipeline.NewReturnPath(pipeline.ReturnConfig{
+		Receiver: t.recv, Writer: w, HeaderSize: hdr, TCP: true, UDP: t.dev.Offloads().Has(tun.OffloadUSO4),
 		Inside: t.cfg.Inside, OnRefused: t.groRefused,
 	}); err != nil {
-		return nil, fmt.Errorf("tunnel: %w", err)
+		return fmt.Errorf("tunnel: %w", err)
 	}
-	return l, nil
+	return nil
 }
 
 // warnOnce logs a warning the first time key comes up.
@@ -269,11 +289,10 @@ func (t *Tunnel) groRefused(kind segment.GSOType, err error) {
 // checkOffloads warns about (and counts) a kernel without UDP_SEGMENT or
 // UDP_GRO, or a TUN device without TSO.
 func (t *Tunnel) checkOffloads() {
-	l := t.lanes[0]
-	if !l.sink.Stats().GSO {
+	if !t.lanes[0].sink.Stats().GSO {
 		t.fellBack(udp.FallbackGSORefused, errors.New("the kernel has no UDP_SEGMENT (Linux 4.18)"))
 	}
-	if !l.recv.Stats().GRO {
+	if !t.recv.Stats().GRO {
 		t.fallbacks.Add(1)
 		t.warnOnce("udp_gro", "tunnel: the kernel has no UDP_GRO (Linux 5.0): datagrams come one per message")
 	}
@@ -298,11 +317,12 @@ func (t *Tunnel) Run(ctx context.Context) error {
 	}
 	ctx, stop := context.WithCancel(ctx)
 	t.stop = stop
-	t.running.Add(2 * len(t.lanes))
+	loops := len(t.lanes) + 1
+	t.running.Add(loops)
 	t.mu.Unlock()
 	defer stop()
 
-	errs := make(chan error, 2*len(t.lanes))
+	errs := make(chan error, loops)
 	loop := func(run func(context.Context) error) {
 		defer t.running.Done()
 		err := run(ctx)
@@ -313,10 +333,10 @@ func (t *Tunnel) Run(ctx context.Context) error {
 	}
 	for _, l := range t.lanes {
 		go loop(l.fwd.Run)
-		go loop(l.ret.Run)
 	}
+	go loop(t.ret.Run)
 	var all []error
-	for range 2 * len(t.lanes) {
+	for range loops {
 		all = append(all, <-errs)
 	}
 	t.mu.Lock()
@@ -329,6 +349,8 @@ var errRunning = errors.New("tunnel: Run: running already")
 
 // Close stops Run, waits for its loops (within 100 ms) and closes what
 // Open opened: the TUN device and the socket unless Config gave them.
+// The kernel deletes a device Open created before Close returns, which
+// may take it hundreds of milliseconds more (see the package comment).
 // Close is idempotent.
 func (t *Tunnel) Close() error {
 	t.mu.Lock()
@@ -380,15 +402,14 @@ func (t *Tunnel) PeerStats() []udp.PeerStats {
 
 // Stats returns a snapshot of the counters, summed over the queues.
 func (t *Tunnel) Stats() Stats {
-	s := Stats{Fallbacks: t.fallbacks.Load()}
+	s := Stats{Fallbacks: t.fallbacks.Load(), Receive: t.recv.Stats(), Return: t.ret.Stats()}
 	for i, l := range t.lanes {
 		if i == 0 {
-			s.Send, s.Receive = l.sink.Stats(), l.recv.Stats()
+			s.Send = l.sink.Stats()
 		} else {
-			s.Send, s.Receive = s.Send.Add(l.sink.Stats()), s.Receive.Add(l.recv.Stats())
+			s.Send = s.Send.Add(l.sink.Stats())
 		}
 		s.Forward = s.Forward.Add(l.fwd.Stats())
-		s.Return = s.Return.Add(l.ret.Stats())
 	}
 	return s
 }
