@@ -114,7 +114,7 @@ type opener struct {
 	aead  cipher.AEAD
 	state *state
 
-	mu        sync.Mutex // the queues' receivers open concurrently
+	mu        sync.Mutex // a Tunnel opens from one goroutine; another caller may not
 	floor     uint32     // the highest epoch accepted, in this run or an earlier one: a new epoch must be above it
 	cur, prev epochWindow
 	nonce     [chacha20poly1305.NonceSize]byte
