@@ -11,7 +11,6 @@ import (
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/dataplane/tun"
 	"github.com/gsoplane/gsoplane/dataplane/xsk"
-	"github.com/gsoplane/gsoplane/segment"
 	"github.com/gsoplane/gsoplane/txqueue"
 )
 
@@ -408,7 +407,7 @@ func UMEMFrames(budget int) int {
 		return xsk.DefaultNumFrames
 	}
 	size := txqueue.Truesize(UMEMFrameSize)
-	tx := (budget+size-1)/size + segment.DefaultMaxSegments
+	tx := (budget+size-1)/size + pipeline.BurstSegments
 	return min(2*tx, xsk.MaxNumFrames)
 }
 
@@ -417,5 +416,5 @@ func UMEMFrames(budget int) int {
 // AF_XDP TX frames hold besides one.
 func BudgetRange() (lo, hi int64) {
 	size := int64(txqueue.Truesize(UMEMFrameSize))
-	return segment.DefaultMaxSegments * size, (xsk.MaxNumFrames/2 - segment.DefaultMaxSegments) * size
+	return pipeline.BurstSegments * size, (xsk.MaxNumFrames/2 - pipeline.BurstSegments) * size
 }
