@@ -11,7 +11,6 @@ import (
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/dataplane/tun"
 	"github.com/gsoplane/gsoplane/dataplane/xsk"
-	"github.com/gsoplane/gsoplane/segment"
 	"github.com/gsoplane/gsoplane/txqueue"
 )
 
@@ -401,21 +400,22 @@ const UMEMFrameSize = xsk.DefaultFrameSize
 
 // UMEMFrames is the number of UMEM frames, half of them for TX, of each
 // AF_XDP socket a gateway with a fixed budget of that many truesize bytes
-// opens: enough TX frames to hold the budget plus one worst-case
-// super-packet. Without a fixed budget (0) it is xsk.DefaultNumFrames.
+// opens: enough TX frames to hold the budget plus one burst
+// (pipeline.BurstSegments). Without a fixed budget (0) it is
+// xsk.DefaultNumFrames.
 func UMEMFrames(budget int) int {
 	if budget <= 0 {
 		return xsk.DefaultNumFrames
 	}
 	size := txqueue.Truesize(UMEMFrameSize)
-	tx := (budget+size-1)/size + segment.DefaultMaxSegments
+	tx := (budget+size-1)/size + pipeline.BurstSegments
 	return min(2*tx, xsk.MaxNumFrames)
 }
 
 // BudgetRange returns the range of a fixed GatewayConfig.Budget: from one
-// worst-case super-packet of default-sized frames to what the most
+// burst (pipeline.BurstSegments) of default-sized frames to what the most
 // AF_XDP TX frames hold besides one.
 func BudgetRange() (lo, hi int64) {
 	size := int64(txqueue.Truesize(UMEMFrameSize))
-	return segment.DefaultMaxSegments * size, (xsk.MaxNumFrames/2 - segment.DefaultMaxSegments) * size
+	return pipeline.BurstSegments * size, (xsk.MaxNumFrames/2 - pipeline.BurstSegments) * size
 }

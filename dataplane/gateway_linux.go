@@ -322,7 +322,7 @@ func newAccounting(cfg GatewayConfig, l lane) (*txqueue.Budget, *txqueue.Queue[p
 		q, err := txqueue.NewQueue[pipeline.Frame](txqueue.QueueConfig{Policy: txqueue.DropTail, Packets: qlen, Bytes: qlen * size})
 		return nil, q, err
 	}
-	burst := segment.DefaultMaxSegments * size
+	burst := pipeline.BurstSegments * size
 	limit := cfg.Budget
 	if limit <= 0 {
 		limit = max(qlen*size, burst)

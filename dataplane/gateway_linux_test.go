@@ -291,6 +291,37 @@ func gatewayTCP(t *testing.T, port labPort, gro string, size int64) {
 	}
 }
 
+// TestGatewaySmallMSS moves SHA-256-checked TCP streams at MSS 100 both
+// ways, over IPv4 and IPv6, through each NIC port. The kernel hands the
+// TUN super-packets of up to 655 segments (a TUN's gso_max_segs is
+// 65535), which the gateway cuts and charges BurstSegments at a time:
+// it drops none, and its histogram shows super-packets of more than 128
+// segments, so the test took that path.
+func TestGatewaySmallMSS(t *testing.T) { forPorts(t, gatewaySmallMSS) }
+
+func gatewaySmallMSS(t *testing.T, port labPort) {
+	const mss, size = 100, 16 << 20
+	lab := newGwLab(t, port.config(GatewayConfig{}))
+	for _, c := range []struct {
+		name string
+		srv  netip.Addr
+		toA  bool
+	}{{"v4/A-to-B", labSrv4, false}, {"v4/B-to-A", labSrv4, true}, {"v6/A-to-B", labSrv6, false}, {"v6/B-to-A", labSrv6, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			d := netlab.TCPTransferMSS(t, lab.A, lab.B, netip.AddrPortFrom(c.srv, 5201), size, c.toA, mss)
+			t.Logf("%d MiB at MSS %d in %v: %.0f Mbit/s", size>>20, mss, d.Round(time.Millisecond), float64(size)*8/d.Seconds()/1e6)
+		})
+	}
+	st := lab.settledStats()
+	t.Logf("forward %+v\nreturn %+v\nbudget %+v", st.Forward, st.Return, st.Budget)
+	if lost(st.Forward.Drops) != 0 || st.Return.Drops.Total() != 0 {
+		t.Errorf("the gateway dropped: forward %v, return %v", st.Forward.Drops, st.Return.Drops)
+	}
+	if n := st.Forward.SegmentsPerRead[len(pipeline.SegmentBounds)]; n == 0 {
+		t.Errorf("segments per read %v: no super-packet of more than %d segments, the path is not tested", st.Forward.SegmentsPerRead, pipeline.SegmentBounds[len(pipeline.SegmentBounds)-1])
+	}
+}
+
 // checkHostFilter checks that the gateway's AF_PACKET port attached its
 // ingress program as asked (for auto: tcx, clsact without tcx), and that
 // stopping the gateway leaves nothing on gw-a: no tcx program, no

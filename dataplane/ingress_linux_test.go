@@ -16,6 +16,7 @@ import (
 	"golang.org/x/net/ipv6"
 	"golang.org/x/sys/unix"
 
+	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/internal/netlab"
 )
 
@@ -354,4 +355,27 @@ func arrivingTTL(t *testing.T, ns, peer *netlab.NS, dst netip.Addr, ttl int) int
 		t.Fatalf("datagram to %v: %v", dst, err)
 	}
 	return cm.HopLimit
+}
+
+// TestIngressSmallMSS moves SHA-256-checked TCP streams at MSS 100 both
+// ways between C and B through a gateway in ingress mode, on each port.
+// An AF_PACKET port receives what the kernel's GRO merged, super-packets
+// that WireSource gives gso_size 100: more than 128 segments, which the
+// gateway cuts BurstSegments at a time. None is refused or dropped.
+func TestIngressSmallMSS(t *testing.T) {
+	forPorts(t, func(t *testing.T, port labPort) {
+		lab := newIngressLab(t, port, 1, 1)
+		for i, toC := range []bool{false, true} {
+			netlab.TCPTransferMSS(t, lab.C, lab.B, netip.AddrPortFrom(netlab.Srv4, uint16(5201+i)), 8<<20, toC, 100)
+		}
+		st := lab.g.Stats()
+		t.Logf("segments per read: toward the NIC %v, toward the ingress device %v; wire %+v", st.Forward.SegmentsPerRead, st.Reverse.SegmentsPerRead, st.Wire)
+		if lost(st.Forward.Drops) != 0 || lost(st.Reverse.Drops) != 0 || st.Wire.Invalid != 0 {
+			t.Errorf("the gateway dropped: toward the NIC %v, toward the ingress device %v, %d invalid", st.Forward.Drops, st.Reverse.Drops, st.Wire.Invalid)
+		}
+		over := st.Forward.SegmentsPerRead[len(pipeline.SegmentBounds)] + st.Reverse.SegmentsPerRead[len(pipeline.SegmentBounds)]
+		if port.kind == PortPacket && over == 0 {
+			t.Errorf("no super-packet of more than %d segments: the path is not tested", pipeline.SegmentBounds[len(pipeline.SegmentBounds)-1])
+		}
+	})
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/gsoplane/gsoplane/dataplane/xsk"
 	"github.com/gsoplane/gsoplane/internal/ethernet"
 	"github.com/gsoplane/gsoplane/internal/ethtool"
-	"github.com/gsoplane/gsoplane/segment"
 	"github.com/gsoplane/gsoplane/txqueue"
 )
 
@@ -240,7 +239,7 @@ func packetFrames(budget int) int {
 		return 0
 	}
 	size := txqueue.Truesize(afpacket.MinFrameSize)
-	return min((budget+size-1)/size+segment.DefaultMaxSegments, afpacket.MaxFrames)
+	return min((budget+size-1)/size+pipeline.BurstSegments, afpacket.MaxFrames)
 }
 
 // stats returns the counters of the port's sockets.

@@ -7,10 +7,13 @@
 // virtio_net_hdr_tnl_to_skb) and the IP, TCP and UDP GSO handlers behind
 // it, and says which rule a packet broke with an
 // *Error that names the rule and matches ErrInvalid. It never trusts
-// hdr_len and caps the segments one super-packet may produce.
+// hdr_len. Like the kernel, it caps the segments of a USO super-packet
+// (128) and of no other: a 64 KiB TSO super-packet at a small gso_size
+// has hundreds of segments, or tens of thousands.
 //
 // Split writes the segments into caller-owned buffers and does not
-// allocate:
+// allocate; SplitFrom writes them a chunk at a time, for a caller with
+// fewer buffers than a super-packet has segments:
 //
 //   - TSO (GSOTCPv4, GSOTCPv6): every segment carries the whole IP and TCP
 //     header, options and IPv6 extension headers included; the sequence

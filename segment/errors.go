@@ -14,8 +14,8 @@ var ErrInvalid = errors.New("invalid packet")
 // it. An Error that rejects a packet matches ErrInvalid; one that reports
 // a caller's mistake (a header size other than HeaderSize or
 // HeaderSizeMrg, a buffer shorter than a header, a Layout that is not
-// Validate's for the packet, an MTU below MinMTU, a batch that does not
-// fit a Coalescer) does not.
+// Validate's for the packet, a first segment beyond it, an MTU below
+// MinMTU, a batch that does not fit a Coalescer) does not.
 type Error struct {
 	rule   rule
 	packet bool // rejects a packet: matches ErrInvalid
@@ -65,6 +65,7 @@ const (
 	ruleShortBuffer
 	ruleTooFewBuffers
 	ruleLayout
+	ruleFirstSegment
 	ruleSmallMTU
 	ruleBatch
 )
@@ -92,6 +93,7 @@ var ruleNames = [...]string{
 	ruleShortBuffer:     "output buffer too small",
 	ruleTooFewBuffers:   "not enough output buffers",
 	ruleLayout:          "layout is not Validate's for this packet",
+	ruleFirstSegment:    "first segment beyond the packet's",
 	ruleSmallMTU:        "MTU below 68",
 	ruleBatch:           "batch does not fit the Coalescer",
 }

@@ -37,7 +37,7 @@ func FuzzValidate(f *testing.F) {
 		if !ok {
 			return
 		}
-		if l.segments < 1 || l.segments > DefaultMaxSegments || l.HdrLen() > len(pkt) || l.maxSegLen > len(pkt)+fragHdrLen {
+		if l.segments < 1 || l.segments > len(pkt) || l.kind == GSOUDPL4 && l.segments > udpMaxSegments || l.HdrLen() > len(pkt) || l.maxSegLen > len(pkt)+fragHdrLen {
 			t.Fatalf("layout %+v for a %d-byte packet", l, len(pkt))
 		}
 	})

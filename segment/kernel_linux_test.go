@@ -938,6 +938,13 @@ func kernelCases() []kernelCase {
 		{name: "tcp4/mss1448/last-1byte", spec: tcp4(1448, 1448*5+1)},
 		{name: "tcp4/mss536/64k", spec: tcp4(536, 65535-40)},
 		{name: "tcp4/mss8948/jumbo", spec: tcp4(8948, 8948*7+123)},
+		// More than 128 segments, as a TUN (gso_max_segs 65535) takes
+		// them from TCP at a small MSS. The sink's veth queues at most
+		// netdev_max_backlog (1000) of them: no case makes more.
+		{name: "tcp4/mss400/64k-164-segments", spec: tcp4(400, 65535-40)},
+		{name: "tcp4/mss100/64k-655-segments", spec: with(tcp4(100, 65535-40), func(s *superSpec) { s.tcpFlags = ack | psh })},
+		{name: "tcp4/mss88/64k-745-segments", spec: with(tcp4(88, 65535-40-12), func(s *superSpec) { s.tcpOpts = ts; s.id = 0xff00 })},
+		{name: "tcp4/mss1/900-segments", spec: with(tcp4(1, 900), func(s *superSpec) { s.tcpFlags = ack | psh | fin })},
 		{name: "tcp4/tcp-options", spec: with(tcp4(1448, 6000), func(s *superSpec) { s.tcpOpts = ts })},
 		{name: "tcp4/tcp-options-40", spec: with(tcp4(1400, 6000), func(s *superSpec) { s.tcpOpts = opts40 })},
 		{name: "tcp4/ip-options", spec: with(tcp4(1448, 6000), func(s *superSpec) { s.ipOpts = ipOpts; s.tcpOpts = ts })},
@@ -956,6 +963,10 @@ func kernelCases() []kernelCase {
 		{name: "tcp6/mss1440/last-1byte", spec: with(tcp6(1440, 1440*3+1), func(s *superSpec) { s.tcpFlags = ack | psh | fin })},
 		{name: "tcp6/mss536", spec: tcp6(536, 40000)},
 		{name: "tcp6/mss8948/jumbo", spec: tcp6(8948, 65535-20)},
+		{name: "tcp6/mss400/64k-164-segments", spec: tcp6(400, 65535-20)},
+		{name: "tcp6/mss100/64k-656-segments", spec: with(tcp6(100, 65535-20), func(s *superSpec) { s.tcpFlags = ack | psh | fin })},
+		{name: "tcp6/mss88/64k-745-segments", spec: with(tcp6(88, 65535-20-12), func(s *superSpec) { s.tcpOpts = ts })},
+		{name: "tcp6/mss1/900-segments", spec: tcp6(1, 900)},
 		{name: "tcp6/ext-hbh-dst-rt", spec: with(tcp6(1400, 7000), func(s *superSpec) { s.ext = exts; s.tcpOpts = ts })},
 		{name: "tcp6/ecn-cwr", spec: with(tcp6(1440, 6000), func(s *superSpec) { s.gso |= GSOECN; s.tcpFlags = ack | flagCWR | flagECE | psh; s.tos = 0x02 })},
 		{name: "tcp6/payload-le-mss", spec: tcp6(1440, 100)},
@@ -983,11 +994,13 @@ func kernelCases() []kernelCase {
 		{name: "ufo4/df", spec: with(ufo(false, 1480, 3000), func(s *superSpec) { s.df = true })},
 		{name: "ufo4/ip-options", spec: with(ufo(false, 1400, 5000), func(s *superSpec) { s.ipOpts = ipOpts })},
 		{name: "ufo4/jumbo", spec: ufo(false, 8000, 30000)},
+		{name: "ufo4/gso8-376-fragments", spec: ufo(false, 8, 3000-8)},
 		{name: "ufo4/payload-le-mss", spec: ufo(false, 1480, 1000)},
 		{name: "ufo4/zero-csum", spec: with(ufo(false, 1480, 4000), func(s *superSpec) { s.needsCsum = true }), zeroSeg: 1},
 		{name: "ufo6/mss1448", spec: ufo(true, 1448, 4000)},
 		{name: "ufo6/needs-csum", spec: with(ufo(true, 1448, 5000), func(s *superSpec) { s.needsCsum = true })},
 		{name: "ufo6/jumbo", spec: ufo(true, 8000, 20001)},
+		{name: "ufo6/gso8-376-fragments", spec: ufo(true, 8, 3000-8)},
 
 		// NEEDS_CSUM only.
 		{name: "none/tcp4-csum", spec: superSpec{proto: tcp, payload: 1000, needsCsum: true, tcpFlags: ack | psh, seq: 5, seed: 1}},

@@ -1,13 +1,10 @@
 package segment
 
-// DefaultMaxSegments caps how many segments one super-packet may produce
-// when a Segmenter does not set its own cap. 128 segments cover a 64 KiB
-// super-packet at the smallest common MSS (536).
-const DefaultMaxSegments = 128
-
 // udpMaxSegments is the kernel's cap on USO segments per super-packet
 // (UDP_MAX_SEGMENTS, 128 since Linux 6.10; it was 64 before): more payload
-// than GSOSize*udpMaxSegments is rejected.
+// than GSOSize*udpMaxSegments is rejected. TSO and UFO have no cap, as in
+// the kernel (tcp_gso_segment, udp4_ufo_fragment): a 64 KiB TSO
+// super-packet at gso_size 1 makes 65,495 segments.
 const udpMaxSegments = 128
 
 // Layout describes a packet that passed Validate: where its headers are,
@@ -18,18 +15,19 @@ type Layout struct {
 	kind       GSOType // GSONone when the packet passes through as one
 	ecn        bool    // TCP: CWR only on the first segment
 	ipv6       bool
-	proto      uint8 // transport protocol number
-	l3Len      int   // IP header, IPv4 options and IPv6 extension headers
-	l4Len      int   // transport header length
-	payloadLen int   // bytes after l3Len+l4Len
-	mss        int   // payload bytes per segment (UFO: L4 bytes per fragment)
-	segments   int   // packets Split writes
-	maxSegLen  int   // length of the largest of them
-	needsCsum  bool  // the input carries a partial checksum to complete
-	csumStart  int   // where the checksum starts: the transport header, or an encapsulated one
-	csumOffset int   // offset of the checksum field from csumStart (TSO: always 16)
-	pktLen     int   // length of the packet Validate accepted
-	valid      bool  // made by a successful Validate
+	proto      uint8  // transport protocol number
+	l3Len      int    // IP header, IPv4 options and IPv6 extension headers
+	l4Len      int    // transport header length
+	payloadLen int    // bytes after l3Len+l4Len
+	mss        int    // payload bytes per segment (UFO: L4 bytes per fragment)
+	segments   int    // packets Split writes
+	maxSegLen  int    // length of the largest of them
+	needsCsum  bool   // the input carries a partial checksum to complete
+	csumStart  int    // where the checksum starts: the transport header, or an encapsulated one
+	csumOffset int    // offset of the checksum field from csumStart (TSO: always 16)
+	pktLen     int    // length of the packet Validate accepted
+	fragID     uint32 // IPv6 UFO: the identification of every fragment
+	valid      bool   // made by a successful Validate
 
 	// A UDP-tunnel super-packet: the fields above describe its inner
 	// packet, with offsets from the start of the whole packet.

@@ -29,16 +29,16 @@ const (
 )
 
 // A Segmenter cuts validated super-packets into segments. The zero value
-// writes full software checksums and caps segments at DefaultMaxSegments.
-// A Segmenter may be used by several goroutines at once.
+// writes full software checksums and caps segments as the kernel does
+// (see Validate). A Segmenter may be used by several goroutines at once.
 type Segmenter struct {
 	// Partial leaves TSO/USO segments (and passed-through packets) with a
 	// correct partial checksum, the pseudo-header sum, at the checksum
 	// field, for sinks that complete checksums in hardware: no payload byte
 	// is summed. Layout.SegmentHeader(true) tells the sink where it is.
 	Partial bool
-	// MaxSegments caps the segments one super-packet may produce; zero
-	// means DefaultMaxSegments.
+	// MaxSegments, if positive, caps the segments one super-packet may
+	// produce, below the kernel's caps; zero means the kernel's only.
 	MaxSegments int
 
 	fragID atomic.Uint32 // IPv6 UFO fragment identification
@@ -58,9 +58,15 @@ func Split(pkt []byte, h Header, bufs [][]byte, sizes []int, offset int) (int, e
 	return std.Split(pkt, l, bufs, sizes, offset)
 }
 
-// Validate is the package Validate with the Segmenter's segment cap.
+// Validate is the package Validate with the Segmenter's segment cap. It
+// also draws the identification every IPv6 fragment of a UFO datagram
+// shares, so that the chunks SplitFrom writes share it too.
 func (s *Segmenter) Validate(pkt []byte, h Header) (Layout, error) {
-	return validate(pkt, h, s.maxSegments())
+	l, err := validate(pkt, h, s.MaxSegments)
+	if err == nil && l.kind == GSOUDP && l.ipv6 {
+		l.fragID = s.nextFragID()
+	}
+	return l, err
 }
 
 // Split writes the segments of pkt, which Validate accepted and described
@@ -79,37 +85,57 @@ func (s *Segmenter) Validate(pkt []byte, h Header) (Layout, error) {
 // bufs[0][offset:] itself (same start); no other overlap is allowed.
 // Split does not allocate, except for that *Error.
 func (s *Segmenter) Split(pkt []byte, l Layout, bufs [][]byte, sizes []int, offset int) (int, error) {
-	if !l.valid || l.pktLen != len(pkt) {
+	return s.split(pkt, l, 0, l.segments, bufs, sizes, offset)
+}
+
+// SplitFrom is Split a chunk at a time, for a super-packet of more
+// segments than the caller has buffers: it writes segments first,
+// first+1, ..., as many as bufs and sizes hold and no further than the
+// last, segment first+i at bufs[i][offset:offset+sizes[i]], and returns
+// how many it wrote. The chunks of consecutive calls are, together,
+// exactly what one Split writes. first must be below l.Segments(), and
+// every buffer used needs l.MaxSegLen() bytes after offset (else a
+// *BufferError). pkt must not overlap bufs, unless first is 0 and bufs
+// hold every segment (as Split). SplitFrom does not allocate, except for
+// an error.
+func (s *Segmenter) SplitFrom(pkt []byte, l Layout, first int, bufs [][]byte, sizes []int, offset int) (int, error) {
+	return s.split(pkt, l, first, max(1, min(len(bufs), len(sizes), l.segments-first)), bufs, sizes, offset)
+}
+
+// split writes n segments from segment first on.
+func (s *Segmenter) split(pkt []byte, l Layout, first, n int, bufs [][]byte, sizes []int, offset int) (int, error) {
+	switch {
+	case !l.valid || l.pktLen != len(pkt):
 		return 0, misuse(ruleLayout, "%d-byte packet, Layout of %d bytes (from Validate: %v)", len(pkt), l.pktLen, l.valid)
+	case first < 0 || first >= l.segments:
+		return 0, misuse(ruleFirstSegment, "segment %d of %d", first, l.segments)
 	}
-	if err := checkBufs(l, bufs, sizes, offset); err != nil {
+	if err := checkBufs(l, n, bufs, sizes, offset); err != nil {
 		return 0, err
 	}
+	bufs, sizes = bufs[:n], sizes[:n]
 	switch l.kind {
 	case GSOTCPv4, GSOTCPv6, GSOUDPL4:
-		s.splitL4(pkt, l, bufs, sizes, offset)
+		s.splitL4(pkt, l, first, bufs, sizes, offset)
 	case GSOUDP:
-		s.splitUFO(pkt, l, bufs, sizes, offset)
+		s.splitUFO(pkt, l, first, bufs, sizes, offset)
 	default:
 		sizes[0] = s.passThrough(pkt, l, bufs[0][offset:])
 	}
-	return l.segments, nil
+	return n, nil
 }
 
-func (s *Segmenter) maxSegments() int {
-	if s.MaxSegments > 0 {
-		return s.MaxSegments
-	}
-	return DefaultMaxSegments
-}
+// tooMany reports n segments beyond the Segmenter's cap, if it has one.
+func (s *Segmenter) tooMany(n int) bool { return s.MaxSegments > 0 && n > s.MaxSegments }
 
-func checkBufs(l Layout, bufs [][]byte, sizes []int, offset int) error {
-	if len(bufs) < l.segments || len(sizes) < l.segments || offset < 0 {
-		return &BufferError{Need: l.segments, Have: min(len(bufs), len(sizes)), Size: l.maxSegLen, rule: ruleTooFewBuffers}
+// checkBufs checks that bufs and sizes hold n segments of l.
+func checkBufs(l Layout, n int, bufs [][]byte, sizes []int, offset int) error {
+	if len(bufs) < n || len(sizes) < n || offset < 0 {
+		return &BufferError{Need: n, Have: min(len(bufs), len(sizes)), Size: l.maxSegLen, rule: ruleTooFewBuffers}
 	}
-	for _, b := range bufs[:l.segments] {
+	for _, b := range bufs[:n] {
 		if len(b) < offset+l.maxSegLen {
-			return &BufferError{Need: l.segments, Have: len(bufs), Size: l.maxSegLen, rule: ruleShortBuffer}
+			return &BufferError{Need: n, Have: len(bufs), Size: l.maxSegLen, rule: ruleShortBuffer}
 		}
 	}
 	return nil
@@ -144,19 +170,21 @@ func complete(field []byte, acc uint64) {
 	binary.BigEndian.PutUint16(field, c)
 }
 
-// splitL4 cuts a TSO or USO super-packet: every segment carries the whole
-// L3+L4 header (of a tunnel packet: the outer headers, the tunnel header
-// and the inner L3+L4 header) and up to MSS bytes of payload.
-func (s *Segmenter) splitL4(pkt []byte, l Layout, bufs [][]byte, sizes []int, offset int) {
-	hl, n, partial := l.HdrLen(), l.segments, l.partial(s.Partial)
+// splitL4 cuts segments first to first+len(bufs)-1 of a TSO or USO
+// super-packet: every segment carries the whole L3+L4 header (of a tunnel
+// packet: the outer headers, the tunnel header and the inner L3+L4
+// header) and up to MSS bytes of payload.
+func (s *Segmenter) splitL4(pkt []byte, l Layout, first int, bufs [][]byte, sizes []int, offset int) {
+	hl, n, partial := l.HdrLen(), len(bufs), l.partial(s.Partial)
 	t := newTemplate(pkt, l)
-	// Segment 0 goes last: pkt may be bufs[0][offset:] itself, and the
+	// bufs[0] goes last: pkt may be bufs[0][offset:] itself, and the
 	// other segments copy their headers from it.
 	for k := 1; k <= n; k++ {
-		i := k % n
+		b := k % n
+		i := first + b
 		start := i * l.mss
 		end := min(start+l.mss, l.payloadLen)
-		out := bufs[i][offset : offset+hl+end-start]
+		out := bufs[b][offset : offset+hl+end-start]
 		copy(out[:hl], pkt[:hl])
 		var acc uint64
 		if partial {
@@ -165,7 +193,7 @@ func (s *Segmenter) splitL4(pkt []byte, l Layout, bufs [][]byte, sizes []int, of
 			acc = copySum(out[hl:], pkt[hl+start:hl+end], 0)
 		}
 		t.ip.fix(out[l.inner:], uint16(i))
-		hdr := t.fixL4(out[l.l3Len:], uint32(start), i == 0, i == n-1)
+		hdr := t.fixL4(out[l.l3Len:], uint32(start), i == 0, i == l.segments-1)
 		pseudo := addAcc(t.pseudo, beAcc(uint16(len(out)-l.l3Len)))
 		field := out[l.l3Len+l.csumOffset:]
 		if partial {
@@ -175,7 +203,7 @@ func (s *Segmenter) splitL4(pkt []byte, l Layout, bufs [][]byte, sizes []int, of
 			binary.BigEndian.PutUint16(field, c)
 			t.fixOuter(out, uint16(i), addAcc(addAcc(hdr, acc), beAcc(c)))
 		}
-		sizes[i] = len(out)
+		sizes[b] = len(out)
 	}
 }
 
@@ -331,35 +359,38 @@ func (t *template) finish(acc uint64) uint16 {
 	return c
 }
 
-// splitUFO cuts one UDP datagram into IP fragments of MSS bytes of L4
-// data each, after completing its UDP checksum over the whole datagram.
-func (s *Segmenter) splitUFO(pkt []byte, l Layout, bufs [][]byte, sizes []int, offset int) {
-	check := ufoChecksum(pkt, l)
-	data := len(pkt) - l.l3Len
-	var id uint32
-	if l.ipv6 {
-		id = s.nextFragID()
+// splitUFO cuts fragments first to first+len(bufs)-1 of one UDP datagram
+// into IP fragments of MSS bytes of L4 data each; fragment 0 carries the
+// UDP checksum, computed over the whole datagram.
+func (s *Segmenter) splitUFO(pkt []byte, l Layout, first int, bufs [][]byte, sizes []int, offset int) {
+	var check uint16
+	if first == 0 {
+		check = ufoChecksum(pkt, l) // before pkt may be written over
 	}
+	data := len(pkt) - l.l3Len
 	hl := l.l3Len
 	if l.ipv6 {
 		hl += fragHdrLen
 	}
-	n := l.segments
-	for k := 1; k <= n; k++ { // fragment 0 last, as in splitL4
-		i := k % n
+	n, last := len(bufs), l.segments-1
+	for k := 1; k <= n; k++ { // bufs[0] last, as in splitL4
+		b := k % n
+		i := first + b
 		start := i * l.mss
 		end := min(start+l.mss, data)
-		out := bufs[i][offset : offset+hl+end-start]
+		out := bufs[b][offset : offset+hl+end-start]
 		copy(out[hl:], pkt[l.l3Len+start:l.l3Len+end]) // first: may move in place
 		copy(out[:l.l3Len], pkt[:l.l3Len])
 		if l.ipv6 {
-			fixFragIPv6(out, pkt[ipv6NextOff], start, i < n-1, id)
+			fixFragIPv6(out, pkt[ipv6NextOff], start, i < last, l.fragID)
 		} else {
-			fixFragIPv4(out, l.l3Len, start, i < n-1)
+			fixFragIPv4(out, l.l3Len, start, i < last)
 		}
-		sizes[i] = len(out)
+		sizes[b] = len(out)
 	}
-	binary.BigEndian.PutUint16(bufs[0][offset+hl+udpCsumOffset:], check)
+	if first == 0 {
+		binary.BigEndian.PutUint16(bufs[0][offset+hl+udpCsumOffset:], check)
+	}
 }
 
 // ufoChecksum computes the UDP checksum of the whole datagram from

@@ -200,11 +200,10 @@ func randomSpec(r *rand.Rand) superSpec {
 		s.mss = 8 * (1 + r.IntN(1100))
 	}
 	room := 65535 - 40 - 40 - 40 - 40 - 40
-	segCap := DefaultMaxSegments
 	if s.gso == GSOUDPL4 {
-		segCap = udpMaxSegments
+		room = min(room, s.mss*udpMaxSegments-8)
 	}
-	s.payload = r.IntN(min(room, s.mss*segCap-8) + 1)
+	s.payload = r.IntN(room + 1)
 	return s
 }
 
@@ -296,8 +295,12 @@ func TestSegmenterMaxSegments(t *testing.T) {
 		t.Fatalf("cap 10: %v", err)
 	}
 	pkt, h = buildSuper(superSpec{proto: tcp, gso: GSOTCPv4, mss: 100, payload: 20000, needsCsum: true})
-	if _, err := Validate(pkt, h); !broke(err, ruleTooManySegments) || !errors.Is(err, ErrInvalid) {
-		t.Fatalf("200 segments under the default cap: %v", err)
+	if l, err := Validate(pkt, h); err != nil || l.Segments() != 200 {
+		t.Fatalf("200 TSO segments without a cap: %d, %v", l.Segments(), err)
+	}
+	s.MaxSegments = 199
+	if _, err := s.Validate(pkt, h); !broke(err, ruleTooManySegments) || !errors.Is(err, ErrInvalid) {
+		t.Fatalf("200 segments under a cap of 199: %v", err)
 	}
 }
 
@@ -388,5 +391,88 @@ func TestUDPZeroChecksum(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestSplitFrom: cut a chunk at a time into buffers full of junk, a
+// super-packet of hundreds or thousands of segments comes out exactly as
+// one Split writes it, whatever the chunk size.
+func TestSplitFrom(t *testing.T) {
+	tso4 := superSpec{proto: tcp, gso: GSOTCPv4, mss: 88, payload: 65535 - 40, needsCsum: true, df: true, id: 0xff00, seq: 0xfffff000, tcpFlags: flagACK | flagPSH | flagFIN, seed: 1}
+	vxlan := tunnelSpec{csum: true, inner: tso4}
+	vxlan.inner.mss, vxlan.inner.payload = 100, 30000
+	type input struct {
+		pkt []byte
+		h   Header
+	}
+	super := func(s superSpec) input { pkt, h := buildSuper(s); return input{pkt, h} }
+	tunnel := func(s tunnelSpec) input { pkt, h := buildTunnel(s); return input{pkt, h} }
+	for name, in := range map[string]input{
+		"tcp4-mss88-64k":          super(tso4),
+		"tcp4-ecn-mss1":           super(superSpec{proto: tcp, gso: GSOTCPv4 | GSOECN, mss: 1, payload: 3000, needsCsum: true, tcpFlags: flagACK | flagCWR, seed: 2}),
+		"tcp6-mss100-64k":         super(superSpec{v6: true, proto: tcp, gso: GSOTCPv6, mss: 100, payload: 65535 - 20, needsCsum: true, tcpFlags: flagACK, seed: 3}),
+		"tcp4-without-needs-csum": super(superSpec{proto: tcp, gso: GSOTCPv4, mss: 400, payload: 60000, tcpFlags: flagACK, seed: 4}),
+		"uso6-128":                super(superSpec{v6: true, proto: udp, gso: GSOUDPL4, mss: 100, payload: 12800, needsCsum: true, seed: 5}),
+		"ufo4-gso8":               super(superSpec{proto: udp, gso: GSOUDP, mss: 8, payload: 5000, id: 7, seed: 6}),
+		"ufo6-gso8":               super(superSpec{v6: true, proto: udp, gso: GSOUDP, mss: 8, payload: 5000, seed: 7}),
+		"vxlan-tcp4-mss100":       tunnel(vxlan),
+	} {
+		pkt, h := in.pkt, in.h
+		for _, partial := range []bool{false, true} {
+			s := &Segmenter{Partial: partial}
+			l, want, err := splitFresh(s, pkt, h)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if l.Segments() <= 128 && name != "uso6-128" {
+				t.Fatalf("%s: %d segments, want more than 128", name, l.Segments())
+			}
+			for _, chunk := range []int{1, 7, 128} {
+				bufs, sizes := make([][]byte, chunk), make([]int, chunk)
+				var got [][]byte
+				for first := 0; first < l.Segments(); first += chunk {
+					for i := range bufs {
+						bufs[i] = bytes.Repeat([]byte{0xa5}, 3+l.MaxSegLen())
+					}
+					n, err := s.SplitFrom(pkt, l, first, bufs, sizes, 3)
+					if err != nil || n != min(chunk, l.Segments()-first) {
+						t.Fatalf("%s: SplitFrom(%d) of %d segments in chunks of %d = %d, %v", name, first, l.Segments(), chunk, n, err)
+					}
+					for i := range n {
+						got = append(got, bufs[i][3:3+sizes[i]])
+					}
+				}
+				for i := range want {
+					if !bytes.Equal(got[i], want[i]) {
+						t.Fatalf("%s partial=%v, chunks of %d: segment %d differs from Split's", name, partial, chunk, i)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestSplitFromMisuse: a first segment out of range is the caller's
+// mistake, and too few or too short buffers a *BufferError.
+func TestSplitFromMisuse(t *testing.T) {
+	pkt, h := buildSuper(superSpec{proto: tcp, gso: GSOTCPv4, mss: 100, payload: 20000, needsCsum: true})
+	l, err := Validate(pkt, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bufs, sizes := splitBuffers(l, 0)
+	for _, first := range []int{-1, l.Segments()} {
+		if _, err := std.SplitFrom(pkt, l, first, bufs, sizes, 0); !broke(err, ruleFirstSegment) || errors.Is(err, ErrInvalid) {
+			t.Errorf("first %d: %v", first, err)
+		}
+	}
+	if _, err := std.SplitFrom(pkt, l, 5, nil, nil, 0); !broke(err, ruleTooFewBuffers) {
+		t.Errorf("no buffers: %v", err)
+	}
+	if _, err := std.SplitFrom(pkt, l, 5, [][]byte{make([]byte, l.MaxSegLen()-1)}, sizes, 0); !broke(err, ruleShortBuffer) {
+		t.Errorf("a short buffer: %v", err)
+	}
+	if n, err := std.SplitFrom(pkt, l, l.Segments()-3, bufs, sizes, 0); n != 3 || err != nil {
+		t.Errorf("the last 3 segments with more buffers: %d, %v", n, err)
 	}
 }

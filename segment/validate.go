@@ -26,8 +26,9 @@ const (
 // Validate checks an untrusted packet and its virtio-net header, mirroring
 // the Linux kernel (virtio_net_hdr_to_skb, then the IP, TCP and UDP GSO
 // handlers), and returns its layout. hdr_len is never trusted: the header
-// length is recomputed from the packet. The cap on segments is
-// DefaultMaxSegments; use a Segmenter for another cap.
+// length is recomputed from the packet. Like the kernel, it caps the
+// segments of a USO super-packet at 128 and of no other; a Segmenter can
+// set a cap of its own (MaxSegments).
 //
 // Validate is stricter than the kernel where the kernel would accept a
 // packet only to emit segments no receiver can use, or would quietly fix
@@ -62,7 +63,7 @@ const (
 // tunnel flag is accepted whatever the device negotiated, and an outer
 // checksum flag (FlagUDPTunnelCsum) likewise.
 func Validate(pkt []byte, h Header) (Layout, error) {
-	return validate(pkt, h, DefaultMaxSegments)
+	return std.Validate(pkt, h)
 }
 
 func validate(pkt []byte, h Header, maxSegs int) (Layout, error) {
@@ -335,7 +336,8 @@ func parseL4(pkt []byte, l *Layout) error {
 	return nil
 }
 
-// count decides how many packets the input becomes and checks the caps.
+// count decides how many packets the input becomes and checks the caps:
+// the kernel's on USO, and maxSegs unless it is 0.
 func count(pkt []byte, l *Layout, maxSegs int) error {
 	data := l.payloadLen // bytes cut into gso_size pieces
 	if l.kind == GSOUDP {
@@ -352,7 +354,7 @@ func count(pkt []byte, l *Layout, maxSegs int) error {
 		return invalid(ruleGSOSize, "UFO gso_size %d is not a multiple of 8", l.mss)
 	}
 	l.segments = (data + l.mss - 1) / l.mss
-	if l.segments > maxSegs {
+	if maxSegs > 0 && l.segments > maxSegs {
 		return invalid(ruleTooManySegments, "%d segments, at most %d", l.segments, maxSegs)
 	}
 	l.maxSegLen = len(pkt) - data + l.mss

@@ -55,7 +55,6 @@ func TestValidateRejects(t *testing.T) {
 		{"TCP csum_offset 6", tso4, func(p []byte, h *Header) []byte { h.CsumOffset = 6; return p }, ruleCsumOffset},
 		{"USO csum_offset 16", uso4, func(p []byte, h *Header) []byte { h.CsumOffset = 16; return p }, ruleCsumOffset},
 		{"USO over 128 segments", superSpec{proto: udp, gso: GSOUDPL4, mss: 400, payload: 128*400 + 1, needsCsum: true}, nil, ruleTooManySegments},
-		{"TSO over the segment cap", superSpec{proto: tcp, gso: GSOTCPv4, mss: 1, payload: 129, needsCsum: true}, nil, ruleTooManySegments},
 		{"UDP header cut", superSpec{proto: udp, gso: GSOUDPL4, mss: 100, payload: 0, needsCsum: true}, func(p []byte, h *Header) []byte {
 			p, h.HdrLen = p[:24], 0
 			binary.BigEndian.PutUint16(p[2:], 24)
@@ -103,5 +102,34 @@ func TestValidateAccepts(t *testing.T) {
 	other[6] = 59 // no next header: not a transport Split knows
 	if _, err := Validate(other, h); err != nil {
 		t.Fatalf("IPv6 with no next header: %v", err)
+	}
+}
+
+// TestValidateManySegments: like the kernel, Validate caps the segments
+// of USO only. A 64 KiB TSO super-packet at a small gso_size, down to 1,
+// and a UFO datagram in 8-byte fragments are accepted with every segment
+// counted.
+func TestValidateManySegments(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		spec superSpec
+		segs int
+	}{
+		{"TSO4 mss 1", superSpec{proto: tcp, gso: GSOTCPv4, mss: 1, payload: 65535 - 40, needsCsum: true}, 65535 - 40},
+		{"TSO6 mss 1", superSpec{v6: true, proto: tcp, gso: GSOTCPv6, mss: 1, payload: 65535 - 20, needsCsum: true}, 65535 - 20},
+		{"TSO4 mss 88", superSpec{proto: tcp, gso: GSOTCPv4, mss: 88, payload: 65535 - 40, needsCsum: true}, 745},
+		{"TSO6 mss 100", superSpec{v6: true, proto: tcp, gso: GSOTCPv6, mss: 100, payload: 65535 - 20, needsCsum: true}, 656},
+		{"TSO4 mss 400 without NEEDS_CSUM", superSpec{proto: tcp, gso: GSOTCPv4, mss: 400, payload: 60000}, 150},
+		{"TSO4 129 segments", superSpec{proto: tcp, gso: GSOTCPv4, mss: 1, payload: 129, needsCsum: true}, 129},
+		{"UFO4 gso 8", superSpec{proto: udp, gso: GSOUDP, mss: 8, payload: 65535 - 28}, (65535 - 20 + 7) / 8},
+		{"USO 128 segments", superSpec{proto: udp, gso: GSOUDPL4, mss: 400, payload: 128 * 400, needsCsum: true}, 128},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pkt, h := buildSuper(c.spec)
+			l, err := Validate(pkt, h)
+			if err != nil || l.Segments() != c.segs {
+				t.Fatalf("Validate = %d segments, %v; want %d", l.Segments(), err, c.segs)
+			}
+		})
 	}
 }

@@ -93,8 +93,8 @@ func (c CsumState) String() string {
 	return "CsumState(" + strconv.Itoa(int(c)) + ")"
 }
 
-// ForWire is Segmenter.ForWire with the zero Segmenter (segment cap
-// DefaultMaxSegments).
+// ForWire is Segmenter.ForWire with the zero Segmenter (the kernel's
+// segment caps only).
 func ForWire(pkt []byte, mtu, mss int) (Header, CsumState, error) {
 	return std.ForWire(pkt, mtu, mss)
 }
@@ -245,8 +245,8 @@ func (s *Segmenter) wireTSO(pkt []byte, w *wirePkt, mtu, mss int) (Header, CsumS
 		gso = mss
 	}
 	payload := len(pkt) - w.l3 - w.l4
-	if n := (payload + gso - 1) / gso; n > s.maxSegments() {
-		return Header{}, CsumNone, invalid(ruleTooManySegments, "%d segments of %d bytes, at most %d", n, gso, s.maxSegments())
+	if n := (payload + gso - 1) / gso; s.tooMany(n) {
+		return Header{}, CsumNone, invalid(ruleTooManySegments, "%d segments of %d bytes, at most %d", n, gso, s.MaxSegments)
 	}
 	st := w.csum(pkt)
 	if st == CsumBad {
@@ -270,8 +270,8 @@ func (s *Segmenter) wireUFO(pkt []byte, w *wirePkt, mtu int) (Header, CsumState,
 	}
 	gso := (mtu - w.l3) &^ 7 // at least 8: mtu >= 68, IHL <= 60
 	data := len(pkt) - w.l3
-	if n := (data + gso - 1) / gso; n > s.maxSegments() {
-		return Header{}, CsumNone, invalid(ruleTooManySegments, "%d fragments of %d bytes, at most %d", n, gso, s.maxSegments())
+	if n := (data + gso - 1) / gso; s.tooMany(n) {
+		return Header{}, CsumNone, invalid(ruleTooManySegments, "%d fragments of %d bytes, at most %d", n, gso, s.MaxSegments)
 	}
 	st := w.csum(pkt)
 	if st == CsumBad {
@@ -287,8 +287,12 @@ func (s *Segmenter) wireUSO(pkt []byte, w *wirePkt, mtu, gso int) (Header, CsumS
 		return Header{}, CsumNone, tooBig(mtu)
 	}
 	payload := len(pkt) - w.l3 - w.l4
-	if n := (payload + gso - 1) / gso; n > min(s.maxSegments(), udpMaxSegments) {
-		return Header{}, CsumNone, invalid(ruleTooManySegments, "%d datagrams of %d bytes, at most %d", n, gso, min(s.maxSegments(), udpMaxSegments))
+	most := udpMaxSegments
+	if s.tooMany(most) {
+		most = s.MaxSegments
+	}
+	if n := (payload + gso - 1) / gso; n > most {
+		return Header{}, CsumNone, invalid(ruleTooManySegments, "%d datagrams of %d bytes, at most %d", n, gso, most)
 	}
 	st := w.csum(pkt)
 	if st != CsumPartial {

@@ -20,10 +20,12 @@ const (
 // BudgetConfig configures a Budget. Burst and Limit are required; zero in
 // any other field selects its documented default.
 type BudgetConfig struct {
-	// Burst is the charge of one worst-case super-packet: its largest
-	// segment count times one segment's truesize, for example
-	// 45*Truesize(2048) for a 64 KiB TSO packet in 2 KiB frames. A producer
-	// is admitted only while there is room for a whole Burst.
+	// Burst is the most a producer charges per admission: one worst-case
+	// super-packet's segment count times one segment's truesize, for
+	// example 45*Truesize(2048) for a 64 KiB TSO packet in 2 KiB frames,
+	// or one chunk's, for a producer that admits each chunk of a larger
+	// super-packet on its own. A producer is admitted only while there is
+	// room for a whole Burst.
 	Burst int
 
 	// Limit is the most the owner may have in flight, in truesize bytes; at

@@ -20,8 +20,9 @@ const (
 	maxDrainTimeout = 10 * time.Minute
 )
 
-// The fixed budget's range: from one worst-case super-packet (the
-// dataplane's Burst) to what the most TX frames hold besides one.
+// The fixed budget's range: from one burst of pipeline.BurstSegments
+// segments (the dataplane's Burst) to what the most TX frames hold
+// besides one.
 var minBudget, maxBudget = dataplane.BudgetRange()
 
 // parseConfig parses args, then fills every flag not given on the command

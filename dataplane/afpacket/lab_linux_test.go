@@ -200,7 +200,7 @@ func newForwarder(t testing.TB, src pipeline.Source, hdrSize int, sink *Sink) *p
 	t.Helper()
 	size := txqueue.Truesize(sink.FrameSize())
 	frames := sink.s.Frames()
-	burst := segment.DefaultMaxSegments * size
+	burst := pipeline.BurstSegments * size
 	budget, err := txqueue.NewBudget(txqueue.BudgetConfig{Burst: burst, Limit: max(frames*size, burst)})
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,9 @@
 // validation, admission by a txqueue.Budget, segmentation straight into a
 // Sink's frames, an optional per-segment Hook and a txqueue.Queue to the
 // Sink, whose in-order completions release the charges; while the budget
-// is full the forwarder does not read its source. The ReturnPath moves
+// is full the forwarder does not read its source. A super-packet of more
+// than BurstSegments segments (TSO at a small MSS) goes through a chunk
+// of BurstSegments at a time, each admitted on its own. The ReturnPath moves
 // packets the other way, from a port's Receiver into a Writer such as a
 // TUN queue.
 //

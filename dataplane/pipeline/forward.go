@@ -44,7 +44,9 @@ const (
 // itself, such as an AF_PACKET socket with a virtio-net header per packet
 // on a NIC with TSO. The forwarder asks it per super-packet; with
 // OffloadGSO it still charges the budget every future segment's truesize,
-// released when the frame completes.
+// released when the frame completes. A super-packet of more than
+// BurstSegments segments is cut here instead, as for OffloadCsum: a
+// device that segments packets completes their checksums.
 //
 // Where the sink's headroom has room for the source's virtio-net header
 // and its large frames for the largest packet, the forwarder reads
@@ -69,8 +71,9 @@ type OffloadSink interface {
 // A Sink transmits IP packets from frames it owns and reports when they are
 // gone. The forwarder calls Alloc and Free from its producer and Transmit,
 // Complete and Wait from its sink loop, concurrently: a Sink must allow
-// that. It must own at least as many frames as one super-packet can
-// produce (Segmenter's cap), or such a packet is dropped. Transmit and
+// that. It must own at least BurstSegments frames: the forwarder takes
+// the frames of a super-packet's segments, BurstSegments at most, at
+// once, and drops a packet that needs more than the sink owns. Transmit and
 // Complete return an error only when the sink can no longer send: that
 // stops the forwarder; transient conditions are the sink's to retry and
 // count. xsk.Sink and udp.Sink are Sinks.
@@ -93,6 +96,14 @@ type Sink interface {
 	// error from Transmit, Complete or Wait ends the forwarder.
 	Wait(d time.Duration) error
 }
+
+// BurstSegments is the most segments the forwarder cuts and queues per
+// admission of its budget. A super-packet of more (TSO at a small MSS: a
+// 64 KiB one at MSS 88 has 745) is cut and queued BurstSegments at a time,
+// each chunk admitted on its own, so that a Budget's Burst of
+// BurstSegments truesizes bounds what every admission charges, however
+// small the MSS. USO, the kernel's 128 segments at most, fits one chunk.
+const BurstSegments = 128
 
 // A Hook sees every segment before it is queued and returns false to drop
 // it, like a netfilter hook; a super-packet an OffloadSink takes whole is

@@ -34,7 +34,7 @@ type producer struct {
 	nLent    int
 	lends    bool    // the sink's large frames can be read into
 	waitLend bool    // the last super-packet left whole: wait for a large frame to read into
-	frames   []Frame // one per segment of the packet at hand
+	frames   []Frame // one per segment of the chunk at hand (see BurstSegments)
 	segs     [][]byte
 	lens     []int
 	items    []txqueue.Item[Frame]
@@ -42,10 +42,6 @@ type producer struct {
 }
 
 func newProducer(f *Forwarder) *producer {
-	maxSegs := f.cfg.Segmenter.MaxSegments
-	if maxSegs <= 0 {
-		maxSegs = segment.DefaultMaxSegments
-	}
 	offload, _ := f.cfg.Sink.(OffloadSink)
 	p := &producer{
 		f:       f,
@@ -56,10 +52,10 @@ func newProducer(f *Forwarder) *producer {
 		sizes:   make([]int, f.cfg.Batch),
 		lent:    make([]Frame, f.cfg.Batch),
 		lends:   offload != nil && f.cfg.Sink.Headroom() >= f.cfg.HeaderSize,
-		frames:  make([]Frame, maxSegs),
-		segs:    make([][]byte, maxSegs),
-		lens:    make([]int, maxSegs),
-		items:   make([]txqueue.Item[Frame], 0, maxSegs),
+		frames:  make([]Frame, BurstSegments),
+		segs:    make([][]byte, BurstSegments),
+		lens:    make([]int, BurstSegments),
+		items:   make([]txqueue.Item[Frame], 0, BurstSegments),
 		size:    txqueue.Truesize(f.cfg.FrameSize),
 	}
 	for i := range p.own {
@@ -128,22 +124,28 @@ func (p *producer) forward(ctx context.Context, raw []byte, i int) error {
 			return err
 		}
 	}
-	mode := OffloadNone
-	if p.offload != nil {
-		mode = p.offload.Offload(l)
-	}
+	mode := p.offloadMode(l)
 	p.waitLend = mode == OffloadGSO && l.Segments() > 1
 	if p.waitLend {
 		return p.whole(ctx, pkt, l, flow, i)
 	}
-	frames := p.frames[:l.Segments()]
-	if err := p.alloc(ctx, frames); err == errNoFrames {
-		st.drop(DropNoFrames, 1)
-		return nil
-	} else if err != nil {
-		return err
+	return p.split(ctx, pkt, l, flow, mode == OffloadCsum)
+}
+
+// offloadMode asks the sink what its device finishes for l. A
+// super-packet of more than BurstSegments segments is not handed whole,
+// since its charge would exceed one admission's: it is cut here, its
+// checksums left to the device, which completes those of what it
+// segments.
+func (p *producer) offloadMode(l segment.Layout) Offload {
+	if p.offload == nil {
+		return OffloadNone
 	}
-	return p.split(ctx, pkt, l, frames, flow, mode == OffloadCsum)
+	mode := p.offload.Offload(l)
+	if mode == OffloadGSO && l.Segments() > BurstSegments {
+		return OffloadCsum
+	}
+	return mode
 }
 
 // alloc fills frames from the sink, waiting for completions when every
@@ -336,30 +338,57 @@ func (p *producer) giveBack() {
 }
 
 // split cuts pkt into frames (with partial checksums for an OffloadCsum
-// sink), runs the hook and queues the segments.
-func (p *producer) split(ctx context.Context, pkt []byte, l segment.Layout, frames []Frame, flow uint64, partial bool) error {
+// sink), runs the hook and queues the segments, at most BurstSegments at
+// a time: each chunk after the first is admitted by the budget on its
+// own, so that no admission charges more than one Burst.
+func (p *producer) split(ctx context.Context, pkt []byte, l segment.Layout, flow uint64, partial bool) error {
 	cfg, st := &p.f.cfg, &p.f.stats
-	headroom := cfg.Sink.Headroom()
-	for i := range frames {
-		p.segs[i] = frames[i].Buf
-	}
 	seg, hdr := cfg.Segmenter, segment.Header{}
 	if partial {
 		seg, hdr = p.partial, l.SegmentHeader(true)
 	}
-	n, err := seg.Split(pkt, l, p.segs[:len(frames)], p.lens, headroom)
-	if err != nil { // segments larger than a frame
-		cfg.Sink.Free(frames)
-		st.drop(DropOversize, 1)
-		return nil
+	for first := 0; first < l.Segments(); first += BurstSegments {
+		if first > 0 && cfg.Budget != nil {
+			if err := cfg.Budget.Admit(ctx, flow); err != nil {
+				return err
+			}
+		}
+		frames := p.frames[:min(BurstSegments, l.Segments()-first)]
+		if err := p.alloc(ctx, frames); err == errNoFrames {
+			st.drop(DropNoFrames, 1) // the rest of the super-packet, not cut
+			return nil
+		} else if err != nil {
+			return err
+		}
+		for i := range frames {
+			p.segs[i] = frames[i].Buf
+		}
+		if _, err := seg.SplitFrom(pkt, l, first, p.segs[:len(frames)], p.lens, cfg.Sink.Headroom()); err != nil {
+			cfg.Sink.Free(frames) // segments larger than a frame: at the first chunk
+			st.drop(DropOversize, 1)
+			return nil
+		}
+		if first == 0 {
+			st.segmented(l.Segments())
+			if l.Segments() > 1 {
+				st.cut.Add(1)
+			}
+		}
+		if err := p.queue(ctx, frames, hdr, flow); err != nil {
+			return err
+		}
 	}
-	st.segmented(n)
-	if n > 1 {
-		st.cut.Add(1)
-	}
+	return nil
+}
+
+// queue runs the hook on the segments just cut into frames, each of
+// p.lens' length with the header hdr, and queues those it passes.
+func (p *producer) queue(ctx context.Context, frames []Frame, hdr segment.Header, flow uint64) error {
+	cfg, st := &p.f.cfg, &p.f.stats
+	headroom := cfg.Sink.Headroom()
 	p.items = p.items[:0]
 	bytes := 0
-	for i := range n {
+	for i := range frames {
 		frames[i].Len, frames[i].Header = p.lens[i], hdr
 		if cfg.Hook != nil && !cfg.Hook(frames[i].Buf[headroom:headroom+p.lens[i]]) {
 			cfg.Sink.Free(frames[i : i+1])
@@ -369,7 +398,7 @@ func (p *producer) split(ctx context.Context, pkt []byte, l segment.Layout, fram
 		bytes += p.lens[i]
 		p.items = append(p.items, txqueue.Item[Frame]{Owner: cfg.Budget, Flow: flow, Size: p.size, Value: frames[i]})
 	}
-	st.segments.Add(uint64(len(p.items))) // once per super-packet: the counters are shared
+	st.segments.Add(uint64(len(p.items))) // once per chunk: the counters are shared
 	st.bytes.Add(uint64(bytes))
 	return p.enqueue(ctx)
 }

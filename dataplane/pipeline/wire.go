@@ -36,8 +36,8 @@ type WireConfig struct {
 	// (fragmentation needed, packet too big) and of packets whose TTL
 	// ran out (time exceeded); nil: only counted.
 	Replier Replier
-	// Segmenter bounds the segments per packet (MaxSegments); nil: the
-	// default.
+	// Segmenter bounds the segments per packet (MaxSegments); nil: no
+	// bound but the kernel's.
 	Segmenter *segment.Segmenter
 	// Inside are the prefixes on the receiver's side of the gateway's
 	// other port: a packet whose source lies in one of them cannot have

@@ -27,10 +27,10 @@ var ErrForeignFrame = errors.New("frame not allocated from this sink")
 // SinkConfig configures a Sink.
 type SinkConfig struct {
 	// Frames is the number of frames in the pool, allocated once; 0 means
-	// DefaultSinkFrames. A Forwarder needs at least as many as one
-	// super-packet has segments (segment.DefaultMaxSegments unless its
-	// Segmenter says otherwise), and more to keep the socket busy while
-	// it cuts the next one: size it from the budget's limit.
+	// DefaultSinkFrames. A Forwarder needs at least as many as it cuts
+	// a super-packet into at a time (pipeline.BurstSegments), and more
+	// to keep the socket busy while it cuts the next: size it from the
+	// budget's limit.
 	Frames int
 	// FrameSize is the size of each frame, Headroom and Tailroom
 	// included; 0 means DefaultSinkFrameSize. Give the same value to the

@@ -1,6 +1,7 @@
 package netlab
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -26,15 +28,35 @@ const transferTimeout = 2 * time.Minute
 // mismatch, or after two minutes.
 func TCPTransfer(t TB, client, server *NS, addr netip.AddrPort, size int64, toClient bool) time.Duration {
 	t.Helper()
+	return TCPTransferMSS(t, client, server, addr, size, toClient, 0)
+}
+
+// TCPTransferMSS is TCPTransfer with both ends' MSS set to mss
+// (TCP_MAXSEG, at least 88), if it is not 0: the segments both ways carry
+// at most mss bytes, and the super-packets the senders' kernels make
+// have as many more segments.
+func TCPTransferMSS(t TB, client, server *NS, addr netip.AddrPort, size int64, toClient bool, mss int) time.Duration {
+	t.Helper()
+	control := func(network, address string, c syscall.RawConn) error {
+		var err error
+		if mss != 0 {
+			c.Control(func(fd uintptr) { err = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_MAXSEG, mss) })
+		}
+		return err
+	}
 	var ln net.Listener
 	var err error
-	server.Do(t, func() { ln, err = net.Listen("tcp", addr.String()) })
+	server.Do(t, func() {
+		ln, err = (&net.ListenConfig{Control: control}).Listen(context.Background(), "tcp", addr.String())
+	})
 	if err != nil {
 		t.Fatalf("listen %v: %v", addr, err)
 	}
 	defer ln.Close()
 	var conn net.Conn
-	client.Do(t, func() { conn, err = net.DialTimeout("tcp", addr.String(), 5*time.Second) })
+	client.Do(t, func() {
+		conn, err = (&net.Dialer{Timeout: 5 * time.Second, Control: control}).Dial("tcp", addr.String())
+	})
 	if err != nil {
 		t.Fatalf("dial %v: %v", addr, err)
 	}
