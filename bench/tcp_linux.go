@@ -32,10 +32,8 @@ type tcpStream struct {
 	wg       sync.WaitGroup
 }
 
-// connectTimeout bounds a stream's connection: long enough for a
-// WireGuard handshake that is tried again (wireguard-go's wg-device row
-// retries a lost handshake initiation after REKEY_TIMEOUT, 5 s, and the
-// SYN retransmitted at 7 s then gets through).
+// connectTimeout bounds a stream's connection (the wg-device row's
+// tunnel has done its handshake before: waitHandshake).
 const connectTimeout = 15 * time.Second
 
 // startStream connects from the sender's namespace to dst:port in the

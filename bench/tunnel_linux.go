@@ -112,11 +112,26 @@ func (t *tunnelTrial) start(open openTunnelEnd) (err error) {
 			}
 		}
 	}
+	if w, ok := t.endA().(interface {
+		waitHandshake(*netlab.NS, netip.Addr) error
+	}); ok {
+		if err := w.waitHandshake(t.p.A, dstB); err != nil {
+			return err
+		}
+	}
 	if t.fwd, err = startStream(t.p.A, t.p.B, dstB, tcpPort); err != nil {
 		return err
 	}
 	t.rev, err = startStream(t.p.B, t.p.A, dstA, tcpPort+1)
 	return err
+}
+
+// endA is A's tunnel end, or nil for the kernel alone.
+func (t *tunnelTrial) endA() tunnelEnd {
+	if len(t.ends) == 0 {
+		return nil
+	}
+	return t.ends[0]
 }
 
 func (t *tunnelTrial) snapshot() counters {

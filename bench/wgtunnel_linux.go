@@ -8,9 +8,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/crypto/curve25519"
 	"golang.zx2c4.com/wireguard/conn"
@@ -211,6 +214,44 @@ func wgKey(addr netip.Addr) [32]byte {
 }
 
 func (w wgDevice) datagrams() (sent, sends, received, receives uint64) { return 0, 0, 0, 0 }
+
+// handshakeTimeout bounds waitHandshake: wireguard-go tries a lost
+// initiation again every REKEY_TIMEOUT (5 s), and a machine busy with
+// other work slows each try.
+const handshakeTimeout = time.Minute
+
+// waitHandshake sends a datagram from ns to dst through the tunnel every
+// half second until the device reports a handshake with its peer, so
+// that a stream's connection never waits on one: a handshake done after
+// the SYN's retransmission at 7 s left the connection to the one at
+// 15 s, past its timeout.
+func (w wgDevice) waitHandshake(ns *netlab.NS, dst netip.Addr) error {
+	deadline := time.Now().Add(handshakeTimeout)
+	for {
+		cfg, err := w.dev.IpcGet()
+		if err != nil {
+			return fmt.Errorf("wireguard-go IpcGet: %w", err)
+		}
+		if strings.Contains(cfg, "last_handshake_time_sec=") && !strings.Contains(cfg, "last_handshake_time_sec=0\n") {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("wireguard-go: no handshake within %v", handshakeTimeout)
+		}
+		err = ns.Run(func() error {
+			c, err := net.Dial("udp4", netip.AddrPortFrom(dst, 9).String()) // discard
+			if err == nil {
+				c.Write([]byte{0})
+				c.Close()
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
 
 func (w wgDevice) stop() error {
 	w.dev.Close()
