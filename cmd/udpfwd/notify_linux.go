@@ -1,27 +1,35 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"strconv"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // notifier speaks systemd's service notification protocol: one datagram
 // per state change to the socket in $NOTIFY_SOCKET (a path, or an
 // abstract name after '@'). Without the variable it does nothing, so
-// udpfwd runs the same outside systemd.
+// udpfwd runs the same outside systemd. A notification never waits: one
+// the socket has no room for (its reader is stuck or gone) is dropped
+// and logged, so that no state change, the stop least of all, hangs on
+// it.
 type notifier struct {
 	conn     *net.UnixConn
 	watchdog time.Duration // how often to send WATCHDOG=1; 0: never
+	log      *slog.Logger
 }
 
 // newNotifier connects to $NOTIFY_SOCKET, if set, and reads the watchdog
 // interval systemd asks for ($WATCHDOG_USEC, for this process when
 // $WATCHDOG_PID names it): half of it, as systemd recommends.
-func newNotifier(getenv func(string) string) (*notifier, error) {
-	n := &notifier{}
+func newNotifier(getenv func(string) string, log *slog.Logger) (*notifier, error) {
+	n := &notifier{log: log}
 	name := getenv("NOTIFY_SOCKET")
 	if name == "" {
 		return n, nil
@@ -43,13 +51,23 @@ func newNotifier(getenv func(string) string) (*notifier, error) {
 	return n, nil
 }
 
-// send sends one notification, such as "READY=1" or "STOPPING=1".
-func (n *notifier) send(state string) error {
+// send sends one notification, such as "READY=1" or "STOPPING=1", if
+// the socket takes it at once; else it logs the drop.
+func (n *notifier) send(state string) {
 	if n == nil || n.conn == nil {
-		return nil
+		return
 	}
-	_, err := n.conn.Write([]byte(state))
-	return err
+	rc, err := n.conn.SyscallConn()
+	if err == nil {
+		cerr := rc.Write(func(fd uintptr) bool {
+			_, err = unix.Write(int(fd), []byte(state))
+			return true // done, whatever came of it: never wait for room
+		})
+		err = cmp.Or(cerr, err)
+	}
+	if err != nil {
+		n.log.Warn("systemd notification dropped", "state", state, "err", err)
+	}
 }
 
 // pet sends WATCHDOG=1 every interval, each after probe returned (a
