@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 )
 
 // notifier speaks systemd's service notification protocol: one datagram
@@ -70,10 +72,10 @@ func (n *notifier) send(state string) {
 	}
 }
 
-// pet sends WATCHDOG=1 every interval, each after probe returned (a
-// gateway that no longer answers stops the pings, and systemd restarts
-// it), until done is closed.
-func (n *notifier) pet(done <-chan struct{}, probe func()) {
+// pet sends WATCHDOG=1 every interval while alive reports that the
+// dataplane moves (a wedged one stops the pings, and systemd restarts
+// udpfwd), until done is closed.
+func (n *notifier) pet(done <-chan struct{}, alive func() bool) {
 	if n == nil || n.conn == nil || n.watchdog == 0 {
 		return
 	}
@@ -84,9 +86,25 @@ func (n *notifier) pet(done <-chan struct{}, probe func()) {
 		case <-done:
 			return
 		case <-t.C:
-			probe()
-			n.send("WATCHDOG=1")
+			if alive() {
+				n.send("WATCHDOG=1")
+			} else {
+				n.log.Error("a dataplane loop is wedged (it neither came round nor waits for work): the watchdog is not petted")
+			}
 		}
+	}
+}
+
+// moving returns a function that reports, at each call, whether every
+// loop of the dataplane came round or waited for work since the last
+// call (the first: since moving), from the loops' pulses.
+func moving(pulses func() []pipeline.Pulse) func() bool {
+	last := pulses()
+	return func() bool {
+		now := pulses()
+		ok := pipeline.Alive(last, now)
+		last = now
+		return ok
 	}
 }
 
