@@ -453,6 +453,26 @@ func (g *Gateway) Ifindex() int { return g.nic.port.Ifindex() }
 // Queues returns the number of queues of the NIC port.
 func (g *Gateway) Queues() int { return len(g.nic.lanes) }
 
+// Pulses returns the pulses of the gateway's forwarding loops, in the
+// same order at each call: each forwarder's producer and sink loop, then
+// each return path's. pipeline.Alive, given two calls' pulses, tells
+// whether all of them came round, or waited for work, in between: a
+// watchdog that wants to know that the gateway forwards, not only that
+// it answers.
+func (g *Gateway) Pulses() []pipeline.Pulse {
+	var ps []pipeline.Pulse
+	for _, fwds := range [][]*pipeline.Forwarder{g.out.fwds, g.back.fwds} {
+		for _, f := range fwds {
+			p := f.Pulses()
+			ps = append(ps, p[:]...)
+		}
+	}
+	for _, r := range g.rets {
+		ps = append(ps, r.Pulse())
+	}
+	return ps
+}
+
 // Stats returns a snapshot of the gateway's counters.
 func (g *Gateway) Stats() GatewayStats {
 	var s GatewayStats

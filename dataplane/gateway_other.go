@@ -8,6 +8,7 @@ import (
 	"runtime"
 
 	"github.com/gsoplane/gsoplane/dataplane/afpacket"
+	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/dataplane/tun"
 	"github.com/gsoplane/gsoplane/dataplane/xsk"
 )
@@ -42,3 +43,4 @@ func (*Gateway) Packet() *afpacket.Port    { return nil }
 func (*Gateway) Ifindex() int              { return 0 }
 func (*Gateway) Queues() int               { return 0 }
 func (*Gateway) Stats() GatewayStats       { return GatewayStats{} }
+func (*Gateway) Pulses() []pipeline.Pulse  { return nil }

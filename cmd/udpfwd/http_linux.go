@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"html"
 	"log/slog"
@@ -19,19 +20,28 @@ import (
 	"github.com/gsoplane/gsoplane/internal/buildinfo"
 )
 
-// The metrics server's limits. Any local user can reach it, so neither
-// many connections, slow or idle ones, nor a storm of requests may cost
-// the dataplane more than a little memory and CPU: connections past
-// maxHTTPConns are closed at once, idle ones after httpIdle, a request
-// must arrive within httpReadHeader and be answered within httpWrite (not
-// with -pprof: a profile takes as long as it asks), and requests past
-// httpRate a second (after a burst of httpBurst) get 429. Each
-// connection's send buffer is httpSendBuffer, so that the answers to a
-// client that sends requests without reading them fill it soon: the
-// server's next write then waits and httpWrite closes the connection,
-// where the kernel's self-tuned buffer (up to tcp_wmem's 4 MiB) would
-// take megabytes of answers and leave the connection open until
-// httpIdle after its last request.
+// The metrics server's limits. Any local user can reach it, all from the
+// same loopback address, so neither many connections, slow or idle
+// ones, nor a storm of requests may cost the dataplane more than a
+// little memory and CPU, or keep a monitor's /healthz from an answer.
+// At most maxHTTPConns connections are open: a new one past them closes
+// the one that has been quiet longest (no request begun or answered for
+// the longest time; one held idle, or slowly sending or reading), so
+// whoever holds connections loses them, and a new connection, whose
+// request comes at once, is answered. Idle connections are closed after
+// httpIdle, a request must arrive within httpReadHeader and be answered
+// within httpWrite (not with -pprof: a profile takes as long as it
+// asks). Each connection may ask httpConnRate requests a second (after
+// a burst of httpConnBurst), and all of them together httpRate (after
+// httpBurst), /healthz excepted; past either the answer is 429: a
+// client that asks too fast is refused, not the others, and /healthz
+// stays out of a limit that others can use up. Each connection's send
+// buffer is httpSendBuffer, so that the answers to a client that sends
+// requests without reading them fill it soon: the server's next write
+// then waits and httpWrite closes the connection, where the kernel's
+// self-tuned buffer (up to tcp_wmem's 4 MiB) would take megabytes of
+// answers and leave the connection open until httpIdle after its last
+// request.
 const (
 	maxHTTPConns   = 32
 	httpIdle       = 30 * time.Second
@@ -39,6 +49,8 @@ const (
 	httpWrite      = 15 * time.Second
 	httpRate       = 20
 	httpBurst      = 40
+	httpConnRate   = 5
+	httpConnBurst  = 10
 	httpMaxHeader  = 8 << 10
 	httpSendBuffer = 64 << 10
 )
@@ -49,7 +61,7 @@ type httpRefused struct {
 	conns, requests atomic.Uint64
 }
 
-var descHTTPRefused = desc("http_refused_total", "Metrics server connections closed at once (what=connection: past the limit of open ones) and requests answered 429 (what=request: past the rate limit).", "what")
+var descHTTPRefused = desc("http_refused_total", "Metrics server connections closed to make room past the limit of open ones (what=connection: the one quiet longest) and requests answered 429 (what=request: past a rate limit).", "what")
 
 func (r *httpRefused) Describe(ch chan<- *prometheus.Desc) { ch <- descHTTPRefused }
 
@@ -71,41 +83,73 @@ func listenMetrics(addr string) (net.Listener, error) {
 	return ln, nil
 }
 
-// limitListener closes a new connection at once while max are open.
-type limitListener struct {
+// connTable holds the open connections, at most max: past them, Accept
+// closes the one quiet longest.
+type connTable struct {
 	net.Listener
-	open    atomic.Int64
-	max     int64
+	max     int
 	refused *atomic.Uint64
+	clock   atomic.Uint64 // ticks at each connection's activity
+	mu      sync.Mutex
+	open    map[*trackedConn]struct{}
 }
 
-func (l *limitListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		if l.open.Add(1) <= l.max {
-			if tc, ok := c.(*net.TCPConn); ok {
-				tc.SetWriteBuffer(httpSendBuffer) // best effort: a connection without it is still bounded by httpIdle
-			}
-			return &limitedConn{Conn: c, open: &l.open}, nil
-		}
-		l.open.Add(-1)
-		l.refused.Add(1)
-		c.Close()
+func (t *connTable) Accept() (net.Conn, error) {
+	c, err := t.Listener.Accept()
+	if err != nil {
+		return nil, err
 	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetWriteBuffer(httpSendBuffer) // best effort: a connection without it is still bounded by httpIdle
+	}
+	tc := &trackedConn{Conn: c, table: t, limit: rate.NewLimiter(httpConnRate, httpConnBurst)}
+	tc.touch()
+	t.mu.Lock()
+	quiet := t.quietest()
+	t.open[tc] = struct{}{}
+	t.mu.Unlock()
+	if quiet != nil {
+		t.refused.Add(1)
+		quiet.Close()
+	}
+	return tc, nil
 }
 
-// limitedConn gives its place back once, when it is closed.
-type limitedConn struct {
+// quietest takes the connection quiet longest out of the table, if it
+// is full, and returns it.
+func (t *connTable) quietest() *trackedConn {
+	if len(t.open) < t.max {
+		return nil
+	}
+	var q *trackedConn
+	for c := range t.open {
+		if q == nil || c.seen.Load() < q.seen.Load() {
+			q = c
+		}
+	}
+	delete(t.open, q)
+	return q
+}
+
+// trackedConn is a connection of a connTable, with its own rate limit.
+type trackedConn struct {
 	net.Conn
-	open *atomic.Int64
-	once sync.Once
+	table *connTable
+	limit *rate.Limiter
+	seen  atomic.Uint64 // the table's clock at its last activity
+	once  sync.Once
 }
 
-func (c *limitedConn) Close() error {
-	c.once.Do(func() { c.open.Add(-1) })
+// touch notes activity: a request begun or answered.
+func (c *trackedConn) touch() { c.seen.Store(c.table.clock.Add(1)) }
+
+// Close gives the connection's place back once.
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.table.mu.Lock()
+		delete(c.table.open, c)
+		c.table.mu.Unlock()
+	})
 	return c.Conn.Close()
 }
 
@@ -117,8 +161,11 @@ type httpServer struct {
 
 // serve serves ln within the connection limit.
 func (s httpServer) serve(ln net.Listener) error {
-	return s.Serve(&limitListener{Listener: ln, max: maxHTTPConns, refused: &s.refused.conns})
+	return s.Serve(&connTable{Listener: ln, max: maxHTTPConns, refused: &s.refused.conns, open: map[*trackedConn]struct{}{}})
 }
+
+// connKey is the request context's key of its trackedConn.
+type connKey struct{}
 
 // newHTTPServer serves /metrics from reg, /healthz from health (nil:
 // forwarding; else why not), a landing page at / and, with pprof,
@@ -135,7 +182,11 @@ func newHTTPServer(reg *prometheus.Registry, health func() error, pprofOn bool, 
 	lim := rate.NewLimiter(httpRate, httpBurst)
 	srv := &http.Server{Handler: limitRate(mux, lim, &refused.requests), ReadHeaderTimeout: httpReadHeader,
 		WriteTimeout: httpWrite, IdleTimeout: httpIdle, MaxHeaderBytes: httpMaxHeader,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+		ErrorLog:  slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		ConnState: noteActivity,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, connKey{}, c)
+		}}
 	if pprofOn {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -147,10 +198,19 @@ func newHTTPServer(reg *prometheus.Registry, health func() error, pprofOn bool, 
 	return httpServer{srv, refused}
 }
 
-// limitRate answers 429 to the requests lim does not allow.
+// noteActivity notes a request begun or answered on a trackedConn.
+func noteActivity(c net.Conn, st http.ConnState) {
+	if tc, ok := c.(*trackedConn); ok && (st == http.StateActive || st == http.StateIdle) {
+		tc.touch()
+	}
+}
+
+// limitRate answers 429 to the requests that their connection's limit
+// does not allow, or all's (lim) except for /healthz.
 func limitRate(next http.Handler, lim *rate.Limiter, refused *atomic.Uint64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !lim.Allow() {
+		c, _ := r.Context().Value(connKey{}).(*trackedConn)
+		if c != nil && !c.limit.Allow() || r.URL.Path != "/healthz" && !lim.Allow() {
 			refused.Add(1)
 			w.Header().Set("Retry-After", "1")
 			http.Error(w, "too many requests", http.StatusTooManyRequests)

@@ -50,7 +50,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	signal.Notify(sigs, stopSignals...)
 	defer signal.Stop(sigs)
 	signal.Ignore(syscall.SIGPIPE)
-	notify, err := newNotifier(os.Getenv)
+	notify, err := newNotifier(os.Getenv, log)
 	if err != nil {
 		log.Warn("no systemd notifications", "err", err)
 		notify = &notifier{}

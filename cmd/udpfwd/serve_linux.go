@@ -32,7 +32,7 @@ func (d *daemon) serve(ctx context.Context, sigs <-chan os.Signal) int {
 	runDone := make(chan error, 1)
 	go func() { runDone <- d.gw.Run(runCtx) }()
 	d.notify.send("READY=1\nSTATUS=forwarding")
-	go d.notify.pet(done, func() { d.gw.Stats() })
+	go d.notify.pet(runCtx.Done(), moving(d.gw.Pulses))
 
 	var failure error
 	select {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"net"
 	"os"
 	"os/exec"
@@ -148,5 +149,52 @@ func TestSystemdNotify(t *testing.T) {
 	expect("STOPPING=1")
 	if code := p.wait(5 * time.Second); code != 0 {
 		t.Fatalf("exit %d:\n%s", code, p.out.String())
+	}
+}
+
+// TestNotifyUnread runs udpfwd with a NOTIFY_SOCKET whose reader never
+// reads, its queue full before udpfwd starts: the notifications are
+// dropped and logged, never waited for, so udpfwd starts, answers
+// /healthz and stops on SIGTERM as it does without the socket.
+func TestNotifyUnread(t *testing.T) {
+	requireRoot(t)
+	a, _ := newLab(t)
+	sock := filepath.Join(t.TempDir(), "notify")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fillUnixgram(t, sock)
+	p := startUdpfwd(t, a, append([]string{"NOTIFY_SOCKET=" + sock, "WATCHDOG_USEC=400000"}, labEnv...),
+		append([]string{"-drain-timeout", "2s"}, labArgs...)...)
+	waitReady(t, p, a)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.wait(10 * time.Second); code != 0 {
+		t.Fatalf("after SIGTERM with the notify socket full: exit %d, want 0 within 10 s:\n%s", code, p.out.String())
+	}
+	for _, state := range []string{"READY=1", "STOPPING=1"} {
+		if !strings.Contains(p.out.String(), `msg="systemd notification dropped" state="`+state) {
+			t.Errorf("%s not logged as dropped:\n%s", state, p.out.String())
+		}
+	}
+}
+
+// fillUnixgram sends datagrams to the socket at path until its queue
+// takes no more.
+func fillUnixgram(t *testing.T, path string) {
+	t.Helper()
+	c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	for n := 0; ; n++ {
+		c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		if _, err := c.Write([]byte("STATUS=filler")); errors.Is(err, os.ErrDeadlineExceeded) && n > 0 {
+			return
+		} else if err != nil {
+			t.Fatalf("filling the notify socket after %d datagrams: %v", n, err)
+		}
 	}
 }

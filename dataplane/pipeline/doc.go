@@ -7,7 +7,9 @@
 // than BurstSegments segments (TSO at a small MSS) goes through a chunk
 // of BurstSegments at a time, each admitted on its own. The ReturnPath moves
 // packets the other way, from a port's Receiver into a Writer such as a
-// TUN queue.
+// TUN queue. Each of their loops has a Pulse, which tells from outside a
+// loop that works or waits for work from one that is wedged, for a
+// watchdog.
 //
 // Ports implement the interfaces: dataplane/tun (a Source and a Writer),
 // dataplane/xsk (a Sink and a Receiver on AF_XDP), dataplane/afpacket

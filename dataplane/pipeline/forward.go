@@ -149,6 +149,8 @@ type Forwarder struct {
 	stats counters
 	freed chan struct{} // signalled when the sink loop completes frames
 	mtu   atomic.Int64  // see ForwarderConfig.MTU
+	// The producer's and the sink loop's heartbeats (see Pulse).
+	producing, sending heartbeat
 }
 
 // headerSizeOK reports a virtio-net header size a TUN device can have.
@@ -240,6 +242,10 @@ func (f *Forwarder) drain(sinkDone <-chan struct{}) {
 
 // Stats returns a snapshot of the forwarder's counters.
 func (f *Forwarder) Stats() Stats { return f.stats.snapshot() }
+
+// Pulses returns the pulses of the forwarder's two loops: the producer,
+// which reads the source, and the sink loop, which transmits.
+func (f *Forwarder) Pulses() [2]Pulse { return [2]Pulse{f.producing.pulse(), f.sending.pulse()} }
 
 // signalFreed tells a producer waiting for frames that some came back.
 func (f *Forwarder) signalFreed() {

@@ -72,11 +72,12 @@ func (f *Forwarder) produce(ctx context.Context) error {
 	p := newProducer(f)
 	defer p.giveBack()
 	for {
+		f.producing.beat()
 		bufs, err := p.lend(ctx)
 		if err != nil {
 			return err
 		}
-		n, err := f.cfg.Source.Read(bufs, p.sizes, 0)
+		n, err := p.read(bufs)
 		for i := range n {
 			if err := p.forward(ctx, p.bufs[i][:p.sizes[i]], i); err != nil {
 				return err
@@ -92,6 +93,13 @@ func (f *Forwarder) produce(ctx context.Context) error {
 			return fmt.Errorf("pipeline: %w: %w", ErrSourceClosed, err)
 		}
 	}
+}
+
+// read reads a batch from the source, waiting for work (see Pulse).
+func (p *producer) read(bufs [][]byte) (int, error) {
+	p.f.producing.wait()
+	defer p.f.producing.woke()
+	return p.f.cfg.Source.Read(bufs, p.sizes, 0)
 }
 
 // forward handles packet i of the batch read, raw, virtio-net header
@@ -120,7 +128,10 @@ func (p *producer) forward(ctx context.Context, raw []byte, i int) error {
 	}
 	flow := flowKey(pkt, l)
 	if cfg.Budget != nil {
-		if err := cfg.Budget.Admit(ctx, flow); err != nil {
+		p.f.producing.wait() // while the budget is full: for the sink loop
+		err := cfg.Budget.Admit(ctx, flow)
+		p.f.producing.woke()
+		if err != nil {
 			return err
 		}
 	}
@@ -196,6 +207,8 @@ func (p *producer) waitFreed(ctx context.Context) error {
 	}
 	p.f.stats.frameStalls.Add(1)
 	start := time.Now()
+	p.f.producing.wait()
+	defer p.f.producing.woke()
 	select {
 	case <-p.f.freed:
 	case <-ctx.Done():
@@ -407,7 +420,9 @@ func (p *producer) queue(ctx context.Context, frames []Frame, hdr segment.Header
 // frames are freed.
 func (p *producer) enqueue(ctx context.Context) error {
 	q := p.f.cfg.Queue
+	p.f.producing.wait() // while the queue is full: for the sink loop
 	n, err := q.Enqueue(ctx, p.items)
+	p.f.producing.woke()
 	if err == nil {
 		return nil
 	}

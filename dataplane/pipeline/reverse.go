@@ -117,6 +117,7 @@ type ReturnPath struct {
 	gro       *segment.Coalescer // nil with GRO off
 	refused   [2]bool            // TCP, UDP: OnRefused was called
 	closed    bool               // the writer said it was closed
+	beat      heartbeat          // the loop's (see Pulse)
 	packets   atomic.Uint64
 	bytes     atomic.Uint64
 	writes    atomic.Uint64
@@ -183,7 +184,8 @@ func (r *ReturnPath) Run(ctx context.Context) error {
 		out: make([][]byte, returnBatch), one: make([][]byte, 1),
 	}
 	for ctx.Err() == nil && !r.closed {
-		n, err := r.cfg.Receiver.Receive(b.frames)
+		r.beat.beat()
+		n, err := r.receive(b.frames)
 		if errors.Is(err, net.ErrClosed) || err != nil && ctx.Err() != nil {
 			return nil
 		}
@@ -194,6 +196,16 @@ func (r *ReturnPath) Run(ctx context.Context) error {
 	}
 	return nil
 }
+
+// receive receives a batch, waiting for work (see Pulse).
+func (r *ReturnPath) receive(frames [][]byte) (int, error) {
+	r.beat.wait()
+	defer r.beat.woke()
+	return r.cfg.Receiver.Receive(frames)
+}
+
+// Pulse returns the pulse of the return path's loop.
+func (r *ReturnPath) Pulse() Pulse { return r.beat.pulse() }
 
 // returnBatchBufs are Run's buffers, allocated once.
 type returnBatchBufs struct {

@@ -37,6 +37,7 @@ func (f *Forwarder) sinkLoop(ctx context.Context) error {
 		pace:   pacer{rate: f.cfg.TxRate},
 	}
 	for {
+		f.sending.beat()
 		if err := s.fill(); err != nil {
 			return nil // the queue was closed: nothing more to send
 		}
@@ -150,6 +151,8 @@ func (s *sender) idle(ctx context.Context, progress int) (bool, error) {
 		return false, nil
 	}
 	if len(s.pending) == 0 && s.inFlight == 0 {
+		s.f.sending.wait() // for the producer
+		defer s.f.sending.woke()
 		select {
 		case <-s.f.cfg.Queue.Ready():
 			return false, nil
