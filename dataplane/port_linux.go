@@ -33,6 +33,7 @@ type nicSink interface {
 	SetLinkUp(up bool)
 	SetMAC(mac net.HardwareAddr)
 	Drops() pipeline.Drops
+	HostControl() uint64
 	Close()
 }
 
