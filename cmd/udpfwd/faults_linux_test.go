@@ -101,7 +101,8 @@ func waitQueued(t *testing.T, ns *netlab.NS) {
 
 // TestRouteTakeover: a -route prefix the host already routes elsewhere is
 // refused (the host's route untouched, the default route included); with
-// -route-takeover it is taken over while udpfwd runs and put back at stop.
+// -route-takeover it is taken over while udpfwd runs and the host's
+// route is in use again after the stop.
 func TestRouteTakeover(t *testing.T) {
 	requireRoot(t)
 	a, _ := newLab(t)
@@ -143,17 +144,155 @@ func TestRouteTakeover(t *testing.T) {
 	}
 }
 
-// routeTable lists namespace ns's main-table IPv4 routes, sorted.
+// routeTable lists namespace ns's main-table routes, sorted.
 func routeTable(t *testing.T, ns *netlab.NS) []string {
 	t.Helper()
-	rs, err := ns.Netlink().RouteList(nil, netlink.FAMILY_V4)
-	netlab.Must(t, err)
 	var out []string
-	for _, r := range rs {
-		out = append(out, fmt.Sprintf("%v via %v dev %d", r.Dst, r.Gw, r.LinkIndex))
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		rs, err := ns.Netlink().RouteList(nil, fam)
+		netlab.Must(t, err)
+		for _, r := range rs {
+			out = append(out, fmt.Sprintf("%v via %v dev %d metric %d proto %v", r.Dst, r.Gw, r.LinkIndex, r.Priority, r.Protocol))
+		}
 	}
 	slices.Sort(out)
 	return out
+}
+
+// TestRouteTakeoverKilled: a route taken over survives a udpfwd killed
+// with SIGKILL (the host's route stays behind udpfwd's, which goes with
+// the TUN device): packets to the prefix take the host's path; a restart
+// takes the route over again, and its clean stop leaves the host's routes
+// exactly as they were, IPv4 and IPv6.
+func TestRouteTakeoverKilled(t *testing.T) {
+	requireRoot(t)
+	a, b := newLab(t)
+	netlab.Must(t, a.AddRoute("198.19.0.0/24", labNIC, netlab.NICB4.String()))
+	netlab.Must(t, a.AddRoute("2001:2:0:19::/64", labNIC, netlab.NICB6.String()))
+	before := strings.Join(routeTable(t, a), "; ")
+	takeOver := func() *proc {
+		t.Helper()
+		p := startUdpfwd(t, a, labEnv, append([]string{"-route-takeover"}, labArgs...)...)
+		waitReady(t, p, a)
+		for _, dst := range []string{srv4, srv6} {
+			if dev := routeDev(t, a, dst); dev != labTUN {
+				t.Errorf("-route-takeover: %s goes through %s, want %s", dst, dev, labTUN)
+			}
+		}
+		return p
+	}
+
+	p := takeOver()
+	p.cmd.Process.Kill()
+	p.wait(5 * time.Second)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := a.Link(labTUN); err != nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("%s still there 5s after SIGKILL", labTUN)
+		}
+	}
+	if after := strings.Join(routeTable(t, a), "; "); after != before {
+		t.Errorf("host routes after SIGKILL:\nbefore %s\nafter  %s", before, after)
+	}
+	for _, dst := range []string{srv4, srv6} {
+		if dev := routeDev(t, a, dst); dev != labNIC {
+			t.Errorf("after SIGKILL %s goes through %q, want the host's route through %s", dst, dev, labNIC)
+		}
+		udpReaches(t, a, b, dst)
+	}
+
+	p = takeOver()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.wait(5 * time.Second); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, p.out.String())
+	}
+	for _, want := range []string{"route taken over", "route put back"} {
+		if !strings.Contains(p.out.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, p.out.String())
+		}
+	}
+	if after := strings.Join(routeTable(t, a), "; "); after != before {
+		t.Errorf("host routes after the restart's stop:\nbefore %s\nafter  %s", before, after)
+	}
+}
+
+// TestRouteTakeoverPersistentTUN: on a persistent TUN device a killed
+// udpfwd leaves its route in front of the host's; a restart takes it as
+// its own and its clean stop deletes it, leaving the host's routes to the
+// prefixes exactly as they were.
+func TestRouteTakeoverPersistentTUN(t *testing.T) {
+	requireRoot(t)
+	a, _ := newLab(t)
+	dev := &netlink.Tuntap{LinkAttrs: netlink.LinkAttrs{Name: labTUN}, Mode: netlink.TUNTAP_MODE_TUN,
+		Flags: netlink.TUNTAP_NO_PI | netlink.TUNTAP_VNET_HDR}
+	netlab.Must(t, a.Run(func() error { return netlink.LinkAdd(dev) }))
+	netlab.Must(t, a.AddRoute("198.19.0.0/24", labNIC, netlab.NICB4.String()))
+	netlab.Must(t, a.AddRoute("2001:2:0:19::/64", labNIC, netlab.NICB6.String()))
+	routed := func() string {
+		var out []string
+		for _, r := range routeTable(t, a) {
+			if strings.HasPrefix(r, "198.19.0.0/24 ") || strings.HasPrefix(r, "2001:2:0:19::/64 ") {
+				out = append(out, r)
+			}
+		}
+		return strings.Join(out, "; ")
+	}
+	before := routed()
+	args := append([]string{"-route-takeover"}, labArgs...)
+	p := startUdpfwd(t, a, labEnv, args...)
+	waitReady(t, p, a)
+	p.cmd.Process.Kill()
+	p.wait(5 * time.Second)
+	if dev := routeDev(t, a, srv4); dev != labTUN {
+		t.Errorf("after SIGKILL %s goes through %s, want the route left through the persistent %s", srv4, dev, labTUN)
+	}
+	p = startUdpfwd(t, a, labEnv, args...)
+	waitReady(t, p, a)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.wait(5 * time.Second); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, p.out.String())
+	}
+	if after := routed(); after != before {
+		t.Errorf("routes to the prefixes after the restart's stop:\nbefore %s\nafter  %s", before, after)
+	}
+}
+
+// routeDev returns the name of the device namespace ns routes dst
+// through.
+func routeDev(t *testing.T, ns *netlab.NS, dst string) string {
+	t.Helper()
+	rs, err := ns.Netlink().RouteGet(net.ParseIP(dst))
+	netlab.Must(t, err)
+	l, err := ns.Netlink().LinkByIndex(rs[0].LinkIndex)
+	netlab.Must(t, err)
+	return l.Attrs().Name
+}
+
+// udpReaches sends a datagram from namespace from to dst, where
+// namespace to must receive it.
+func udpReaches(t *testing.T, from, to *netlab.NS, dst string) {
+	t.Helper()
+	addr := net.JoinHostPort(dst, "9999")
+	var pc net.PacketConn
+	to.Do(t, func() {
+		var err error
+		pc, err = net.ListenPacket("udp", addr)
+		netlab.Must(t, err)
+	})
+	defer pc.Close()
+	c, err := dial(from, "udp", addr)
+	netlab.Must(t, err)
+	defer c.Close()
+	buf := make([]byte, 16)
+	for range 50 { // until one arrives: the first may wait for neighbour discovery
+		c.Write([]byte("host path"))
+		pc.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		if n, _, err := pc.ReadFrom(buf); err == nil && string(buf[:n]) == "host path" {
+			return
+		}
+	}
+	t.Errorf("a datagram to %s did not arrive through the host's route", addr)
 }
 
 // TestTUNDeleted: the TUN device deleted from outside stops udpfwd with
