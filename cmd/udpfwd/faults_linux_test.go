@@ -313,3 +313,55 @@ func TestTUNDeleted(t *testing.T) {
 		t.Errorf("left behind: %s", left)
 	}
 }
+
+// TestKilledThenRestarted: udpfwd killed with SIGKILL leaves nothing on
+// the NIC through AF_XDP or AF_PACKET with tcx (the programs hang on BPF
+// links, the TUN device on its file descriptors); through a cls_bpf
+// filter it leaves the filter and its clsact qdisc, which the next start
+// deletes (with a warning that says so) before it adds its own, so that
+// its stop leaves nothing either.
+func TestKilledThenRestarted(t *testing.T) {
+	requireRoot(t)
+	for _, c := range []struct {
+		name string
+		args []string
+		left string // what the kill leaves on the NIC
+	}{
+		{"xdp", []string{"-port", "xdp"}, ""},
+		{"packet-tcx", []string{"-port", "packet", "-packet-filter", "tcx"}, ""},
+		{"packet-clsact", []string{"-port", "packet", "-packet-filter", "clsact"}, "clsact qdisc on " + labNIC},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.name == "packet-tcx" {
+				netlab.SkipWithout(t, netlab.TCX)
+			}
+			a, _ := newLab(t)
+			args := append(slices.Clone(c.args), labArgs...)
+			p := startUdpfwd(t, a, labEnv, args...)
+			waitReady(t, p, a)
+			p.cmd.Process.Kill()
+			p.wait(5 * time.Second)
+			var left string
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				if left = leftovers(t, a); !strings.Contains(left, "TUN device") || time.Now().After(deadline) {
+					break
+				}
+			}
+			if !strings.HasPrefix(left, c.left) || c.left == "" && left != "" {
+				t.Fatalf("after SIGKILL: left %q, want %q", left, c.left)
+			}
+			p = startUdpfwd(t, a, labEnv, args...)
+			waitReady(t, p, a)
+			p.cmd.Process.Signal(syscall.SIGTERM)
+			if code := p.wait(5 * time.Second); code != 0 {
+				t.Fatalf("restart: exit %d:\n%s", code, p.out.String())
+			}
+			if warned := strings.Contains(p.out.String(), "a killed gateway left on the NIC"); warned != (c.left != "") {
+				t.Errorf("restart warned of a leftover filter: %v, want %v:\n%s", warned, c.left != "", p.out.String())
+			}
+			if left := leftovers(t, a); left != "" {
+				t.Errorf("after the restart's stop: left %s", left)
+			}
+		})
+	}
+}

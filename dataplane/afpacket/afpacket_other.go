@@ -49,6 +49,7 @@ func (*Port) StopReceive()                            {}
 func (*Port) Attached() (bool, error)                 { return false, errNotSupported }
 func (*Port) Reattach() error                         { return errNotSupported }
 func (*Port) HostFilter() (HostFilter, string)        { return 0, "" }
+func (*Port) Leftovers() int                          { return 0 }
 func (*Port) GSOPlan(GSOMode) (string, error)         { return "", errNotSupported }
 func (*Port) Close() error                            { return errNotSupported }
 func (*Socket) Index() int                            { return 0 }
