@@ -365,3 +365,29 @@ func TestKilledThenRestarted(t *testing.T) {
 		})
 	}
 }
+
+// TestSecondOnSameTUN: a second udpfwd with the same -tun is refused
+// (exit 1, saying the device is in use), with one queue or two, and
+// takes no queue of the running gateway's TUN device.
+func TestSecondOnSameTUN(t *testing.T) {
+	requireRoot(t)
+	for _, queues := range []string{"2", "1"} {
+		t.Run("queues="+queues, func(t *testing.T) {
+			a, _ := newLab(t)
+			args := append([]string{"-queues", queues, "-port", "packet"}, labArgs...)
+			first := startUdpfwd(t, a, labEnv, args...)
+			waitReady(t, first, a)
+			code, out := runUdpfwd(t, a, nil, append([]string{"-metrics="}, args...)...)
+			if code != exitFailure || !strings.Contains(out, "another program has") {
+				t.Errorf("second udpfwd on %s: exit %d, want %d saying the device is in use:\n%s", labTUN, code, exitFailure, out)
+			}
+			if tt, ok := a.LinkT(t, labTUN).(*netlink.Tuntap); queues == "2" && (!ok || tt.Queues != 2) {
+				t.Errorf("queues of %s after the second start: %+v, want the first gateway's 2", labTUN, tt)
+			}
+			first.cmd.Process.Signal(syscall.SIGTERM)
+			if code := first.wait(5 * time.Second); code != 0 {
+				t.Fatalf("first udpfwd: exit %d:\n%s", code, first.out.String())
+			}
+		})
+	}
+}
