@@ -319,17 +319,20 @@ func TestTUNDeleted(t *testing.T) {
 // links, the TUN device on its file descriptors); through a cls_bpf
 // filter it leaves the filter and its clsact qdisc, which the next start
 // deletes (with a warning that says so) before it adds its own, so that
-// its stop leaves nothing either.
+// its stop leaves nothing either; also in the documented non-root
+// deployment (file capabilities, user nobody), with a route taken over.
 func TestKilledThenRestarted(t *testing.T) {
 	requireRoot(t)
 	for _, c := range []struct {
-		name string
-		args []string
-		left string // what the kill leaves on the NIC
+		name       string
+		args       []string
+		left       string // what the kill leaves on the NIC
+		privileged bool
 	}{
-		{"xdp", []string{"-port", "xdp"}, ""},
-		{"packet-tcx", []string{"-port", "packet", "-packet-filter", "tcx"}, ""},
-		{"packet-clsact", []string{"-port", "packet", "-packet-filter", "clsact"}, "clsact qdisc on " + labNIC},
+		{"xdp", []string{"-port", "xdp"}, "", true},
+		{"packet-tcx", []string{"-port", "packet", "-packet-filter", "tcx"}, "", true},
+		{"packet-clsact", []string{"-port", "packet", "-packet-filter", "clsact"}, "clsact qdisc on " + labNIC, true},
+		{"packet-clsact-unprivileged", []string{"-port", "packet", "-packet-filter", "clsact", "-route-takeover"}, "clsact qdisc on " + labNIC, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.name == "packet-tcx" {
@@ -337,7 +340,14 @@ func TestKilledThenRestarted(t *testing.T) {
 			}
 			a, _ := newLab(t)
 			args := append(slices.Clone(c.args), labArgs...)
-			p := startUdpfwd(t, a, labEnv, args...)
+			start := func() *proc { return startUdpfwd(t, a, labEnv, args...) }
+			if !c.privileged {
+				netlab.Must(t, a.AddRoute("198.19.0.0/24", labNIC, netlab.NICB4.String()))
+				bin := capBinary(t, udpfwdBinary(t))
+				start = func() *proc { return startCmd(t, a, nobodyCmd(t, bin, args...), labEnv) }
+			}
+			before := strings.Join(routeTable(t, a), "; ")
+			p := start()
 			waitReady(t, p, a)
 			p.cmd.Process.Kill()
 			p.wait(5 * time.Second)
@@ -350,7 +360,7 @@ func TestKilledThenRestarted(t *testing.T) {
 			if !strings.HasPrefix(left, c.left) || c.left == "" && left != "" {
 				t.Fatalf("after SIGKILL: left %q, want %q", left, c.left)
 			}
-			p = startUdpfwd(t, a, labEnv, args...)
+			p = start()
 			waitReady(t, p, a)
 			p.cmd.Process.Signal(syscall.SIGTERM)
 			if code := p.wait(5 * time.Second); code != 0 {
@@ -361,6 +371,9 @@ func TestKilledThenRestarted(t *testing.T) {
 			}
 			if left := leftovers(t, a); left != "" {
 				t.Errorf("after the restart's stop: left %s", left)
+			}
+			if after := strings.Join(routeTable(t, a), "; "); after != before {
+				t.Errorf("routes after the restart's stop:\nbefore %s\nafter  %s", before, after)
 			}
 		})
 	}
