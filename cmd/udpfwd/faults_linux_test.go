@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 	"strings"
 	"syscall"
@@ -102,7 +103,8 @@ func waitQueued(t *testing.T, ns *netlab.NS) {
 // TestRouteTakeover: a -route prefix the host already routes elsewhere is
 // refused (the host's route untouched, the default route included); with
 // -route-takeover it is taken over while udpfwd runs and the host's
-// route is in use again after the stop.
+// route is in use again after the stop; an IPv6 route of metric 1, which
+// nothing outranks, is refused.
 func TestRouteTakeover(t *testing.T) {
 	requireRoot(t)
 	a, _ := newLab(t)
@@ -141,6 +143,19 @@ func TestRouteTakeover(t *testing.T) {
 	}
 	if after := hostRoutes(); after != before {
 		t.Errorf("host routes not as they were after stop:\nbefore %s\nafter  %s", before, after)
+	}
+
+	// An IPv6 route of metric 1 cannot be outranked: refused, and the
+	// IPv4 route taken over before it is given back.
+	netlab.Must(t, a.Netlink().RouteAdd(&netlink.Route{LinkIndex: a.LinkT(t, labNIC).Attrs().Index,
+		Dst: ipNet(netip.MustParsePrefix("2001:2:0:19::/64")), Gw: net.ParseIP(netlab.NICB6.String()), Priority: 1}))
+	before = hostRoutes()
+	p = startUdpfwd(t, a, labEnv, append([]string{"-route-takeover"}, labArgs...)...)
+	if code := p.wait(15 * time.Second); code != exitFailure || !strings.Contains(p.out.String(), "which no route can outrank") {
+		t.Errorf("takeover of an IPv6 route of metric 1: exit %d, want %d saying why:\n%s", code, exitFailure, p.out.String())
+	}
+	if after := hostRoutes(); after != before {
+		t.Errorf("host routes changed by a failed start:\nbefore %s\nafter  %s", before, after)
 	}
 }
 
