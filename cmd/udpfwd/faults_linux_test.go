@@ -178,18 +178,20 @@ func routeTable(t *testing.T, ns *netlab.NS) []string {
 // with SIGKILL (the host's route stays behind udpfwd's, which goes with
 // the TUN device): packets to the prefix take the host's path; a restart
 // takes the route over again, and its clean stop leaves the host's routes
-// exactly as they were, IPv4 and IPv6.
+// exactly as they were, IPv4 and IPv6, the default route included.
 func TestRouteTakeoverKilled(t *testing.T) {
 	requireRoot(t)
 	a, b := newLab(t)
 	netlab.Must(t, a.AddRoute("198.19.0.0/24", labNIC, netlab.NICB4.String()))
 	netlab.Must(t, a.AddRoute("2001:2:0:19::/64", labNIC, netlab.NICB6.String()))
+	netlab.Must(t, a.AddRoute("0.0.0.0/0", labNIC, netlab.NICB4.String()))
+	const elsewhere = "192.0.2.1" // through the default route
 	before := strings.Join(routeTable(t, a), "; ")
 	takeOver := func() *proc {
 		t.Helper()
-		p := startUdpfwd(t, a, labEnv, append([]string{"-route-takeover"}, labArgs...)...)
+		p := startUdpfwd(t, a, labEnv, append([]string{"-route-takeover", "-route", "0.0.0.0/0"}, labArgs...)...)
 		waitReady(t, p, a)
-		for _, dst := range []string{srv4, srv6} {
+		for _, dst := range []string{srv4, srv6, elsewhere} {
 			if dev := routeDev(t, a, dst); dev != labTUN {
 				t.Errorf("-route-takeover: %s goes through %s, want %s", dst, dev, labTUN)
 			}
@@ -209,6 +211,9 @@ func TestRouteTakeoverKilled(t *testing.T) {
 	}
 	if after := strings.Join(routeTable(t, a), "; "); after != before {
 		t.Errorf("host routes after SIGKILL:\nbefore %s\nafter  %s", before, after)
+	}
+	if dev := routeDev(t, a, elsewhere); dev != labNIC {
+		t.Errorf("after SIGKILL %s goes through %q, want the host's default route through %s", elsewhere, dev, labNIC)
 	}
 	for _, dst := range []string{srv4, srv6} {
 		if dev := routeDev(t, a, dst); dev != labNIC {
