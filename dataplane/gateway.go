@@ -298,7 +298,7 @@ type Host struct {
 
 // GatewayStats is a snapshot of a gateway's counters.
 type GatewayStats struct {
-	Forward pipeline.Stats       // toward the NIC, summed over the forwarders; Drops[DropUnresolved] and [DropNotRouted] from the sinks
+	Forward pipeline.Stats       // toward the NIC, summed over the forwarders; Drops[DropUnresolved] and [DropNotRouted] and HostControl from the sinks
 	Reverse pipeline.Stats       // toward the ingress device (GatewayConfig.Ingress), the same way
 	Wire    pipeline.WireStats   // the packets from the ingress device and from the NIC toward it
 	Return  pipeline.ReturnStats // summed over the return paths

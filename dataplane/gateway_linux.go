@@ -63,7 +63,8 @@ func (p *path) add(g *Gateway, cfg GatewayConfig, src pipeline.Source, hdrSize i
 	return nil
 }
 
-// stats sums the forwarders' counters and the sinks' drops.
+// stats sums the forwarders' counters and the sinks' drops and host
+// control frames.
 func (p *path) stats() (pipeline.Stats, pipeline.WireStats) {
 	var s pipeline.Stats
 	var w pipeline.WireStats
@@ -74,6 +75,7 @@ func (p *path) stats() (pipeline.Stats, pipeline.WireStats) {
 		d := k.Drops()
 		s.Drops[pipeline.DropUnresolved] += d[pipeline.DropUnresolved]
 		s.Drops[pipeline.DropNotRouted] += d[pipeline.DropNotRouted]
+		s.HostControl += k.HostControl()
 	}
 	for _, x := range p.wires {
 		w.Add(x.Stats())

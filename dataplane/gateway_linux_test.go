@@ -204,9 +204,10 @@ func (lab *gwLab) settledStats() GatewayStats {
 	return st
 }
 
-// lost counts the drops of packets that were to go through: all but the
-// host's own link-local traffic into the TUN (MLD reports, router
-// solicitations), which a router does not forward.
+// lost counts the drops of packets that were to go through: all but
+// those to multicast and link-local addresses, which a router does not
+// forward (the host's own MLD reports and router solicitations are not
+// even drops: Stats.HostControl).
 func lost(d pipeline.Drops) uint64 { return d.Total() - d[pipeline.DropNotRouted] }
 
 // TestGatewayTCP moves SHA-256-checked TCP streams both ways, over IPv4

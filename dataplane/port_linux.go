@@ -32,6 +32,7 @@ type nicSink interface {
 	SetLinkUp(up bool)
 	SetMAC(mac net.HardwareAddr)
 	Drops() pipeline.Drops
+	HostControl() uint64
 	Close()
 }
 
@@ -216,6 +217,10 @@ func openPacket(cfg GatewayConfig, log *slog.Logger, why string) (*nic, error) {
 	filter, filterWhy := p.HostFilter()
 	log.Info("NIC port: AF_PACKET "+plan, "nic", cfg.NIC, "why", why, "gso", cfg.Packet.GSO.String(),
 		"host_filter", filter.String(), "host_filter_why", filterWhy)
+	if n := p.Leftovers(); n > 0 {
+		log.Warn("deleted the cls_bpf ingress filter (gsoplane-afpacket) a killed gateway left on the NIC: it dropped the redirected packets meanwhile",
+			"nic", cfg.NIC, "filters", n)
+	}
 	program := "tcx ingress program"
 	if filter == afpacket.HostFilterClsact {
 		program = "cls_bpf ingress filter"

@@ -105,7 +105,7 @@ func newFlagSet(cfg *config) *flag.FlagSet {
 	fs.Var(&cfg.LogFormat, "log-format", "log `FORMAT`: text or json")
 	fs.BoolVar(&cfg.Verbose, "v", false, "print one stats line per second to stderr")
 
-	fs.BoolVar(&cfg.RouteTakeover, "route-takeover", false, "take over a -route prefix that the host already routes elsewhere, for as long as udpfwd runs (the host's route is put back at stop); without it such a -route is refused")
+	fs.BoolVar(&cfg.RouteTakeover, "route-takeover", false, "take over a -route prefix that the host already routes elsewhere, for as long as udpfwd runs: udpfwd's route goes in front of the host's, which stays; without it such a -route is refused")
 	fs.StringVar(&cfg.User, "user", "", "`USER` (name or uid) to switch to after set-up; needs CAP_SETUID and CAP_SETGID")
 	fs.BoolVar(&cfg.Version, "version", false, "print the version (module, VCS revision and time, Go) and exit")
 	explainFlags(fs)

@@ -69,6 +69,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{[]string{}, nil, []string{"-nic is required"}},
 		{[]string{"-nic", "eth0", "-tun", "0123456789abcdef"}, nil, []string{`-tun "0123456789abcdef": name too long: 16 bytes, at most 15`}},
 		{[]string{"-nic", "eth0", "-tun", "a/b"}, nil, []string{`-tun "a/b": name contains '/'`}},
+		{[]string{"-nic", "eth0"}, map[string]string{"UDPFWD_TUN": ""}, []string{`-tun "": empty: want a device name`}},
 		{[]string{"-nic", "udpfwd0"}, nil, []string{`-nic "udpfwd0": the same device as -tun`}},
 		{[]string{"-nic", "eth0", "-mtu", "70000", "-queues", "0"}, nil, []string{"2 problems", "-mtu 70000: want 576 to 65535", "-queues 0: want 1 to 256"}},
 		{[]string{"-nic", "eth0", "-mtu", "1000", "-addr", "2001:2::1/64"}, nil, []string{"-mtu 1000: IPv6 needs at least 1280"}},
@@ -109,6 +110,30 @@ func TestParseConfigErrors(t *testing.T) {
 			if !strings.Contains(err.Error(), w) {
 				t.Errorf("%v %v: error lacks %q:\n%v", c.args, c.env, w, err)
 			}
+		}
+	}
+}
+
+// TestConfigWarnings: a TUN device to which nothing from the NIC would
+// be written (no -redirect, no -addr) is warned of; -addr or -redirect,
+// or -ingress, is not.
+func TestConfigWarnings(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		warn bool
+	}{
+		{[]string{"-nic", "eth0"}, true},
+		{[]string{"-nic", "eth0", "-route", "198.19.0.0/24"}, true},
+		{[]string{"-nic", "eth0", "-addr", "198.18.0.1/24"}, false},
+		{[]string{"-nic", "eth0", "-redirect", "198.18.0.0/24"}, false},
+		{[]string{"-nic", "eth0", "-ingress", "gw-c", "-redirect", "198.18.0.0/24", "-ingress-redirect", "198.19.0.0/24"}, false},
+	} {
+		cfg, err := parseConfig(c.args, env(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w := cfg.warnings(); (len(w) > 0) != c.warn || c.warn && !strings.Contains(w[0], "no -redirect prefix") {
+			t.Errorf("%v: warnings %q, want a warning %v", c.args, w, c.warn)
 		}
 	}
 }

@@ -303,8 +303,10 @@ func checkMetrics(t *testing.T, m map[string]float64, port string, tcpBytes, dat
 	fwd := func(name string) float64 { return m[name+`{direction="tun_to_nic"`+label] }
 	segs, supers := fwd("udpfwd_segments_total"), fwd("udpfwd_super_packets_total")
 	// The host's own link-local traffic into the TUN (MLD reports and
-	// the like) is not routed: queued, then dropped by the sink.
-	notRouted := m[`udpfwd_drops_total{direction="tun_to_nic",reason="not_routed"}`]
+	// the like) is not routed: queued, then discarded by the sink and
+	// counted as host control (or, for the rest, as a not_routed drop).
+	dropped := m[`udpfwd_drops_total{direction="tun_to_nic",reason="not_routed"}`]
+	notRouted := dropped + m["udpfwd_host_control_packets_total"]
 	t.Logf("tun->nic: %.0f super-packets, %.0f segments, %.0f bytes; nic->tun %.0f packets; budget stalls %.0f",
 		supers, segs, fwd("udpfwd_bytes_total"), m[`udpfwd_packets_total{direction="nic_to_tun"`+label],
 		m[`udpfwd_producer_stalls_total{cause="budget"}`])
@@ -320,7 +322,7 @@ func checkMetrics(t *testing.T, m map[string]float64, port string, tcpBytes, dat
 		what string
 		ok   bool
 	}{
-		{"no drops but link-local", sumMetric(m, "udpfwd_drops_total") == notRouted},
+		{"no drops but link-local", sumMetric(m, "udpfwd_drops_total") == dropped},
 		{"segments >= datagrams + TCP bytes/MSS", segs >= float64(datagrams+tcpBytes/1460)},
 		{"bytes >= payload sent", fwd("udpfwd_bytes_total") >= float64(tcpBytes+datagrams*size)},
 		// Some super-packets carried more than one segment (how many

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -154,8 +155,7 @@ func (g *gateway) addAddr(link netlink.Link, p netip.Prefix) error {
 // route left by an earlier run is replaced, not refused; udpfwd removes
 // at exit only a route that was not there before it. A prefix the host
 // routes elsewhere (the same prefix, another device or gateway) is
-// refused, or with takeover replaced while udpfwd runs and put back at
-// exit.
+// refused, or with takeover outranked (see takeOver).
 func (g *gateway) addRoute(link netlink.Link, p netip.Prefix, takeover bool) error {
 	route := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: ipNet(p), Scope: netlink.SCOPE_LINK}
 	existing, err := routesTo(p)
@@ -163,23 +163,47 @@ func (g *gateway) addRoute(link netlink.Link, p netip.Prefix, takeover bool) err
 		return fmt.Errorf("-route %v: list the host's routes: %w", p, err)
 	}
 	ours, others := splitRoutes(existing, route.LinkIndex)
-	if len(others) > 0 && !takeover {
-		return fmt.Errorf("-route %v: the host routes it already (%s); udpfwd would replace that route: route a narrower prefix, or pass -route-takeover to take it over while udpfwd runs (it is put back at stop)", p, others[0])
+	switch {
+	case len(others) > 0 && !takeover:
+		return fmt.Errorf("-route %v: the host routes it already (%s); route a narrower prefix, or pass -route-takeover to route it into the TUN in front of the host's route while udpfwd runs (the host's route stays)", p, others[0])
+	case len(others) > 0:
+		return g.takeOver(route, p, others)
 	}
 	if err := netlink.RouteReplace(route); err != nil {
 		return fmt.Errorf("-route %v dev %s: %w", p, link.Attrs().Name, err)
 	}
-	replaced := g.replaced(p, others)
-	for _, old := range replaced {
-		g.log.Warn("route taken over (-route-takeover): put back at stop", "route", p.String(), "was", old.String())
-		g.undo = append(g.undo, func() error {
-			g.log.Info("route put back", "route", old.String())
-			return netlink.RouteReplace(&old)
-		})
-	}
-	if len(ours) == 0 && len(replaced) == 0 {
+	if len(ours) == 0 {
 		g.undo = append(g.undo, func() error { return netlink.RouteDel(route) })
 	}
+	return nil
+}
+
+// takeOver routes p into the TUN device in front of the host's routes to
+// it, which stay as they are: an IPv4 route at the lowest of their
+// metrics, ahead of theirs (as `ip route prepend`), an IPv6 route at a
+// metric one lower (the kernel puts one of the same metric behind). So
+// the host keeps its routes whatever becomes of udpfwd: its route goes
+// with a TUN device it created if it is killed, and a clean stop deletes
+// it (one left by an earlier run too).
+func (g *gateway) takeOver(route *netlink.Route, p netip.Prefix, others []netlink.Route) error {
+	host := slices.MinFunc(others, func(a, b netlink.Route) int { return cmp.Compare(a.Priority, b.Priority) })
+	route.Priority = host.Priority
+	add := netlink.RouteAddEcmp // NLM_F_CREATE alone: in front of the routes of its metric
+	if p.Addr().Is6() {
+		if host.Priority <= 1 {
+			return fmt.Errorf("-route %v: the host's route (%s) has metric %d, which no route can outrank: give it a higher metric to take it over", p, host, host.Priority)
+		}
+		route.Priority--
+		add = netlink.RouteReplace
+	}
+	if err := add(route); err != nil && !errors.Is(err, unix.EEXIST) { // EEXIST: left by an earlier run
+		return fmt.Errorf("-route %v dev %s metric %d: %w", p, g.TUN().Name(), route.Priority, err)
+	}
+	g.log.Warn("route taken over (-route-takeover): the host's route stays, behind udpfwd's until it stops", "route", p.String(), "metric", route.Priority, "host_route", host.String())
+	g.undo = append(g.undo, func() error {
+		g.log.Info("route put back: the host's route is in use again", "route", p.String(), "host_route", host.String())
+		return netlink.RouteDel(route)
+	})
 	return nil
 }
 
@@ -226,21 +250,6 @@ func splitRoutes(routes []netlink.Route, ifindex int) (ours, others []netlink.Ro
 		}
 	}
 	return ours, others
-}
-
-// replaced returns those of the routes before that are gone from p now.
-func (g *gateway) replaced(p netip.Prefix, before []netlink.Route) []netlink.Route {
-	after, err := routesTo(p)
-	if err != nil {
-		return before // put them all back: RouteReplace of one still there is harmless
-	}
-	var gone []netlink.Route
-	for _, b := range before {
-		if !slices.ContainsFunc(after, b.Equal) {
-			gone = append(gone, b)
-		}
-	}
-	return gone
 }
 
 func ipNet(p netip.Prefix) *net.IPNet {

@@ -41,6 +41,7 @@ var (
 	descGRORefused   = desc("gro_refused_total", "GRO super-packets the TUN refused; their kind of merge is then off and their packets went one by one.")
 	descCompleted    = desc("tx_completed_total", "Packets the NIC reported sent (TX completions), a super-packet the NIC segments counting once.", "port")
 	descTxErrors     = desc("tx_errors_total", "Transmit calls that failed.", "port")
+	descHostControl  = desc("host_control_packets_total", "Packets the host itself sent into the TUN for its link (router and neighbour solicitations, MLD reports, IGMP): not forwarded, as a router does not forward them, and not drops.")
 	descDrops        = desc("drops_total", "Packets dropped, by direction and reason (invalid, oversize, no_frames: super-packets; others: segments or packets).", "direction", "reason")
 	descXSKEvents    = desc("xsk_events_total", "AF_XDP socket events from the kernel (XDP_STATISTICS) and kick failures, and frames the XDP program passed to the kernel instead of the socket, by device (nic or ingress) and RX queue.", "device", "queue", "event")
 	descWire         = desc("wire_packets_total", "With -ingress, packets from a wire (both directions) by what was done: received, cut (handed on as super-packets, cut here or by the NIC), clamped (SYN MSS lowered), too_big (refused, answered with ICMP), bad_checksum, invalid, spoofed (a source on the other side), ttl_exceeded (arrived with TTL or hop limit 1 or less: dropped, answered with ICMP time exceeded).", "event")
@@ -70,7 +71,7 @@ type statsCollector struct {
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		descSuperPackets, descOut, descSegments, descPackets, descBytes, descCompleted, descTxErrors,
-		descDrops, descXSKEvents, descBudgetUsed, descBudgetLimit, descBudgetPeak, descQueueDepth,
+		descDrops, descHostControl, descXSKEvents, descBudgetUsed, descBudgetLimit, descBudgetPeak, descQueueDepth,
 		descQueueBytes, descQueuePeak, descQueuePeakB, descStalls, descStallTime, descSegsPerSP, descTxLatency,
 		descGROPass, descGRORefused, descNICUp, descNICMTU, descNICDowns, descAttached, descDetached, descReattached,
 		descNICMTUChange, descTUNMTU, descSendMTU, descNICMACChange, descICMP, descPacketEvents, descWire,
@@ -129,6 +130,7 @@ func (e emitter) traffic(s dataplane.GatewayStats) {
 	e.counter(descBytes, r.Bytes, toTUN, port)
 	e.counter(descCompleted, s.Port.Completed, port)
 	e.counter(descTxErrors, f.TxErrors, port)
+	e.counter(descHostControl, f.HostControl)
 	e.gro(r)
 }
 

@@ -33,7 +33,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	log := newLogger(cfg, stderr)
-	for _, msg := range unknownEnv(os.Environ()) {
+	for _, msg := range append(unknownEnv(os.Environ()), cfg.warnings()...) {
 		log.Warn(msg)
 	}
 	acct, err := preflight(cfg)

@@ -24,20 +24,11 @@ import (
 // nothing on the NIC.
 func TestUnprivilegedDeployment(t *testing.T) {
 	requireRoot(t)
-	u, err := user.Lookup("nobody")
-	if err != nil {
-		t.Skip("no user nobody")
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
 	bin := capBinary(t, udpfwdBinary(t))
-	tunForEveryone(t)
 	for _, c := range []struct{ name, port, filter string }{{"xdp", "xdp", "auto"}, {"packet", "packet", "auto"}, {"packet-clsact", "packet", "clsact"}} {
 		t.Run(c.name, func(t *testing.T) {
 			a, b := newLab(t)
-			cmd := exec.Command(bin, append([]string{"-port", c.port, "-packet-filter", c.filter, "-drain-timeout", "2s"}, labArgs...)...)
-			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
-			p := startCmd(t, a, cmd, labEnv)
+			p := startCmd(t, a, nobodyCmd(t, bin, append([]string{"-port", c.port, "-packet-filter", c.filter, "-drain-timeout", "2s"}, labArgs...)...), labEnv)
 			waitReady(t, p, a)
 			tcpStream(t, a, b, net.JoinHostPort(srv4, "5201"), 16<<20)
 			tcpStream(t, a, b, net.JoinHostPort(srv6, "5202"), 4<<20)
@@ -69,6 +60,23 @@ func tunForEveryone(t *testing.T) {
 		}
 		t.Cleanup(func() { os.Chmod(dev, mode) })
 	}
+}
+
+// nobodyCmd returns the command that runs bin with args as the user
+// nobody, who may open /dev/net/tun for the test's run (tunForEveryone);
+// without that user the test is skipped.
+func nobodyCmd(t *testing.T, bin string, args ...string) *exec.Cmd {
+	t.Helper()
+	tunForEveryone(t)
+	u, err := user.Lookup("nobody")
+	if err != nil {
+		t.Skip("no user nobody")
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	cmd := exec.Command(bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	return cmd
 }
 
 // capBinary copies bin into a directory every user may enter and gives

@@ -180,6 +180,8 @@ func (c *config) validateObservability() problems {
 // what is wrong with name, or returns "".
 func ifNameProblem(name string) string {
 	switch {
+	case name == "":
+		return "empty: want a device name (the kernel would choose one)"
 	case len(name) > unix.IFNAMSIZ-1:
 		return fmt.Sprintf("name too long: %d bytes, at most %d", len(name), unix.IFNAMSIZ-1)
 	case name == "." || name == "..":
@@ -212,6 +214,16 @@ func (c *config) hasIPv6() bool {
 		}
 	}
 	return false
+}
+
+// warnings says what in a valid configuration is likely a mistake: a
+// TUN device with no -redirect prefix (nor -addr to take them from), to
+// which nothing from the NIC is written.
+func (c *config) warnings() []string {
+	if c.Ingress == "" && len(c.redirects()) == 0 {
+		return []string{"no -redirect prefix (nor -addr to take the networks of): nothing arriving on the NIC is written into the TUN device"}
+	}
+	return nil
 }
 
 // redirects returns -redirect, or else the networks of -addr.

@@ -151,6 +151,18 @@ func (p *Port) Reattach() error { return p.base.Reattach() }
 // HostFilterAuto found.
 func (p *Port) HostFilter() (HostFilter, string) { return p.filter.mode, p.filter.why }
 
+// Leftovers returns how many cls_bpf filters of a port killed before
+// (HostFilterClsact: a filter outlives its process) Open found on the
+// interface's ingress and deleted, with their clsact qdisc taken as the
+// port's own: they dropped the redirected packets meanwhile, and would
+// have stood ahead of the port's filter.
+func (p *Port) Leftovers() int {
+	if p.filter.cls == nil {
+		return 0
+	}
+	return p.filter.cls.leftovers
+}
+
 // ingressAttachment is the port's filter as internal/port drives it.
 type ingressAttachment struct{ f *filter }
 

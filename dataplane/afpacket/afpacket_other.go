@@ -49,6 +49,7 @@ func (*Port) StopReceive()                            {}
 func (*Port) Attached() (bool, error)                 { return false, errNotSupported }
 func (*Port) Reattach() error                         { return errNotSupported }
 func (*Port) HostFilter() (HostFilter, string)        { return 0, "" }
+func (*Port) Leftovers() int                          { return 0 }
 func (*Port) GSOPlan(GSOMode) (string, error)         { return "", errNotSupported }
 func (*Port) Close() error                            { return errNotSupported }
 func (*Socket) Index() int                            { return 0 }
@@ -70,6 +71,7 @@ func (*Sink) AllocLarge(int) (pipeline.Frame, bool)   { return pipeline.Frame{},
 func (*Sink) Free([]pipeline.Frame)                   {}
 func (*Sink) Transmit([]pipeline.Frame) (int, error)  { return 0, errNotSupported }
 func (*Sink) Drops() pipeline.Drops                   { return pipeline.Drops{} }
+func (*Sink) HostControl() uint64                     { return 0 }
 func (*Sink) Complete() (int, error)                  { return 0, errNotSupported }
 func (*Sink) Wait(time.Duration) error                { return errNotSupported }
 func (*Sink) Close()                                  {}

@@ -32,7 +32,10 @@ type clsact struct {
 	prog     *ebpf.Program
 	progID   int                // the program's ID, as a filter dump gives it
 	filter   *netlink.BpfFilter // ours, while attached: its priority and handle
-	ownQdisc bool               // the port added the clsact qdisc
+	ownQdisc bool               // the port added the clsact qdisc, or took over one a killed port left
+	// leftovers counts the filters of a port killed before (our name,
+	// another program) that attach deleted.
+	leftovers int
 }
 
 // newClsact opens a netlink handle in the calling thread's network
@@ -54,11 +57,15 @@ func newClsact(prog *ebpf.Program, ifindex int) (*clsact, error) {
 }
 
 // attach adds the clsact qdisc if the interface has no qdisc on its
-// ingress hook, then the filter, ahead of the filters there.
+// ingress hook, deletes the filters a port killed before left there (see
+// removeLeftovers), then adds the filter, ahead of the filters there.
 func (c *clsact) attach() error {
 	qdiscs, err := c.nl.QdiscList(c.lnk)
 	if err != nil {
 		return fmt.Errorf("list the qdiscs: %w", err)
+	}
+	if err := c.removeLeftovers(qdiscs); err != nil {
+		return err
 	}
 	if !slices.ContainsFunc(qdiscs, onIngressHook) {
 		q := &netlink.GenericQdisc{QdiscType: "clsact", QdiscAttrs: netlink.QdiscAttrs{
@@ -93,6 +100,32 @@ func (c *clsact) attach() error {
 	}
 	if err != nil {
 		return fmt.Errorf("find the cls_bpf filter just added: %w", err)
+	}
+	return nil
+}
+
+// removeLeftovers deletes the filters on the ingress hook that bear our
+// name but hold another program: a port killed before left them (a
+// filter is no file descriptor), still dropping its prefixes' packets,
+// and ahead of the filter attach adds unless they go. The clsact qdisc
+// they are on is then taken as the port's own, that close deletes
+// unless another filter is on it. Two ports on one interface are not
+// supported: another's filter would be taken for a leftover.
+func (c *clsact) removeLeftovers(qdiscs []netlink.Qdisc) error {
+	filters, err := c.nl.FilterList(c.lnk, netlink.HANDLE_MIN_INGRESS)
+	if err != nil {
+		return fmt.Errorf("list the ingress filters: %w", err)
+	}
+	for _, f := range filters {
+		if b, ok := f.(*netlink.BpfFilter); ok && b.Name == clsactName && b.Id != c.progID {
+			if err := c.nl.FilterDel(b); err != nil && !errors.Is(err, unix.ENOENT) {
+				return fmt.Errorf("delete the cls_bpf filter left by a port killed before (program %d): %w", b.Id, err)
+			}
+			c.leftovers++
+		}
+	}
+	if c.leftovers > 0 {
+		c.ownQdisc = c.ownQdisc || slices.ContainsFunc(qdiscs, func(q netlink.Qdisc) bool { return onIngressHook(q) && q.Type() == "clsact" })
 	}
 	return nil
 }

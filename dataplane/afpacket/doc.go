@@ -45,7 +45,10 @@
 // port added it and no other filter is on it: another's qdisc and
 // filters stay as they were (TestClsactLeavesOthers). A filter holds no
 // file descriptor, so a process killed with SIGKILL leaves it, and the
-// qdisc it added, behind. HostFilterAuto, the default, takes tcx and
+// qdisc it added, behind; the next port to attach through cls_bpf finds
+// it (its name, another program), deletes it before adding its own and
+// takes its clsact qdisc as its own (Port.Leftovers): two ports on one
+// interface are not supported. HostFilterAuto, the default, takes tcx and
 // falls back to cls_bpf where the kernel has no tcx (the tcx attach says
 // ebpf.ErrNotSupported); Port.HostFilter says which and why. Either way
 // a program detached from outside (bpftool link detach, tc filter del)

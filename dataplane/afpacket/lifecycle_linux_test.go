@@ -180,7 +180,9 @@ func TestHostFilterAuto(t *testing.T) {
 // TestDetachOnKill: a process killed with SIGKILL leaves no tcx program
 // behind: it hangs on a BPF link, which dies with the process's file
 // descriptors. A cls_bpf filter is no file descriptor: it stays, with
-// the clsact qdisc, as HostFilterClsact says, until deleted by hand.
+// the clsact qdisc, as HostFilterClsact says, until the next port opens:
+// that one deletes it, says so (Leftovers), puts its own filter first
+// and, at Close, takes the qdisc away too.
 func TestDetachOnKill(t *testing.T) {
 	if mode := os.Getenv(holdEnv); mode != "" {
 		hold(mode) // the child: never returns
@@ -204,8 +206,7 @@ func TestDetachOnKill(t *testing.T) {
 				if len(fs) != 1 || fs[0].(*netlink.BpfFilter).Name != clsactName || l.ingressQdisc(t) == nil {
 					t.Fatalf("after the kill: filters %v, qdisc %v; want the child's filter left on its clsact qdisc", fs, l.ingressQdisc(t))
 				}
-				netlab.Must(t, l.A.Netlink().FilterDel(fs[0]))
-				netlab.Must(t, l.A.Netlink().QdiscDel(l.ingressQdisc(t)))
+				clsactAfterKill(t, l)
 				return
 			}
 			for deadline := time.Now().Add(labWait); ; time.Sleep(10 * time.Millisecond) {
@@ -216,6 +217,21 @@ func TestDetachOnKill(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// clsactAfterKill opens a port over the cls_bpf filter a killed one
+// left on gw-a and checks that the leftover is gone, the new filter
+// alone on the ingress hook, and that Close takes the filter and the
+// leftover's clsact qdisc away.
+func clsactAfterKill(t *testing.T, l *lab) {
+	p := l.open(t, Config{Queues: 1, HostFilter: HostFilterClsact})
+	if ids := l.ingressPrograms(t); p.Leftovers() != 1 || len(ids) != 1 || ids[0] != progID(t, p) {
+		t.Fatalf("a port opened after the kill: leftovers %d, programs %v; want the killed one's filter deleted and the new one alone", p.Leftovers(), ids)
+	}
+	netlab.Must(t, p.Close())
+	if fs, q := l.filters(t, netlink.HANDLE_MIN_INGRESS), l.ingressQdisc(t); len(fs) != 0 || q != nil {
+		t.Errorf("after Close: filters %v, qdisc %v; want neither", fs, q)
 	}
 }
 

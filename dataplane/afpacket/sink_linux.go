@@ -455,6 +455,10 @@ func (s *Sink) account(frames []pipeline.Frame) {
 // resolving after the hold) and DropNotRouted.
 func (s *Sink) Drops() pipeline.Drops { return s.layer.Drops() }
 
+// HostControl returns how many frames the sink discarded as the host's
+// own link signalling: neighbour discovery, MLD, IGMP (not drops).
+func (s *Sink) HostControl() uint64 { return s.layer.HostControl() }
+
 // Complete returns how many frames Transmit took since the last call,
 // in order; their frames are free again. Frames are complete once the
 // kernel has copied them, so this never waits.

@@ -92,6 +92,10 @@ type Stats struct {
 	FrameStalls    uint64        // times the producer waited for free frames
 	FrameStallTime time.Duration // total time it waited
 	Drops          Drops
+	// HostControl counts the segments the sink discarded as the host's
+	// own signalling to the link (neighbour discovery, MLD, IGMP): not
+	// forwarded, as DropNotRouted, but not drops (counted by the sink).
+	HostControl uint64
 
 	// SegmentsPerRead counts super-packets by how many segments they were
 	// cut into (buckets bounded by SegmentBounds).
@@ -169,6 +173,7 @@ func (s Stats) Add(o Stats) Stats {
 	s.FrameStalls += o.FrameStalls
 	s.FrameStallTime += o.FrameStallTime
 	s.Drops.add(o.Drops)
+	s.HostControl += o.HostControl
 	for i := range s.SegmentsPerRead {
 		s.SegmentsPerRead[i] += o.SegmentsPerRead[i]
 	}

@@ -14,6 +14,11 @@ import (
 // of no more use, and the device must be opened again.
 var ErrDeviceGone = errors.New("TUN device deleted")
 
+// ErrInUse is wrapped by Open's error for an existing device that
+// another file has a queue of: attaching to it would take part of its
+// flows (multi-queue) or be refused (single queue).
+var ErrInUse = errors.New("TUN device in use")
+
 // DefaultSndBuf is the TUNSETSNDBUF value used when Config.SndBuf is
 // 0: 4 MiB of truesize, instead of the kernel's unbounded INT_MAX.
 const DefaultSndBuf = 4 << 20

@@ -46,7 +46,9 @@ type Device struct {
 // calling thread's network namespace and configures it: header size,
 // offloads, send buffer and MTU. The device is configured as a whole, so
 // attaching an existing device changes these settings for its other users
-// too. Open neither brings the device up nor assigns addresses.
+// too. Open neither brings the device up nor assigns addresses. It
+// refuses an existing device another program has queues of (ErrInUse):
+// another queue would take part of its flows.
 //
 // It needs CAP_NET_ADMIN to create a device (or to attach one owned by
 // someone else) and says so when it is missing.
@@ -59,8 +61,13 @@ func openTUN(cfg Config, path string) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	_, err = ifIndex(cfg.Name)
+	index, err := ifIndex(cfg.Name)
 	t := &Device{name: cfg.Name, created: cfg.Name == "" || err != nil}
+	if !t.created {
+		if err := t.checkFree(index); err != nil {
+			return nil, err
+		}
+	}
 	fds, err := t.attach(cfg, path)
 	if err == nil {
 		err = t.configure(fds[0], cfg)
@@ -86,6 +93,23 @@ func (t *Device) verb() string {
 		return "create"
 	}
 	return "attach"
+}
+
+// checkFree refuses the existing device if queues of it are attached
+// to other files (the kernel's IFLA_TUN_NUM_QUEUES, from Linux 4.15, and
+// the queues detached with TUNSETQUEUE): another program reads it (another
+// gateway, say). The kernel gives the count of a multi-queue device only;
+// TUNSETIFF refuses a single-queue device in use (EBUSY), and another
+// kind of device.
+func (t *Device) checkFree(index int) error {
+	link, err := netlink.LinkByIndex(index)
+	if err != nil {
+		return fmt.Errorf("tun: attach %s: %w", t.name, err)
+	}
+	if tt, ok := link.(*netlink.Tuntap); ok && tt.Queues+tt.DisabledQueues > 0 {
+		return fmt.Errorf("tun: attach %s: another program has %d queues of it open: %w", t.name, tt.Queues+tt.DisabledQueues, ErrInUse)
+	}
+	return nil
 }
 
 // attach opens cfg.Queues file descriptors on the device. The first one
@@ -140,8 +164,8 @@ func (t *Device) setIffError(err error) error {
 	case errors.Is(err, unix.EPERM):
 		return fmt.Errorf("tun: %s %s: needs CAP_NET_ADMIN: %w", t.verb(), t.name, err)
 	case errors.Is(err, unix.EBUSY):
-		return fmt.Errorf("tun: %s %s: already attached by another file and not multi-queue: %w",
-			t.verb(), t.name, os.NewSyscallError("ioctl TUNSETIFF", err))
+		return fmt.Errorf("tun: %s %s: another program has it open (a single-queue device takes one): %w: %w",
+			t.verb(), t.name, ErrInUse, os.NewSyscallError("ioctl TUNSETIFF", err))
 	case errors.Is(err, unix.EINVAL) && !t.created:
 		return fmt.Errorf("tun: %s %s: not a TUN device, or its queue mode (IFF_MULTI_QUEUE) differs: %w",
 			t.verb(), t.name, os.NewSyscallError("ioctl TUNSETIFF", err))

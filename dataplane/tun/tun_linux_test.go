@@ -307,25 +307,41 @@ func TestOpenTUNMultiQueue(t *testing.T) {
 	if len(qs) != 2 || queueFD(t, qs[0]) == queueFD(t, qs[1]) {
 		t.Fatalf("queues %v, want 2 distinct fds", qs)
 	}
-	// A second TUN attaches to the same device and leaves it when closed.
-	var second *Device
-	var err error
-	ns.Do(t, func() { second, err = Open(Config{Name: testTUN, Queues: 2, Offload: true}) })
-	if err != nil {
-		t.Fatalf("attach: %v", err)
-	}
 	tt := ns.LinkT(t, testTUN).(*netlink.Tuntap)
-	if tt.Flags&netlink.TUNTAP_MULTI_QUEUE == 0 || tt.Queues != 4 {
-		t.Errorf("link flags %v queues %d, want multi_queue and 4 queues", tt.Flags, tt.Queues)
+	if tt.Flags&netlink.TUNTAP_MULTI_QUEUE == 0 || tt.Queues != 2 {
+		t.Errorf("link flags %v queues %d, want multi_queue and 2 queues", tt.Flags, tt.Queues)
 	}
-	second.Close()
-	ns.LinkT(t, testTUN)
+}
+
+// TestOpenTUNInUse: a device another file has a queue of is refused
+// (ErrInUse), multi-queue or not: attaching would take part of its flows
+// or be refused EBUSY. A persistent device nobody has open is attached,
+// and stays when closed.
+func TestOpenTUNInUse(t *testing.T) {
+	t.Parallel()
+	ns := netlab.NewT(t, "tun")
+	dev := &netlink.Tuntap{LinkAttrs: netlink.LinkAttrs{Name: testTUN}, Mode: netlink.TUNTAP_MODE_TUN,
+		Flags: netlink.TUNTAP_NO_PI | netlink.TUNTAP_VNET_HDR | netlink.TUNTAP_MULTI_QUEUE_DEFAULTS}
+	netlab.Must(t, ns.Run(func() error { return netlink.LinkAdd(dev) }))
+	netlab.Must(t, ns.LinkUp(testTUN))
+	for _, queues := range []int{2, 1} {
+		first := openTUNIn(t, ns, Config{Name: testTUN, Queues: 2, Offload: true})
+		var err error
+		ns.Do(t, func() { _, err = Open(Config{Name: testTUN, Queues: queues, Offload: true}) })
+		if !errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), "another program has 2 queues of it open") {
+			t.Errorf("%d queues on a device in use: %v, want ErrInUse", queues, err)
+		}
+		first.Close()
+		if tt := ns.LinkT(t, testTUN).(*netlink.Tuntap); tt.Queues != 0 {
+			t.Errorf("after Close: %d queues attached, want the persistent device left without", tt.Queues)
+		}
+	}
 	// The queue mode must match.
+	var err error
 	ns.Do(t, func() { _, err = Open(Config{Name: testTUN}) })
 	if !errors.Is(err, unix.EINVAL) || !strings.Contains(err.Error(), "attach") {
 		t.Errorf("attach single-queue to multi-queue: %v, want attach ... EINVAL", err)
 	}
-	t.Log(err)
 }
 
 func TestOpenTUNBusy(t *testing.T) {
@@ -334,8 +350,8 @@ func TestOpenTUNBusy(t *testing.T) {
 	openTUNIn(t, ns, Config{Name: testTUN})
 	var err error
 	ns.Do(t, func() { _, err = Open(Config{Name: testTUN}) })
-	if !errors.Is(err, unix.EBUSY) {
-		t.Errorf("second single-queue attach: %v, want EBUSY", err)
+	if !errors.Is(err, ErrInUse) || !errors.Is(err, unix.EBUSY) {
+		t.Errorf("second single-queue attach: %v, want ErrInUse (EBUSY)", err)
 	}
 	t.Log(err)
 }

@@ -134,6 +134,10 @@ func (s *Sink) Transmit(frames []pipeline.Frame) (int, error) {
 // resolving after the hold) and DropNotRouted.
 func (s *Sink) Drops() pipeline.Drops { return s.layer.Drops() }
 
+// HostControl returns how many frames the sink discarded as the host's
+// own link signalling: neighbour discovery, MLD, IGMP (not drops).
+func (s *Sink) HostControl() uint64 { return s.layer.HostControl() }
+
 // Complete returns the frames the kernel has sent to the free list.
 func (s *Sink) Complete() (int, error) {
 	s.mu.Lock()

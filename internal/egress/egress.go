@@ -41,10 +41,11 @@ type Wire interface {
 }
 
 // Counts are the frames a Layer dropped for want of a next hop, by
-// reason.
+// reason, and those it discarded as the host's own link signalling.
 type Counts struct {
-	Unresolved atomic.Uint64 // the next hop failed, or was still being resolved after the hold
-	NotRouted  atomic.Uint64 // multicast, link-local or loopback: a router does not forward it
+	Unresolved  atomic.Uint64 // the next hop failed, or was still being resolved after the hold
+	NotRouted   atomic.Uint64 // multicast, link-local or loopback: a router does not forward it
+	HostControl atomic.Uint64 // the host's neighbour discovery, MLD or IGMP (nexthop.Control): not forwarded, and not a drop
 }
 
 // Config configures New.
@@ -132,6 +133,10 @@ func (l *Layer) Drops() pipeline.Drops {
 	return d
 }
 
+// HostControl returns the frames discarded as the host's own link
+// signalling (see Counts).
+func (l *Layer) HostControl() uint64 { return l.counts.HostControl.Load() }
+
 // Transmit transmits frames in order through w and returns how many it
 // took. It writes the Ethernet headers of the checked frames up to the
 // first whose next hop is not resolved and sends that run; it then stops
@@ -188,17 +193,20 @@ func (l *Layer) headers(frames []pipeline.Frame, w Wire) (int, nexthop.Action) {
 	return len(frames), nexthop.Send
 }
 
-// drop drops a frame without a next hop, counts it and, if the
-// resolution failed (a), answers its sender.
+// drop drops a frame without a next hop, counts it by a and, if the
+// resolution failed, answers its sender.
 func (l *Layer) drop(f pipeline.Frame, a nexthop.Action, w Wire) {
 	if a == nexthop.Unreachable && l.reply != nil {
 		_, pkt := w.Packet(f)
 		l.reply.Unreachable(pkt)
 	}
 	w.Discard(f)
-	if a == nexthop.NotRouted {
+	switch a {
+	case nexthop.NotRouted:
 		l.counts.NotRouted.Add(1)
-	} else {
+	case nexthop.Control:
+		l.counts.HostControl.Add(1)
+	default:
 		l.counts.Unresolved.Add(1)
 	}
 }

@@ -1,8 +1,9 @@
 // Package iphdr reads the fixed header at the front of an IPv4 or IPv6
-// packet: the version, the header and packet lengths the header gives, and
-// the addresses. It trusts nothing: every function checks that the bytes
-// it reads are there. It is pure Go, builds everywhere and does not
-// allocate.
+// packet: the version, the header and packet lengths the header gives,
+// the addresses, and whether the packet is the host's own link
+// signalling (LinkControl). It trusts nothing: every function checks
+// that the bytes it reads are there. It is pure Go, builds everywhere and
+// does not allocate.
 package iphdr
 
 import (
@@ -105,3 +106,38 @@ func Dst(b []byte) (addr netip.Addr, ok bool) {
 	}
 	return netip.Addr{}, false
 }
+
+// LinkControl reports whether b is one of the messages a host sends to
+// its link itself, for no one beyond it: IGMP (IPv4), or ICMPv6, behind
+// at most a hop-by-hop options header, of neighbour discovery (router
+// and neighbour solicitations and advertisements, redirects) or MLD
+// (queries, reports, done).
+func LinkControl(b []byte) bool {
+	switch fixed(b) {
+	case IPv4Len:
+		return b[9] == protoIGMP
+	case IPv6Len:
+		next, off := b[6], IPv6Len
+		if next == protoHopByHop && len(b) >= off+2 {
+			next, off = b[off], off+(int(b[off+1])+1)*8
+		}
+		if next != protoICMPv6 || len(b) <= off {
+			return false
+		}
+		t := b[off]
+		return t >= icmp6MLDQuery && t <= icmp6MLDDone || t >= icmp6RouterSolicit && t <= icmp6Redirect || t == icmp6MLDv2Report
+	}
+	return false
+}
+
+// The protocol numbers and ICMPv6 types LinkControl knows.
+const (
+	protoHopByHop      = 0
+	protoIGMP          = 2
+	protoICMPv6        = 58
+	icmp6MLDQuery      = 130 // 131 report, 132 done
+	icmp6MLDDone       = 132
+	icmp6RouterSolicit = 133 // 134 router, 135 and 136 neighbour solicitation and advertisement
+	icmp6Redirect      = 137
+	icmp6MLDv2Report   = 143
+)

@@ -89,7 +89,7 @@ func TestRead(t *testing.T) {
 
 func TestAllocs(t *testing.T) {
 	p := ipv6(100)
-	if n := testing.AllocsPerRun(100, func() { Len(p); Whole(p); Dst(p); Addrs(p) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { Len(p); Whole(p); Dst(p); Addrs(p); LinkControl(p) }); n != 0 {
 		t.Fatalf("%v allocations", n)
 	}
 }
@@ -105,6 +105,7 @@ func FuzzRead(f *testing.F) {
 		n, ok := Len(b)
 		dst, dok := Dst(b)
 		hl, whole, a := HeaderLen(b), Whole(b), Addrs(b)
+		LinkControl(b) // never panics
 		if dok != (a != nil) || dok && !ok || hl != 0 && !dok {
 			t.Fatalf("Len ok %v, Dst ok %v, Addrs %x, HeaderLen %d", ok, dok, a, hl)
 		}
@@ -135,4 +136,45 @@ func FuzzRead(f *testing.F) {
 			t.Fatalf("version %d read", Version(b))
 		}
 	})
+}
+
+// TestLinkControl tells the host's own link signalling (what a kernel
+// sends on a link with IPv6 and multicast: RS, NS, MLD reports behind a
+// hop-by-hop header, IGMP) from other packets, truncated ones included.
+func TestLinkControl(t *testing.T) {
+	icmp6 := func(hbh bool, typ byte) []byte {
+		p := ipv6(8)
+		p[6] = 58
+		if hbh { // a router alert option, as MLD reports carry
+			p = append(ipv6(0), 58, 0, 5, 2, 0, 0, 1, 0, typ, 0, 0, 0, 0, 0, 0, 0)
+			p[6] = 0
+		} else {
+			p[40] = typ
+		}
+		return p
+	}
+	igmp := ipv4(4, 8)
+	igmp[9] = 2
+	for _, c := range []struct {
+		name string
+		pkt  []byte
+		want bool
+	}{
+		{"router solicitation", icmp6(false, 133), true},
+		{"neighbour solicitation", icmp6(false, 135), true},
+		{"MLDv2 report", icmp6(true, 143), true},
+		{"MLDv1 report", icmp6(true, 131), true},
+		{"IGMP", igmp, true},
+		{"echo request", icmp6(false, 128), false},
+		{"UDP (mDNS, say)", ipv6(8), false},
+		{"UDP over IPv4", ipv4(0, 8), false},
+		{"ICMPv6 without its type", icmp6(false, 133)[:40], false},
+		{"hop-by-hop header cut short", icmp6(true, 143)[:41], false},
+		{"hop-by-hop header without what follows", icmp6(true, 143)[:48], false},
+		{"not IP", []byte{0x10, 0, 0}, false},
+	} {
+		if got := LinkControl(c.pkt); got != c.want {
+			t.Errorf("%s: LinkControl %v, want %v", c.name, got, c.want)
+		}
+	}
 }

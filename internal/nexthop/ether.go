@@ -43,9 +43,10 @@ const (
 	Drop                      // the next hop is still being resolved after the hold: drop and count
 	Unreachable               // the next hop failed: drop, count and answer the sender
 	NotRouted                 // a destination a router does not forward to (multicast, link-local, loopback): drop and count
+	Control                   // the host's own signalling to the link (neighbour discovery, MLD, IGMP; iphdr.LinkControl): not forwarded either, but no drop: discard and count apart
 )
 
-var actionNames = [...]string{Send: "send", Hold: "hold", Drop: "drop", Unreachable: "unreachable", NotRouted: "not routed"}
+var actionNames = [...]string{Send: "send", Hold: "hold", Drop: "drop", Unreachable: "unreachable", NotRouted: "not routed", Control: "link control"}
 
 func (a Action) String() string {
 	if int(a) < len(actionNames) {
@@ -97,6 +98,9 @@ func (e *Ether) Header(eth, pkt []byte) Action {
 		typ = ethernet.TypeIPv6
 	}
 	if !dst.IsGlobalUnicast() {
+		if iphdr.LinkControl(pkt) {
+			return Control
+		}
 		return NotRouted
 	}
 	if ver := e.r.Changed(); !e.lastOK || dst != e.lastDst || ver != e.lastVer {

@@ -114,6 +114,12 @@ func TestEtherHold(t *testing.T) {
 			t.Errorf("to %s: %v, want not routed", dst, a)
 		}
 	}
+	mld := make([]byte, 56) // an MLDv2 report behind a hop-by-hop header, as the kernel sends it
+	mld[0], mld[6], mld[40], mld[48] = 0x60, 0, 58, 143
+	copy(mld[24:40], netip.MustParseAddr("ff02::16").AsSlice())
+	if a := e.Header(eth, mld); a != Control {
+		t.Errorf("an MLD report: %v, want link control", a)
+	}
 	r.setHop(addr(1), addr(1))
 	r.settle(addr(1), neigh{kind: failed}, false)
 	step(0, 1, Unreachable)
