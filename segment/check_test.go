@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"sync"
+
+	"github.com/gsoplane/gsoplane/internal/dirtybuf"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
@@ -14,8 +17,10 @@ import (
 // tests share: it reads every output packet with gVisor's header views and
 // gVisor's checksum (not ours) and checks the package's invariants.
 
-// splitFresh runs s.Split into freshly allocated buffers, with headroom,
-// and checks that it left its input alone.
+// splitFresh runs s.Split into buffers longer than it needs, with
+// headroom, in every dirtybuf state (stale: holding another packet's
+// segments), checks that it writes the same segments each time and leaves
+// its input alone, and returns them.
 func splitFresh(s *Segmenter, pkt []byte, h Header) (Layout, [][]byte, error) {
 	l, err := s.Validate(pkt, h)
 	if err != nil {
@@ -23,28 +28,53 @@ func splitFresh(s *Segmenter, pkt []byte, h Header) (Layout, [][]byte, error) {
 	}
 	bufs, sizes := splitBuffers(l, 3)
 	in := bytes.Clone(pkt)
-	n, err := s.Split(in, l, bufs, sizes, 3)
-	if err != nil {
+	segs, derr := dirtybuf.Same(bufs, dirtybuf.Leave(3, staleSegments()...), func(bufs [][]byte) [][]byte {
+		seg := &Segmenter{Partial: s.Partial, MaxSegments: s.MaxSegments}
+		seg.fragID.Store(1) // the same IPv6 fragment ID every run
+		var n int
+		if n, err = seg.Split(in, l, bufs, sizes, 3); err != nil {
+			return nil
+		}
+		segs := make([][]byte, n)
+		for i := range segs {
+			segs[i] = bufs[i][3 : 3+sizes[i]]
+		}
+		return segs
+	})
+	switch {
+	case err != nil:
 		return l, nil, err
-	}
-	if !bytes.Equal(in, pkt) {
+	case derr != nil:
+		return l, nil, derr
+	case !bytes.Equal(in, pkt):
 		return l, nil, fmt.Errorf("Split modified its input")
-	}
-	segs := make([][]byte, n)
-	for i := range segs {
-		segs[i] = bufs[i][3 : 3+sizes[i]]
 	}
 	return l, segs, nil
 }
 
-// splitBuffers allocates what Split needs for l's segments, each buffer
-// headroom bytes longer than the longest segment.
-func splitBuffers(l Layout, headroom int) (bufs [][]byte, sizes []int) {
-	bufs = make([][]byte, l.Segments())
-	for i := range bufs {
-		bufs[i] = make([]byte, headroom+l.MaxSegLen())
+// staleSegments are what splitFresh leaves in its buffers before a run:
+// the segments of a TCP super-packet with options.
+var staleSegments = sync.OnceValue(func() [][]byte {
+	pkt, h := buildSuper(superSpec{proto: tcp, gso: GSOTCPv4, mss: 1000, payload: 9000, tcpOpts: tcpOpts12, ipOpts: ipOpts4, needsCsum: true, seed: 3})
+	l, err := Validate(pkt, h)
+	if err != nil {
+		panic(err)
 	}
-	return bufs, make([]int, l.Segments())
+	bufs, sizes := splitBuffers(l, 0)
+	n, err := std.Split(pkt, l, bufs, sizes, 0)
+	if err != nil {
+		panic(err)
+	}
+	for i := range n {
+		bufs[i] = bufs[i][:sizes[i]]
+	}
+	return bufs[:n]
+})
+
+// splitBuffers allocates what Split needs for l's segments, each buffer
+// headroom and dirtybuf.Slack bytes longer than the longest segment.
+func splitBuffers(l Layout, headroom int) (bufs [][]byte, sizes []int) {
+	return dirtybuf.New(l.Segments(), headroom+l.MaxSegLen()), make([]int, l.Segments())
 }
 
 // checkSplit returns the first invariant the segments of pkt break.
