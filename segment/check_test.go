@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync"
+	"testing"
 
 	"github.com/gsoplane/gsoplane/internal/dirtybuf"
 
@@ -29,10 +30,8 @@ func splitFresh(s *Segmenter, pkt []byte, h Header) (Layout, [][]byte, error) {
 	bufs, sizes := splitBuffers(l, 3)
 	in := bytes.Clone(pkt)
 	segs, derr := dirtybuf.Same(bufs, dirtybuf.Leave(3, staleSegments()...), func(bufs [][]byte) [][]byte {
-		seg := &Segmenter{Partial: s.Partial, MaxSegments: s.MaxSegments}
-		seg.fragID.Store(1) // the same IPv6 fragment ID every run
 		var n int
-		if n, err = seg.Split(in, l, bufs, sizes, 3); err != nil {
+		if n, err = repeatable(s).Split(in, l, bufs, sizes, 3); err != nil {
 			return nil
 		}
 		segs := make([][]byte, n)
@@ -50,6 +49,36 @@ func splitFresh(s *Segmenter, pkt []byte, h Header) (Layout, [][]byte, error) {
 		return l, nil, fmt.Errorf("Split modified its input")
 	}
 	return l, segs, nil
+}
+
+// splitInPlace splits a copy of pkt that is bufs[0][2:] itself, in
+// buffers in every dirtybuf state, checks that it writes the same
+// segments each time, and returns them.
+func splitInPlace(t *testing.T, pkt []byte, l Layout) [][]byte {
+	t.Helper()
+	const off = 2
+	bufs := dirtybuf.New(l.Segments(), off+max(l.MaxSegLen(), len(pkt)))
+	sizes := make([]int, len(bufs))
+	return dirtybuf.Check(t, bufs, dirtybuf.Leave(off, staleSegments()...), func(bufs [][]byte) [][]byte {
+		copy(bufs[0][off:], pkt)
+		n, err := repeatable(&Segmenter{}).Split(bufs[0][off:off+len(pkt)], l, bufs, sizes, off)
+		if err != nil {
+			t.Fatal(err)
+		}
+		segs := make([][]byte, n)
+		for i := range segs {
+			segs[i] = bufs[i][off : off+sizes[i]]
+		}
+		return segs
+	})
+}
+
+// repeatable returns a Segmenter like s whose IPv6 fragment IDs are the
+// same for every one returned, so that its output can be compared.
+func repeatable(s *Segmenter) *Segmenter {
+	r := &Segmenter{Partial: s.Partial, MaxSegments: s.MaxSegments}
+	r.fragID.Store(1)
+	return r
 }
 
 // staleSegments are what splitFresh leaves in its buffers before a run:
