@@ -5,9 +5,10 @@
 // end of the buffer instead of the packet, a header field left unwritten)
 // passes with fresh, exact-size buffers and fails here.
 //
-// The tests of every packet writer of the module run it through Check,
-// with buffers longer than it needs (New). The package imports only the
-// standard library.
+// The tests of every packet writer of the module run it through Check
+// (Same in a fuzz target's own checks), with buffers longer than it needs
+// (New) and, as the stale bytes, another packet (Leave). The package
+// imports only the standard library.
 package dirtybuf
 
 import (
@@ -29,29 +30,21 @@ const Slack = 37
 // the same input each time it is called (fresh state inside it).
 type Write func(bufs [][]byte) [][]byte
 
-// A State is what the buffers hold before a Write.
-type State int
+// A state is what the buffers hold before a Write.
+type state int
 
-// The states Check runs a Write in.
+// The states Same runs a Write in.
 const (
-	Zeroed State = iota // every byte zero
-	Filled              // every byte Fill
-	Stale               // a pattern of varying bytes, then what the previous Write left
+	zeroed state = iota // every byte zero
+	filled              // every byte Fill
+	stale               // a pattern of varying bytes, then what the previous Write left
 )
 
-// States are the states Check runs a Write in, in order.
-var States = []State{Zeroed, Filled, Stale}
+// states are the states Same runs a Write in, in order.
+var states = []state{zeroed, filled, stale}
 
-func (s State) String() string {
-	switch s {
-	case Zeroed:
-		return "zeroed"
-	case Filled:
-		return "filled"
-	case Stale:
-		return "stale"
-	}
-	return fmt.Sprintf("State(%d)", int(s))
+func (s state) String() string {
+	return [...]string{"zeroed", "filled", "stale"}[s]
 }
 
 // New allocates n buffers of size+Slack bytes.
@@ -63,31 +56,40 @@ func New(n, size int) [][]byte {
 	return bufs
 }
 
-// Prepare puts bufs in state s. For Stale it writes a pattern no packet
+// prepare puts bufs in state s. For stale it writes a pattern no packet
 // writer produces and then runs prev, a Write of another packet, on
 // them; prev may be nil (the pattern alone).
-func Prepare(bufs [][]byte, s State, prev Write) {
+func prepare(bufs [][]byte, s state, prev Write) {
 	for i, b := range bufs {
-		for j := range b {
-			switch s {
-			case Zeroed:
-				b[j] = 0
-			case Filled:
-				b[j] = Fill
-			default:
-				b[j] = byte(31*i + 7*j + 1)
+		switch s {
+		case zeroed:
+			clear(b)
+		case filled:
+			repeat(b, []byte{Fill})
+		default:
+			var pattern [256]byte // 7 is odd: 256 different bytes
+			for j := range pattern {
+				pattern[j] = byte(31*i + 7*j + 1)
 			}
+			repeat(b, pattern[:])
 		}
 	}
-	if s == Stale && prev != nil {
+	if s == stale && prev != nil {
 		prev(bufs)
 	}
 }
 
-// Run prepares bufs in state s, runs write and returns a copy of what it
+// repeat fills b with copies of p.
+func repeat(b, p []byte) {
+	for n := copy(b, p); n < len(b); n *= 2 {
+		copy(b[n:], b[:n])
+	}
+}
+
+// run prepares bufs in state s, runs write and returns a copy of what it
 // reports.
-func Run(bufs [][]byte, s State, prev, write Write) [][]byte {
-	Prepare(bufs, s, prev)
+func run(bufs [][]byte, s state, prev, write Write) [][]byte {
+	prepare(bufs, s, prev)
 	out := write(bufs)
 	copies := make([][]byte, len(out))
 	for i, o := range out {
@@ -96,14 +98,16 @@ func Run(bufs [][]byte, s State, prev, write Write) [][]byte {
 	return copies
 }
 
-// Same runs write on bufs in every State and returns what the first run
+// Same runs write on bufs in every state (zeroed, filled with Fill,
+// stale: a pattern of varying bytes, then what prev, a Write of another
+// packet, left; prev may be nil) and returns what the first run
 // reported (a copy), or an error saying where a later run reported other
 // bytes.
 func Same(bufs [][]byte, prev, write Write) ([][]byte, error) {
-	want := Run(bufs, States[0], prev, write)
-	for _, s := range States[1:] {
-		if err := Diff(Run(bufs, s, prev, write), want); err != nil {
-			return nil, fmt.Errorf("buffers %v, not %v: %w", s, States[0], err)
+	want := run(bufs, states[0], prev, write)
+	for _, s := range states[1:] {
+		if err := diff(run(bufs, s, prev, write), want); err != nil {
+			return nil, fmt.Errorf("buffers %v, not %v: %w", s, states[0], err)
 		}
 	}
 	return want, nil
@@ -120,8 +124,8 @@ func Check(t testing.TB, bufs [][]byte, prev, write Write) [][]byte {
 }
 
 // Leave returns a Write that leaves pkts in buffers as an earlier writer
-// would have: pkts[i%len(pkts)] at bufs[i][offset:], cut to fit. It is a
-// prev for Prepare.
+// would have: pkts[i%len(pkts)] at bufs[i][offset:], cut to fit: a prev
+// for Same.
 func Leave(offset int, pkts ...[]byte) Write {
 	return func(bufs [][]byte) [][]byte {
 		out := make([][]byte, 0, len(bufs))
@@ -135,9 +139,9 @@ func Leave(offset int, pkts ...[]byte) Write {
 	}
 }
 
-// Diff returns nil if got and want hold the same bytes, and otherwise an
+// diff returns nil if got and want hold the same bytes, and otherwise an
 // error naming the first difference.
-func Diff(got, want [][]byte) error {
+func diff(got, want [][]byte) error {
 	if len(got) != len(want) {
 		return fmt.Errorf("%d outputs, want %d", len(got), len(want))
 	}
@@ -145,6 +149,9 @@ func Diff(got, want [][]byte) error {
 		g, w := got[i], want[i]
 		if len(g) != len(w) {
 			return fmt.Errorf("output %d: %d bytes, want %d", i, len(g), len(w))
+		}
+		if bytes.Equal(g, w) {
+			continue
 		}
 		for j := range g {
 			if g[j] != w[j] {

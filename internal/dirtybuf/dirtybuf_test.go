@@ -36,16 +36,16 @@ func TestSame(t *testing.T) {
 
 func TestPrepare(t *testing.T) {
 	bufs := New(2, 3)
-	for _, s := range States {
-		Prepare(bufs, s, Leave(1, []byte{0xee}))
+	for _, s := range states {
+		prepare(bufs, s, Leave(1, []byte{0xee}))
 		for i, b := range bufs {
 			if len(b) != 3+Slack {
 				t.Fatalf("%v: buffer %d of %d bytes", s, i, len(b))
 			}
 			switch {
-			case s == Zeroed && bytes.Count(b, []byte{0}) != len(b),
-				s == Filled && bytes.Count(b, []byte{Fill}) != len(b),
-				s == Stale && (b[1] != 0xee || b[0] == b[2]):
+			case s == zeroed && bytes.Count(b, []byte{0}) != len(b),
+				s == filled && bytes.Count(b, []byte{Fill}) != len(b),
+				s == stale && (b[1] != 0xee || b[0] == b[2]):
 				t.Fatalf("%v: buffer %d is % x", s, i, b)
 			}
 		}
