@@ -63,7 +63,7 @@ type Config struct {
 	// index into Peers; 0 for the one peer) to pick its keys by; each
 	// queue calls them from its own goroutines (Seal from its forwarder,
 	// Open from its return path). Nil sends the headroom and tailroom as
-	// they are and accepts every datagram: a plaintext tunnel.
+	// zeroes and accepts every datagram: a plaintext tunnel.
 	Seal udp.SealFunc
 	Open udp.OpenFunc
 	// SocketBuffer is the size asked for the socket's send and receive
