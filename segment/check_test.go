@@ -7,11 +7,11 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/gsoplane/gsoplane/internal/dirtybuf"
-
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/gsoplane/gsoplane/internal/dirtybuf"
 )
 
 // This file holds the independent checker the table, property and fuzz
@@ -31,14 +31,8 @@ func splitFresh(s *Segmenter, pkt []byte, h Header) (Layout, [][]byte, error) {
 	in := bytes.Clone(pkt)
 	segs, derr := dirtybuf.Same(bufs, dirtybuf.Leave(3, staleSegments()...), func(bufs [][]byte) [][]byte {
 		var n int
-		if n, err = repeatable(s).Split(in, l, bufs, sizes, 3); err != nil {
-			return nil
-		}
-		segs := make([][]byte, n)
-		for i := range segs {
-			segs[i] = bufs[i][3 : 3+sizes[i]]
-		}
-		return segs
+		n, err = repeatable(s).Split(in, l, bufs, sizes, 3)
+		return written(bufs, sizes, n, 3)
 	})
 	switch {
 	case err != nil:
@@ -65,12 +59,17 @@ func splitInPlace(t *testing.T, pkt []byte, l Layout) [][]byte {
 		if err != nil {
 			t.Fatal(err)
 		}
-		segs := make([][]byte, n)
-		for i := range segs {
-			segs[i] = bufs[i][off : off+sizes[i]]
-		}
-		return segs
+		return written(bufs, sizes, n, off)
 	})
+}
+
+// written returns the n segments Split wrote into bufs at offset.
+func written(bufs [][]byte, sizes []int, n, offset int) [][]byte {
+	segs := make([][]byte, n)
+	for i := range segs {
+		segs[i] = bufs[i][offset : offset+sizes[i]]
+	}
+	return segs
 }
 
 // repeatable returns a Segmenter like s whose IPv6 fragment IDs are the
@@ -94,10 +93,7 @@ var staleSegments = sync.OnceValue(func() [][]byte {
 	if err != nil {
 		panic(err)
 	}
-	for i := range n {
-		bufs[i] = bufs[i][:sizes[i]]
-	}
-	return bufs[:n]
+	return written(bufs, sizes, n, 0)
 })
 
 // splitBuffers allocates what Split needs for l's segments, each buffer

@@ -7,10 +7,11 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/gsoplane/gsoplane/internal/dirtybuf"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/gsoplane/gsoplane/internal/dirtybuf"
 )
 
 // This file holds what the GRO tests share: building segment streams,

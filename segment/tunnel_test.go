@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/gsoplane/gsoplane/internal/dirtybuf"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/gsoplane/gsoplane/internal/dirtybuf"
 )
 
 // tunnelSpecs are tunnel packets of every shape: VXLAN and Geneve, outer

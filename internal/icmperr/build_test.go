@@ -5,9 +5,10 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/gsoplane/gsoplane/internal/dirtybuf"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/gsoplane/gsoplane/internal/dirtybuf"
 )
 
 const (
