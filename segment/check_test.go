@@ -4,18 +4,24 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"sync"
+	"testing"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/gsoplane/gsoplane/internal/dirtybuf"
 )
 
 // This file holds the independent checker the table, property and fuzz
 // tests share: it reads every output packet with gVisor's header views and
 // gVisor's checksum (not ours) and checks the package's invariants.
 
-// splitFresh runs s.Split into freshly allocated buffers, with headroom,
-// and checks that it left its input alone.
+// splitFresh runs s.Split into buffers longer than it needs, with
+// headroom, in every dirtybuf state (stale: holding another packet's
+// segments), checks that it writes the same segments each time and leaves
+// its input alone, and returns them.
 func splitFresh(s *Segmenter, pkt []byte, h Header) (Layout, [][]byte, error) {
 	l, err := s.Validate(pkt, h)
 	if err != nil {
@@ -23,28 +29,77 @@ func splitFresh(s *Segmenter, pkt []byte, h Header) (Layout, [][]byte, error) {
 	}
 	bufs, sizes := splitBuffers(l, 3)
 	in := bytes.Clone(pkt)
-	n, err := s.Split(in, l, bufs, sizes, 3)
-	if err != nil {
+	segs, derr := dirtybuf.Same(bufs, dirtybuf.Leave(3, staleSegments()...), func(bufs [][]byte) [][]byte {
+		var n int
+		n, err = repeatable(s).Split(in, l, bufs, sizes, 3)
+		return written(bufs, sizes, n, 3)
+	})
+	switch {
+	case err != nil:
 		return l, nil, err
-	}
-	if !bytes.Equal(in, pkt) {
+	case derr != nil:
+		return l, nil, derr
+	case !bytes.Equal(in, pkt):
 		return l, nil, fmt.Errorf("Split modified its input")
-	}
-	segs := make([][]byte, n)
-	for i := range segs {
-		segs[i] = bufs[i][3 : 3+sizes[i]]
 	}
 	return l, segs, nil
 }
 
-// splitBuffers allocates what Split needs for l's segments, each buffer
-// headroom bytes longer than the longest segment.
-func splitBuffers(l Layout, headroom int) (bufs [][]byte, sizes []int) {
-	bufs = make([][]byte, l.Segments())
-	for i := range bufs {
-		bufs[i] = make([]byte, headroom+l.MaxSegLen())
+// splitInPlace splits a copy of pkt that is bufs[0][2:] itself, in
+// buffers in every dirtybuf state, checks that it writes the same
+// segments each time, and returns them.
+func splitInPlace(t *testing.T, pkt []byte, l Layout) [][]byte {
+	t.Helper()
+	const off = 2
+	bufs := dirtybuf.New(l.Segments(), off+max(l.MaxSegLen(), len(pkt)))
+	sizes := make([]int, len(bufs))
+	return dirtybuf.Check(t, bufs, dirtybuf.Leave(off, staleSegments()...), func(bufs [][]byte) [][]byte {
+		copy(bufs[0][off:], pkt)
+		n, err := repeatable(&Segmenter{}).Split(bufs[0][off:off+len(pkt)], l, bufs, sizes, off)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return written(bufs, sizes, n, off)
+	})
+}
+
+// written returns the n segments Split wrote into bufs at offset.
+func written(bufs [][]byte, sizes []int, n, offset int) [][]byte {
+	segs := make([][]byte, n)
+	for i := range segs {
+		segs[i] = bufs[i][offset : offset+sizes[i]]
 	}
-	return bufs, make([]int, l.Segments())
+	return segs
+}
+
+// repeatable returns a Segmenter like s whose IPv6 fragment IDs are the
+// same for every one returned, so that its output can be compared.
+func repeatable(s *Segmenter) *Segmenter {
+	r := &Segmenter{Partial: s.Partial, MaxSegments: s.MaxSegments}
+	r.fragID.Store(1)
+	return r
+}
+
+// staleSegments are what splitFresh leaves in its buffers before a run:
+// the segments of a TCP super-packet with options.
+var staleSegments = sync.OnceValue(func() [][]byte {
+	pkt, h := buildSuper(superSpec{proto: tcp, gso: GSOTCPv4, mss: 1000, payload: 9000, tcpOpts: tcpOpts12, ipOpts: ipOpts4, needsCsum: true, seed: 3})
+	l, err := Validate(pkt, h)
+	if err != nil {
+		panic(err)
+	}
+	bufs, sizes := splitBuffers(l, 0)
+	n, err := std.Split(pkt, l, bufs, sizes, 0)
+	if err != nil {
+		panic(err)
+	}
+	return written(bufs, sizes, n, 0)
+})
+
+// splitBuffers allocates what Split needs for l's segments, each buffer
+// headroom and dirtybuf.Slack bytes longer than the longest segment.
+func splitBuffers(l Layout, headroom int) (bufs [][]byte, sizes []int) {
+	return dirtybuf.New(l.Segments(), headroom+l.MaxSegLen()), make([]int, l.Segments())
 }
 
 // checkSplit returns the first invariant the segments of pkt break.

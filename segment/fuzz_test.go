@@ -43,8 +43,9 @@ func FuzzValidate(f *testing.F) {
 	})
 }
 
-// FuzzSplit: every accepted input splits, and its segments satisfy the
-// invariants the property tests check. The partial checksum of the input
+// FuzzSplit: every accepted input splits, into the same segments whatever
+// its buffers held (splitFresh), and its segments satisfy the invariants
+// the property tests check. The partial checksum of the input
 // is set right first, since a wrong one rightly gives wrong checksums.
 func FuzzSplit(f *testing.F) {
 	f.Fuzz(func(t *testing.T, hb, pkt []byte) {

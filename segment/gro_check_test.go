@@ -10,6 +10,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/gsoplane/gsoplane/internal/dirtybuf"
 )
 
 // This file holds what the GRO tests share: building segment streams,
@@ -87,7 +89,9 @@ type groOut struct {
 }
 
 // coalesce runs c on copies of in, with headroom and spare room behind
-// every packet, and decodes the result. It checks the layout of the
+// every packet, and decodes the result. It runs c in buffers in every
+// dirtybuf state (stale: holding other packets) and checks that it writes
+// the same each time, counting once. It checks the layout of the
 // slices: the first begins at the header in the headroom and runs to the
 // end of its packet, the others end where their packets end.
 func coalesce(t testing.TB, c *Coalescer, in [][]byte) []groOut {
@@ -95,14 +99,26 @@ func coalesce(t testing.TB, c *Coalescer, in [][]byte) []groOut {
 	bufs := make([][]byte, len(in))
 	sizes := make([]int, len(in))
 	for i, p := range in {
-		bufs[i] = make([]byte, groHeadroom+len(p)+7)
-		copy(bufs[i][groHeadroom:], p)
+		bufs[i] = make([]byte, groHeadroom+len(p)+dirtybuf.Slack)
 		sizes[i] = len(p)
 	}
-	res, err := c.Coalesce(bufs, sizes, groHeadroom)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stats := c.stats
+	var res [][][]byte
+	dirtybuf.Check(t, bufs, dirtybuf.Leave(groHeadroom, staleSegments()...), func(bufs [][]byte) [][]byte {
+		for i, p := range in {
+			copy(bufs[i][groHeadroom:], p)
+		}
+		c.stats = stats
+		var err error
+		if res, err = c.Coalesce(bufs, sizes, groHeadroom); err != nil {
+			t.Fatal(err)
+		}
+		flat := make([][]byte, len(res))
+		for k, iov := range res {
+			flat[k] = bytes.Join(iov, nil)
+		}
+		return flat
+	})
 	outs := make([]groOut, len(res))
 	for k, iov := range res {
 		o := &outs[k]

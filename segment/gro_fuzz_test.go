@@ -34,7 +34,8 @@ func (r *fuzzReader) take(n int) []byte {
 // super-packets that the input shapes, then edits the input picks (bytes
 // changed with or without fixing the checksums, packets cut short,
 // repeated, dropped, swapped, raw bytes added). Coalesce must not panic,
-// every packet must come out exactly once, no flow may be reordered, and
+// must write the same whatever its buffers held (coalesce), every packet
+// must come out exactly once, no flow may be reordered, and
 // every super-packet must re-split into exactly its input packets
 // (checkCoalesced). The seed corpus is in testdata/fuzz/FuzzCoalesce.
 func FuzzCoalesce(f *testing.F) {

@@ -145,8 +145,9 @@ func checkBufs(l Layout, n int, bufs [][]byte, sizes []int, offset int) error {
 // if it carries a partial one, as the kernel's skb_checksum_help does. A
 // tunnel packet with FlagUDPTunnelCsum also gets its outer UDP checksum
 // completed, which the kernel leaves partial (a packet no receiver
-// accepts).
+// accepts). out may be longer than pkt: nothing past len(pkt) is read.
 func (s *Segmenter) passThrough(pkt []byte, l Layout, out []byte) int {
+	out = out[:len(pkt)]
 	if !l.needsCsum || l.partial(s.Partial) {
 		return copy(out, pkt)
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/gsoplane/gsoplane/internal/dirtybuf"
 )
 
 // tunnelSpecs are tunnel packets of every shape: VXLAN and Geneve, outer
@@ -99,26 +101,6 @@ func equalSegs(a, b [][]byte) bool {
 	return true
 }
 
-// splitInPlace splits a copy of pkt that is bufs[0][2:] itself.
-func splitInPlace(t *testing.T, pkt []byte, l Layout) [][]byte {
-	t.Helper()
-	bufs := make([][]byte, l.Segments())
-	for i := range bufs {
-		bufs[i] = make([]byte, 2+max(l.MaxSegLen(), len(pkt)))
-	}
-	copy(bufs[0][2:], pkt)
-	sizes := make([]int, len(bufs))
-	n, err := (&Segmenter{}).Split(bufs[0][2:2+len(pkt)], l, bufs, sizes, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	segs := make([][]byte, n)
-	for i := range segs {
-		segs[i] = bufs[i][2 : 2+sizes[i]]
-	}
-	return segs
-}
-
 func TestTunnelSplitAllocs(t *testing.T) {
 	for _, name := range []string{"vxlan/ipv4/tcp4/csum-true", "geneve/ipv6/uso6/csum-false", "vxlan/ipv6/tcp4-fits/csum-true"} {
 		pkt, h := buildTunnel(tunnelSpecs()[name])
@@ -156,6 +138,19 @@ func TestTunnelHeader(t *testing.T) {
 	}
 	if h.GSOType.Kind() != GSOTCPv4 {
 		t.Errorf("Kind %v", h.GSOType.Kind())
+	}
+}
+
+// TestHeaderEncodeDirty: Encode writes every byte of each header form.
+func TestHeaderEncodeDirty(t *testing.T) {
+	h := Header{Flags: FlagNeedsCsum, GSOType: GSOUDPTunnelIPv4 | GSOUDPL4, HdrLen: 1, GSOSize: 2, CsumStart: 3, CsumOffset: 4, NumBuffers: 5, OuterTH: 6, InnerNH: 7}
+	for _, size := range []int{HeaderSize, HeaderSizeMrg, HeaderSizeTunnel} {
+		dirtybuf.Check(t, dirtybuf.New(1, size), dirtybuf.Leave(0, bytes.Repeat([]byte{0xee}, size)), func(bufs [][]byte) [][]byte {
+			if err := h.Encode(bufs[0], size); err != nil {
+				t.Fatal(err)
+			}
+			return [][]byte{bufs[0][:size]}
+		})
 	}
 }
 

@@ -9,7 +9,8 @@ import (
 // FuzzWire: arbitrary bytes, mtu and mss. ForWire never panics; it either
 // refuses with one of its errors or returns a header that validates and
 // splits into packets of at most mtu bytes (with at most mss bytes of TCP
-// payload) that pass the package's invariants; ParseTCP, Announced,
+// payload), the same whatever the buffers held, that pass the package's
+// invariants; ParseTCP, Announced,
 // Resets, SegmentMSS and Clamp never panic, the MSS values stay in range,
 // and Clamp only ever lowers MSS options. The seed corpus is
 // the table cases and testdata/fuzz/FuzzWire.

@@ -347,19 +347,24 @@ func (w *sinkWire) Packet(f pipeline.Frame) (eth, pkt []byte) {
 // them and sends them.
 func (w *sinkWire) Send(frames []pipeline.Frame) (int, bool, error) {
 	for i, f := range frames {
-		id := uint32(f.ID)
-		b := w.pool.Frame(id)
-		h := f.Header
-		if h.NeedsCsum() {
-			h.CsumStart += ethernet.HeaderLen // packet sockets count from the Ethernet header
-		}
-		if h.HdrLen != 0 {
-			h.HdrLen = uint16(min(int(h.HdrLen)+ethernet.HeaderLen, ethernet.HeaderLen+f.Len))
-		}
-		h.Encode(b[:vnetHdrLen], vnetHdrLen)
+		b := w.pool.Frame(uint32(f.ID))
+		putVnetHeader(b, f.Header, f.Len)
 		w.msgs.Set(i, b[:Headroom+f.Len])
 	}
 	return (*Sink)(w).send(frames)
+}
+
+// putVnetHeader writes the virtio-net header of a frame whose n-byte
+// packet has the segment header h, at the front of b: its offsets count
+// from the Ethernet header, as packet sockets count them.
+func putVnetHeader(b []byte, h segment.Header, n int) {
+	if h.NeedsCsum() {
+		h.CsumStart += ethernet.HeaderLen
+	}
+	if h.HdrLen != 0 {
+		h.HdrLen = uint16(min(int(h.HdrLen)+ethernet.HeaderLen, ethernet.HeaderLen+n))
+	}
+	h.Encode(b[:vnetHdrLen], vnetHdrLen)
 }
 
 // Discard takes a frame dropped for want of a next hop.

@@ -9,6 +9,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/internal/dirtybuf"
 	"github.com/gsoplane/gsoplane/segment"
 )
 
@@ -121,6 +122,27 @@ func TestICMPReplier(t *testing.T) {
 	}
 	w.err = errors.New("gone")
 	pipeline.NewICMP(w, 0, router, netip.Addr{}).Unreachable(pkt)
+}
+
+// TestICMPDirtyBuffer: an error is the same whatever its buffer held
+// before (stale: a longer error), virtio-net header included. Packet too
+// big, which has no IP ID and no per-destination limit, gives the same
+// bytes every time.
+func TestICMPDirtyBuffer(t *testing.T) {
+	w := &packetWriter{}
+	r := pipeline.NewICMP(w, segment.HeaderSizeMrg, netip.Addr{}, netip.MustParseAddr("2001:2:0:1::2"))
+	longer := func([][]byte) [][]byte {
+		r.TooBig(udp6(1400, 64), 1280)
+		return nil
+	}
+	out := dirtybuf.Check(t, [][]byte{pipeline.ReplyBuffer(r)}, longer, func([][]byte) [][]byte {
+		w.pkts = nil
+		r.TooBig(udp6(100, 64), 1280)
+		return w.pkts
+	})
+	if want := segment.HeaderSizeMrg + 48 + len(udp6(100, 64)); len(out) != 1 || len(out[0]) != want {
+		t.Fatalf("%d errors written, want one of %d bytes", len(out), want)
+	}
 }
 
 // TestICMPTimeExceeded: the ICMP Replier answers a packet whose TTL ran

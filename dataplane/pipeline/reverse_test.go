@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/internal/dirtybuf"
 	"github.com/gsoplane/gsoplane/segment"
 )
 
@@ -118,6 +119,74 @@ func TestReturnPathRefused(t *testing.T) {
 	st := r.Stats()
 	if len(reports) != 1 || reports[0] != segment.GSOTCPv4 || st.Refused != 1 || st.GRO.Disabled != uint64(len(second)) {
 		t.Errorf("reports %v, stats %+v: want one TCPv4 refusal, then merging off", reports, st)
+	}
+}
+
+// recordingWriter records what it writes, flattened, and takes
+// super-packets too.
+type recordingWriter struct{ refusingWriter }
+
+func (w *recordingWriter) WriteVectors(pkts [][][]byte) (int, error) {
+	for _, p := range pkts {
+		w.pkts = append(w.pkts, bytes.Join(p, nil))
+	}
+	return len(pkts), nil
+}
+
+// TestReturnPathDirtyFrames: what the return path writes (the virtio-net
+// headers it puts in the headroom, the headers GRO rewrites) is the same
+// whatever the receiver's frames held before the packets came in: with
+// GRO, without, and for a packet the kernel merged, behind its header.
+func TestReturnPathDirtyFrames(t *testing.T) {
+	var in [][]byte
+	for _, f := range tcpSegments(t, 6*1448) {
+		in = append(in, f[14:])
+	}
+	in = append(in, udp4(300, true), udp6(200, 64), udp6(200, 64))
+	raw := tcpSuperPacket(3 * 1448)
+	kh, _ := segment.DecodeHeader(raw, segment.HeaderSize)
+	stale := dirtybuf.Leave(1, tcpSegments(t, 40*1448)...) // another stream's frames, a byte off
+	for _, c := range []struct {
+		name     string
+		gro      bool
+		hdrSize  int
+		kernel   bool
+		want     int // packets written
+		wantSupr uint64
+	}{
+		{"gro", true, segment.HeaderSize, false, 3, 2},
+		{"gro/12-byte header", true, segment.HeaderSizeMrg, false, 3, 2},
+		{"no gro", false, segment.HeaderSize, false, len(in), 0},
+		{"kernel merged", false, segment.HeaderSizeMrg, true, len(in) + 1, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pkts, hdrs := in, make([]segment.Header, len(in)+1)
+			if c.kernel {
+				pkts, hdrs[len(in)] = append(in[:len(in):len(in)], raw[segment.HeaderSize:]), kh
+			}
+			bufs := dirtybuf.New(len(pkts), 14+len(raw))
+			dirtybuf.Check(t, bufs, stale, func(bufs [][]byte) [][]byte {
+				frames := make([][]byte, len(pkts))
+				for i, p := range pkts {
+					frames[i] = bufs[i][:14+copy(bufs[i][14:], p)]
+				}
+				w := &recordingWriter{}
+				r, err := pipeline.NewReturnPath(pipeline.ReturnConfig{
+					Receiver: &headerReceiver{frameReceiver{batches: [][][]byte{frames}}, hdrs}, Writer: w,
+					HeaderSize: c.hdrSize, TCP: c.gro, UDP: c.gro,
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := r.Run(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				if st := r.Stats(); len(w.pkts) != c.want || st.SuperPackets != c.wantSupr {
+					t.Fatalf("%d packets written, %d of them merged; want %d, %d", len(w.pkts), st.SuperPackets, c.want, c.wantSupr)
+				}
+				return w.pkts
+			})
+		})
 	}
 }
 

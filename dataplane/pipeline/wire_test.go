@@ -13,6 +13,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/internal/dirtybuf"
 	"github.com/gsoplane/gsoplane/segment"
 )
 
@@ -93,6 +94,34 @@ func TestWireSource(t *testing.T) {
 	if sink.sent[0] != len(small) {
 		t.Errorf("the small datagram left with %d bytes, want %d (padding trimmed)", sink.sent[0], len(small))
 	}
+}
+
+// TestWireSourceDirtyBuffers: what Read writes (virtio-net header,
+// packet with its TTL taken down) is the same whatever its buffers held.
+func TestWireSourceDirtyBuffers(t *testing.T) {
+	frames := [][]byte{
+		wireFrame(udp4(10, false)), wireFrame(tcpSuperPacket(20000)[segment.HeaderSize:]), wireFrame(udp4(3000, false)),
+		wireFrame(udp6(100, 64)), wireFrame(tcpSuperPacket(1000)[segment.HeaderSize:]),
+	}
+	const off = 3
+	bufs := dirtybuf.New(len(frames), off+segment.HeaderSize+20040)
+	stale := dirtybuf.Leave(off, tcpSuperPacket(30000), udp4(1000, true))
+	dirtybuf.Check(t, bufs, stale, func(bufs [][]byte) [][]byte {
+		src, err := pipeline.NewWireSource(pipeline.WireConfig{Receiver: &frameReceiver{batches: [][][]byte{frames}}, MTU: 1500, MSS: pipeline.NewMSSTable(pipeline.MSSConfig{})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sizes := make([]int, len(bufs))
+		n, err := src.Read(bufs, sizes, off)
+		if n != len(frames) || err != nil {
+			t.Fatalf("Read = %d, %v; want %d packets", n, err, len(frames))
+		}
+		out := make([][]byte, n)
+		for i := range out {
+			out[i] = bufs[i][off : off+sizes[i]]
+		}
+		return out
+	})
 }
 
 // TestWireSourceClamp lowers a SYN's MSS option to the smaller MTU and

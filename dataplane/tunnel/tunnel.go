@@ -63,7 +63,7 @@ type Config struct {
 	// index into Peers; 0 for the one peer) to pick its keys by: Seal
 	// from each queue's forwarder, concurrently, Open from the one return
 	// path, in the order the socket took the datagrams. Nil sends the
-	// headroom and tailroom as they are and accepts every datagram: a
+	// headroom and tailroom as zeroes and accepts every datagram: a
 	// plaintext tunnel.
 	Seal udp.SealFunc
 	Open udp.OpenFunc

@@ -79,7 +79,7 @@ type Sink struct {
 	oob       [][]byte      // one UDP_SEGMENT control message per message
 	first     []int         // first frame of each message
 	segs      []int         // the number of frames of each message (frames without a peer lie between messages)
-	sealed    []atomic.Bool // frame i was routed and went through Seal since Alloc handed it out
+	sealed    []atomic.Bool // frame i was prepared (room zeroed, routed, sealed) since Alloc handed it out
 	toSeal    [][]byte      // the datagrams of the chunk at hand not sealed yet
 	sealPeers []int         // their peers
 	fellBack  [FallbackMsgSize + 1]bool
@@ -524,19 +524,20 @@ func (s *Sink) build(chunk []pipeline.Frame) int {
 	return m
 }
 
-// prepare routes (with Peers) and seals, in one call of Seal, the frames
-// of chunk that were not yet: a frame offered again after ENOBUFS keeps
-// its peer, which its sealed packet no longer tells.
+// prepare zeroes the headroom and tailroom (which hold what the frame
+// held before), routes (with Peers) and seals, in one call of Seal, the
+// frames of chunk that were not yet: a frame offered again after ENOBUFS
+// keeps its peer, which its sealed packet no longer tells.
 func (s *Sink) prepare(chunk []pipeline.Frame) {
-	if s.seal == nil && s.peers == nil {
-		return
-	}
 	s.toSeal, s.sealPeers = s.toSeal[:0], s.sealPeers[:0]
 	for _, f := range chunk {
 		if s.sealed[f.ID].Load() {
 			continue
 		}
 		s.sealed[f.ID].Store(true)
+		d := s.datagram(f)
+		clear(d[:s.headroom])
+		clear(d[len(d)-s.tailroom:])
 		peer := 0
 		if s.peers != nil {
 			peer = s.route(f)

@@ -27,6 +27,7 @@ import (
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/dataplane/tun"
+	"github.com/gsoplane/gsoplane/internal/dirtybuf"
 	"github.com/gsoplane/gsoplane/internal/netlab"
 	"github.com/gsoplane/gsoplane/txqueue"
 )
@@ -307,6 +308,65 @@ func TestUDPSinkCoalescing(t *testing.T) {
 	all := make([]pipeline.Frame, s.Frames()+1)
 	if k := s.Alloc(all); k != s.Frames() {
 		t.Errorf("Alloc after Complete: %d frames, want %d", k, s.Frames())
+	}
+}
+
+// TestUDPSinkDirtyFrames: the datagrams are the same whatever the frames
+// held before (stale: longer datagrams sent from them): the headroom and
+// tailroom go out as zeroes where no Seal writes (here, none; then one
+// that writes only the first header byte).
+func TestUDPSinkDirtyFrames(t *testing.T) {
+	n := newUskNet(t)
+	typeOnly := func(dgrams [][]byte, _ []int) {
+		for _, d := range dgrams {
+			d[0] = uskType
+		}
+	}
+	for i, seal := range []SealFunc{nil, typeOnly} {
+		t.Run(fmt.Sprintf("seal=%v", seal != nil), func(t *testing.T) {
+			s, _, rx := newUskSink(t, n, uskPort+i, SinkConfig{Frames: 8, FrameSize: 2048, Headroom: uskHdrLen, Tailroom: 16, Seal: seal})
+			var mem [][]byte // every frame, whole
+			for id := range s.Frames() {
+				mem = append(mem, s.pool.Frame(uint32(id)))
+			}
+			send := func(lens []int, fill byte) [][]byte {
+				frames := make([]pipeline.Frame, len(lens))
+				if k := s.Alloc(frames); k != len(frames) {
+					t.Fatalf("Alloc: %d frames, want %d", k, len(frames))
+				}
+				for i, l := range lens {
+					p := frames[i].Buf[uskHdrLen : uskHdrLen+l]
+					for j := range p {
+						p[j] = fill + byte(i+j)
+					}
+					frames[i].Len = l
+				}
+				uskTransmit(t, s, frames)
+				got := make([][]byte, len(lens))
+				rx.SetReadDeadline(time.Now().Add(uskWait))
+				for i := range got {
+					got[i] = make([]byte, 2048)
+					k, err := rx.Read(got[i])
+					if err != nil {
+						t.Fatalf("datagram %d of %d: %v", i, len(lens), err)
+					}
+					got[i] = got[i][:k]
+				}
+				return got
+			}
+			longer := func([][]byte) [][]byte { return send([]int{1500, 1500, 1500, 1500, 1500, 1500, 1500, 1500}, 0x5a) }
+			out := dirtybuf.Check(t, mem, longer, func([][]byte) [][]byte { return send([]int{100, 100, 100, 60, 1000}, 0) })
+			want := make([]byte, uskHdrLen)
+			if seal != nil {
+				want[0] = uskType
+			}
+			if h := out[3][:uskHdrLen]; !bytes.Equal(h, want) {
+				t.Errorf("headroom % x, want % x", h, want)
+			}
+			if tail := out[3][uskHdrLen+60:]; !bytes.Equal(tail, make([]byte, 16)) {
+				t.Errorf("tailroom % x", tail)
+			}
+		})
 	}
 }
 

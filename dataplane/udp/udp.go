@@ -45,7 +45,8 @@ type SinkConfig struct {
 	// the packet and the tailroom.
 	Tailroom int
 	// Seal, if set, frames and seals datagrams in place (see SealFunc).
-	// Without it the headroom and tailroom are sent as they are.
+	// The sink zeroes the headroom and tailroom first: without Seal they
+	// are sent as zeroes.
 	Seal SealFunc
 	// Peers, if set, makes the sink send to several peers on an
 	// unconnected (bound) socket: each frame goes to the peer its inner
@@ -65,7 +66,7 @@ type SinkConfig struct {
 
 // A SealFunc seals a batch of datagrams in place. dgrams[i] is a whole
 // datagram: Headroom bytes of header room, the inner IP packet, Tailroom
-// bytes of trailer room; it may rewrite all of it (a header with a
+// bytes of trailer room, the rooms zeroed; it may rewrite all of it (a header with a
 // counter, the packet encrypted, a tag) but not change its length, and
 // must not keep it. peers[i] is the peer dgrams[i] goes to, an index into
 // SinkConfig.Peers (always 0 on a connected socket), so that the hook

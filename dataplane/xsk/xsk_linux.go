@@ -653,12 +653,14 @@ func (x *Socket) transmit(addrs []uint64, lens []int, csum []uint32) (int, error
 }
 
 // txMetadata writes the TX metadata of the frame at addr, in front of its
-// packet: checksum offload, from csum as transmit takes it.
+// packet: checksum offload, from csum as transmit takes it, and zeroes
+// for the rest (the launch time, which the flags do not ask for).
 func (x *Socket) txMetadata(addr uint64, csum uint32) {
 	m := x.umem[addr : addr+txMetadataLen]
 	binary.NativeEndian.PutUint64(m, unix.XDP_TXMD_FLAGS_CHECKSUM)
 	binary.NativeEndian.PutUint16(m[8:], uint16(csum>>16))
 	binary.NativeEndian.PutUint16(m[10:], uint16(csum))
+	clear(m[12:])
 }
 
 // kickTX wakes the kernel up if the TX ring has entries it has not taken

@@ -1,11 +1,14 @@
 package icmperr
 
 import (
+	"bytes"
 	"net/netip"
 	"testing"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/gsoplane/gsoplane/internal/dirtybuf"
 )
 
 const (
@@ -64,16 +67,37 @@ func TestAnswers(t *testing.T) {
 			if tc.orig[0]>>4 == 6 {
 				src = router6
 			}
-			b := make([]byte, room)
-			n := Build(b, tc.orig, src, tc.kind, tc.mtu)
-			if n == 0 {
+			e := buildDirty(t, room, tc.orig, src, tc.kind, tc.mtu)
+			if len(e) == 0 {
 				t.Fatal("no error built")
 			}
-			if bad := checkError(b[:n], tc.orig, src, tc.typ, tc.code, tc.info, tc.quote); bad != "" {
+			if bad := checkError(e, tc.orig, src, tc.typ, tc.code, tc.info, tc.quote); bad != "" {
 				t.Error(bad)
 			}
 		})
 	}
+}
+
+// buildDirty runs Build into a buffer of room bytes in every dirtybuf
+// state (stale: holding another error), checks that it writes the same
+// each time (the IPv4 ID counter set back before each run), and returns
+// the error, empty for none.
+func buildDirty(t testing.TB, room int, orig []byte, src netip.Addr, k Kind, mtu int) []byte {
+	t.Helper()
+	return dirtybuf.Check(t, [][]byte{make([]byte, room)}, staleError, func(bufs [][]byte) [][]byte {
+		ipID.Store(0)
+		return [][]byte{bufs[0][:Build(bufs[0], orig, src, k, mtu)]}
+	})[0]
+}
+
+// staleError leaves an earlier error in a buffer: a packet too big
+// quoting a large TCP segment.
+func staleError(bufs [][]byte) [][]byte {
+	big := pkt6{src: host6b, dst: host6a, proto: header.TCPProtocolNumber, payload: bytes.Repeat([]byte{0x5a}, 1460)}.bytes()
+	for _, b := range bufs {
+		Build(b, big, router6, TooBig, 1280)
+	}
+	return bufs
 }
 
 // TestNeverAnswer: what a router must not answer, and arguments Build

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/gsoplane/gsoplane/internal/dirtybuf"
 )
 
 // ipv4To returns a minimal IPv4 header to dst.
@@ -42,6 +44,15 @@ func TestEther(t *testing.T) {
 	want := append(append(macA[:], src[:]...), 0x08, 0x00)
 	if !bytes.Equal(eth, want) {
 		t.Errorf("IPv4 header % x, want % x", eth, want)
+	}
+	// The same whatever the frame held (stale: an IPv6 frame to macB).
+	stale := append(append(macB[:], macA[:]...), 0x86, 0xdd, 0x60)
+	dirty := dirtybuf.Check(t, dirtybuf.New(1, EtherLen+len(v4)), dirtybuf.Leave(0, stale), func(bufs [][]byte) [][]byte {
+		e.Header(bufs[0], v4)
+		return [][]byte{bufs[0][:EtherLen]}
+	})
+	if !bytes.Equal(dirty[0], want) {
+		t.Errorf("IPv4 header over a dirty frame % x, want % x", dirty[0], want)
 	}
 	r.settle(addr(1), neigh{kind: usable, mac: macB}, false) // the peer's MAC changed
 	if e.Header(eth, v4); !bytes.Equal(eth[:6], macB[:]) {
