@@ -68,8 +68,13 @@ func FuzzSplit(f *testing.F) {
 
 // fixPartial writes the pseudo-header sum a Linux sender would leave in a
 // TCP or UDP packet with NEEDS_CSUM (and a matching UDP length), and in
-// the outer UDP header of a tunnel packet with FlagUDPTunnelCsum.
+// the outer UDP header of a tunnel packet with FlagUDPTunnelCsum; a
+// tunnel packet's outer UDP length is a sender's too (a packet of one
+// segment goes out as it came, as the kernel sends it).
 func fixPartial(pkt []byte, l Layout) {
+	if l.tunnel != 0 {
+		binary.BigEndian.PutUint16(pkt[l.outerL3+udpLenOff:], uint16(len(pkt)-l.outerL3))
+	}
 	if l.tunnelCsum {
 		setPartial(pkt, l.tunnel == GSOUDPTunnelIPv6, protoUDP, pkt[l.outerL3:], udpCsumOffset)
 	}
