@@ -60,7 +60,7 @@ func Split(pkt []byte, h Header, bufs [][]byte, sizes []int, offset int) (int, e
 
 // Validate is the package Validate with the Segmenter's segment cap.
 func (s *Segmenter) Validate(pkt []byte, h Header) (Layout, error) {
-	return validate(pkt, h, s.maxSegments())
+	return validate(pkt, h, s.maxSegments(), 0)
 }
 
 // Split writes the segments of pkt, which Validate accepted and described
@@ -148,14 +148,15 @@ func complete(field []byte, acc uint64) {
 // L3+L4 header (of a tunnel packet: the outer headers, the tunnel header
 // and the inner L3+L4 header) and up to MSS bytes of payload.
 func (s *Segmenter) splitL4(pkt []byte, l Layout, bufs [][]byte, sizes []int, offset int) {
-	hl, n, partial := l.HdrLen(), l.segments, l.partial(s.Partial)
+	hl, n, partial := l.HdrLen(), l.segments, l.partial(s.Partial) || l.big
 	t := newTemplate(pkt, l)
+	step := l.step()
 	// Segment 0 goes last: pkt may be bufs[0][offset:] itself, and the
 	// other segments copy their headers from it.
 	for k := 1; k <= n; k++ {
 		i := k % n
-		start := i * l.mss
-		end := min(start+l.mss, l.payloadLen)
+		start := i * step
+		end := min(start+step, l.payloadLen)
 		out := bufs[i][offset : offset+hl+end-start]
 		copy(out[:hl], pkt[:hl])
 		var acc uint64
@@ -164,7 +165,7 @@ func (s *Segmenter) splitL4(pkt []byte, l Layout, bufs [][]byte, sizes []int, of
 		} else {
 			acc = copySum(out[hl:], pkt[hl+start:hl+end], 0)
 		}
-		t.ip.fix(out[l.inner:], uint16(i))
+		t.ip.fix(out[l.inner:], uint16(i*max(l.group, 1)))
 		hdr := t.fixL4(out[l.l3Len:], uint32(start), i == 0, i == n-1)
 		pseudo := addAcc(t.pseudo, beAcc(uint16(len(out)-l.l3Len)))
 		field := out[l.l3Len+l.csumOffset:]
@@ -259,7 +260,7 @@ func newTemplate(pkt []byte, l Layout) template {
 		t.l4 = without(t.l4, l4, udpLenOff)
 	}
 	t.pseudo = addAcc(beAcc(binary.BigEndian.Uint16(l4[l.csumOffset:])), beAcc(^old))
-	if !l.needsCsum { // TSO only: no partial sum to adjust
+	if !l.needsCsum || l.big { // TSO only, or a length no IP field gave: summed afresh
 		t.pseudo = pseudoHeader(pkt[l.inner:], l.ipv6, l.proto, 0)
 	}
 	t.ip = newIPFix(pkt[l.inner:l.l3Len], l.ipv6)
