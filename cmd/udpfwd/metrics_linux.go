@@ -39,6 +39,7 @@ var (
 	descReattached   = desc("program_reattached_total", "Times it was attached again (-xdp-detached reattach).")
 	descICMP         = desc("icmp_errors_total", "ICMP errors for packets the gateway could not forward (host unreachable, fragmentation needed, packet too big), by outcome: sent into the TUN, rate_limited, silent (a router does not answer that packet, or no router address of its IP version) or failed.", "outcome")
 	descGRORefused   = desc("gro_refused_total", "GRO super-packets the TUN refused; their kind of merge is then off and their packets went one by one.")
+	descBigTCP       = desc("big_tcp_total", "BIG TCP super-packets (over 64 KiB) received whole from the NIC (AF_PACKET) and cut into TSO super-packets of at most 64 KiB for the TUN.")
 	descCompleted    = desc("tx_completed_total", "Packets the NIC reported sent (TX completions), a super-packet the NIC segments counting once.", "port")
 	descTxErrors     = desc("tx_errors_total", "Transmit calls that failed.", "port")
 	descDrops        = desc("drops_total", "Packets dropped, by direction and reason (invalid, oversize, no_frames: super-packets; others: segments or packets).", "direction", "reason")
@@ -72,7 +73,7 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 		descSuperPackets, descOut, descSegments, descPackets, descBytes, descCompleted, descTxErrors,
 		descDrops, descXSKEvents, descBudgetUsed, descBudgetLimit, descBudgetPeak, descQueueDepth,
 		descQueueBytes, descQueuePeak, descQueuePeakB, descStalls, descStallTime, descSegsPerSP, descTxLatency,
-		descGROPass, descGRORefused, descNICUp, descNICMTU, descNICDowns, descAttached, descDetached, descReattached,
+		descGROPass, descGRORefused, descBigTCP, descNICUp, descNICMTU, descNICDowns, descAttached, descDetached, descReattached,
 		descNICMTUChange, descTUNMTU, descSendMTU, descNICMACChange, descICMP, descPacketEvents, descWire,
 	} {
 		ch <- d
@@ -184,6 +185,7 @@ func (e emitter) gro(r pipeline.ReturnStats) {
 		e.counter(descGROPass, p.n, p.reason)
 	}
 	e.counter(descGRORefused, r.Refused)
+	e.counter(descBigTCP, r.BigTCP)
 }
 
 // drops exports both directions' drops in the pipeline's one vocabulary,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/segment"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
 )
 
 // offloadSink is a memSink whose device finishes what mode says, with one
@@ -336,4 +337,71 @@ func (s *placeSource) Read(bufs [][]byte, sizes []int, offset int) (int, error) 
 		s.at = append(s.at, &bufs[0][offset+segment.HeaderSize])
 	}
 	return n, err
+}
+
+// bigTCPFrame returns a BIG TCP super-packet of payload bytes as an
+// AF_PACKET socket hands one over, behind 14 bytes of headroom: the
+// headers of tcpSuperPacket with an IPv4 total length of 0, payload
+// bytes counting up (mod 256), and its virtio-net header.
+func bigTCPFrame(payload int) ([]byte, segment.Header) {
+	const hdrs = header.IPv4MinimumSize + header.TCPMinimumSize
+	raw := tcpSuperPacket(1)
+	kh, _ := segment.DecodeHeader(raw, segment.HeaderSize)
+	f := make([]byte, 14+hdrs+payload)
+	copy(f[14:], raw[segment.HeaderSize:segment.HeaderSize+hdrs])
+	ip := header.IPv4(f[14:])
+	ip.SetTotalLength(0)
+	ip.SetChecksum(0)
+	ip.SetChecksum(^ip.CalculateChecksum())
+	for i := range payload {
+		f[14+hdrs+i] = byte(i)
+	}
+	return f, kh
+}
+
+// TestReturnPathBigTCP: a BIG TCP super-packet from a HeaderReceiver,
+// longer than a TUN write takes, goes into the writer cut into TSO
+// super-packets of at most 65535 bytes that carry its payload in order,
+// each valid with its header; one whose header does not fit is dropped
+// as invalid.
+func TestReturnPathBigTCP(t *testing.T) {
+	const payload = 180000
+	segs := tcpSegments(t, 2*1448)
+	big, kh := bigTCPFrame(payload)
+	bad, badH := bigTCPFrame(payload)
+	badH.CsumStart += 4
+	batch := [][]byte{segs[0], big, segs[1], bad}
+	rx := &headerReceiver{frameReceiver{batches: [][][]byte{batch}}, []segment.Header{{}, kh, {}, badH}}
+	w := &refusingWriter{}
+	r, err := pipeline.NewReturnPath(pipeline.ReturnConfig{Receiver: rx, Writer: w, HeaderSize: segment.HeaderSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(w.pkts) < 5 {
+		t.Fatalf("%d packets written, want the 2 segments and the cut", len(w.pkts))
+	}
+	pieces := w.pkts[1 : len(w.pkts)-1]
+	var data []byte
+	for i, p := range pieces {
+		h, err := segment.DecodeHeader(p, segment.HeaderSize)
+		if err != nil || h.GSOType != segment.GSOTCPv4 || h.GSOSize != kh.GSOSize || !h.NeedsCsum() {
+			t.Fatalf("piece %d: header %+v (%v)", i, h, err)
+		}
+		pkt := p[segment.HeaderSize:]
+		l, err := segment.Validate(pkt, h)
+		if err != nil || len(pkt) > 65535 {
+			t.Fatalf("piece %d: %d bytes: %v", i, len(pkt), err)
+		}
+		data = append(data, pkt[l.HdrLen():]...)
+	}
+	if !bytes.Equal(data, big[len(big)-payload:]) {
+		t.Errorf("the pieces carry %d bytes, not the %d of the super-packet in order", len(data), payload)
+	}
+	st := r.Stats()
+	if st.BigTCP != 1 || st.Packets != 3 || st.Drops[pipeline.DropInvalid] != 1 || st.Drops.Total() != 1 {
+		t.Errorf("stats %+v: want 1 BIG TCP super-packet of 3 packets, 1 dropped as invalid", st)
+	}
 }
