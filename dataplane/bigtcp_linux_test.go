@@ -8,30 +8,56 @@ import (
 	"github.com/gsoplane/gsoplane/internal/netlab"
 )
 
-// bigTCPSize is the peer's gso_max_size (and the IPv4 one) in
-// TestGatewayBigTCP: GSO packets of up to about 180 KB.
+// bigTCPSize is the gso_max_size (and gro_max_size) of BIG TCP in
+// TestGatewayBigTCP: super-packets of up to about 180 KB.
 const bigTCPSize = 185000
 
 // TestGatewayBigTCP moves SHA-256-checked TCP streams from B to A, IPv6
-// and IPv4, from a peer that sends BIG TCP: gw-b's gso_max_size and
-// gso_ipv4_max_size are 185000, and a veth hands its peer's GSO packets
-// over whole. Behind AF_PACKET, gw-b does TSO (tx on): the sockets take
-// the super-packets whole (none truncated, none invalid) and the return
-// path cuts them into TSO super-packets the TUN takes (counted as
-// BigTCP). Behind AF_XDP, gw-b checksums in software, as a veth peer of
-// that port must (netlab.Topology), so it has no TSO and sends segments:
-// and the XDP program on gw-a takes TSO away from it anyway (package
-// xsk); the streams go through all the same.
-func TestGatewayBigTCP(t *testing.T) { forPorts(t, gatewayBigTCP) }
+// and IPv4, through packets longer than 64 KiB, and checks that the
+// port's sockets lost none (truncated, malformed, passed to the kernel
+// as oversize) and the return path dropped none:
+//   - packet/gso: gw-b, with gso_max_size and gso_ipv4_max_size 185000,
+//     does TSO (tx on), and the veth hands its BIG TCP packets over
+//     whole, as a peer's;
+//   - packet/gro: gw-b cuts them into segments in software (tx off), in
+//     bursts of 185000 bytes, and gw-a's GRO (gro on, gro_max_size and
+//     gro_ipv4_max_size 185000) merges them into BIG TCP packets, as a
+//     NIC's GRO does.
+//
+// Behind AF_PACKET the sockets receive them whole and the return path
+// cuts them into TSO super-packets the TUN takes (counted as BigTCP).
+// Behind AF_XDP (xdp/gso) none arrives: gw-b checksums in software, as a
+// veth peer of that port must (netlab.Topology), so it has no TSO, and
+// the XDP program takes TSO away from it anyway (package xsk); the
+// streams go through all the same.
+func TestGatewayBigTCP(t *testing.T) {
+	netlab.RequireRoot(t)
+	for _, c := range []struct {
+		port labPort
+		big  string // "gso": gw-b sends BIG TCP; "gro": gw-a's GRO makes it
+	}{
+		{portXDP, "gso"},
+		{portPacket, "gso"},
+		{portPacket, "gro"},
+	} {
+		t.Run(c.port.name+"/"+c.big, func(t *testing.T) { gatewayBigTCP(t, c.port, c.big == "gro") })
+	}
+}
 
-func gatewayBigTCP(t *testing.T, port labPort) {
+func gatewayBigTCP(t *testing.T, port labPort, gro bool) {
 	lab := newGwLabWith(t, port.config(GatewayConfig{}), func(tp *netlab.Topology) {
-		if port.kind == PortPacket {
-			netlab.Must(t, tp.B.SetFeatures(netlab.NICB, map[string]bool{"tx": true}))
-		}
 		nl, l := tp.B.Netlink(), tp.B.LinkT(t, netlab.NICB)
 		netlab.Must(t, nl.LinkSetGSOMaxSize(l, bigTCPSize))
 		netlab.Must(t, nl.LinkSetGSOIPv4MaxSize(l, bigTCPSize))
+		switch {
+		case gro:
+			nl, l := tp.A.Netlink(), tp.A.LinkT(t, netlab.NICA)
+			netlab.Must(t, tp.A.SetFeatures(netlab.NICA, map[string]bool{"gro": true}))
+			netlab.Must(t, nl.LinkSetGROMaxSize(l, bigTCPSize))
+			netlab.Must(t, nl.LinkSetGROIPv4MaxSize(l, bigTCPSize))
+		case port.kind == PortPacket:
+			netlab.Must(t, tp.B.SetFeatures(netlab.NICB, map[string]bool{"tx": true}))
+		}
 	})
 	for _, c := range []struct {
 		name string
@@ -56,6 +82,6 @@ func gatewayBigTCP(t *testing.T, port labPort) {
 		t.Errorf("the port's sockets: %d frames truncated, %d malformed, %d passed to the kernel as oversize", truncated, malformed, oversize)
 	}
 	if port.kind == PortPacket && st.Return.BigTCP == 0 {
-		t.Errorf("AF_PACKET behind a BIG TCP peer: no BIG TCP super-packet received")
+		t.Errorf("AF_PACKET: no BIG TCP super-packet received")
 	}
 }

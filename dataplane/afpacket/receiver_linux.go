@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -82,17 +83,31 @@ func rxSizeFor(a *netlink.LinkAttrs) int {
 func (s *Socket) Receiver() pipeline.HeaderReceiver {
 	r := &receiver{
 		s:    s,
-		mem:  make([]byte, rxBatch*s.port.rxSize),
 		bufs: make([][]byte, rxBatch),
 		msgs: mmsg.New(rxBatch),
 		hdrs: make([]segment.Header, rxBatch),
 	}
+	r.mem = rxMemory(r, rxBatch*s.port.rxSize)
 	for i := range r.bufs {
 		r.bufs[i] = r.mem[i*s.port.rxSize : (i+1)*s.port.rxSize : (i+1)*s.port.rxSize]
 		r.msgs.Set(i, r.bufs[i])
 	}
 	r.recvFn, r.waitFn = r.doRecv, r.doRecvOrWait
 	return r
+}
+
+// rxMemory returns size bytes for owner's receive buffers: an anonymous
+// mapping, of which only the pages the kernel writes into take memory,
+// unmapped once owner is unreachable (memory from make would be cleared
+// when the runtime reuses freed memory for it: all 32 MiB of a socket's
+// buffers for BIG TCP); memory from make if the mapping fails.
+func rxMemory(owner *receiver, size int) []byte {
+	mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	if err != nil {
+		return make([]byte, size)
+	}
+	runtime.AddCleanup(owner, func(m []byte) { unix.Munmap(m) }, mem)
+	return mem
 }
 
 // Headroom is the virtio-net header and the Ethernet header.
