@@ -44,7 +44,7 @@ var (
 	descTxErrors     = desc("tx_errors_total", "Transmit calls that failed.", "port")
 	descDrops        = desc("drops_total", "Packets dropped, by direction and reason (invalid, oversize, no_frames: super-packets; others: segments or packets).", "direction", "reason")
 	descXSKEvents    = desc("xsk_events_total", "AF_XDP socket events from the kernel (XDP_STATISTICS) and kick failures, and frames the XDP program passed to the kernel instead of the socket, by device (nic or ingress) and RX queue.", "device", "queue", "event")
-	descWire         = desc("wire_packets_total", "With -ingress, packets from a wire (both directions) by what was done: received, cut (handed on as super-packets, cut here or by the NIC), clamped (SYN MSS lowered), too_big (refused, answered with ICMP), bad_checksum, invalid, spoofed (a source on the other side), ttl_exceeded (arrived with TTL or hop limit 1 or less: dropped, answered with ICMP time exceeded).", "event")
+	descWire         = desc("wire_packets_total", "With -ingress, packets from a wire (both directions) by what was done: received, cut (handed on as super-packets, cut here or by the NIC), clamped (SYN MSS lowered), too_big (refused, answered with ICMP), bad_checksum, invalid, spoofed (a source on the other side), ttl_exceeded (arrived with TTL or hop limit 1 or less: dropped, answered with ICMP time exceeded), big_tcp (BIG TCP super-packets over 64 KiB: dropped).", "event")
 	descPacketEvents = desc("packet_events_total", "AF_PACKET socket events: frames dropped or refused, the kernel's receive drops and sends retried, by device (nic or ingress) and socket.", "device", "queue", "event")
 	descBudgetUsed   = desc("budget_in_use_bytes", "Truesize bytes charged to the send budget and not yet completed (first TUN queue).")
 	descBudgetLimit  = desc("budget_limit_bytes", "Current send budget limit (first TUN queue).")
@@ -164,7 +164,7 @@ func (e emitter) ingress(s dataplane.GatewayStats) {
 	}{
 		{"received", w.Packets}, {"cut", w.Cut}, {"clamped", w.Clamped},
 		{"too_big", w.TooBig}, {"bad_checksum", w.BadChecksum}, {"invalid", w.Invalid}, {"spoofed", w.Spoofed},
-		{"ttl_exceeded", w.TTLExceeded},
+		{"ttl_exceeded", w.TTLExceeded}, {"big_tcp", w.BigTCP},
 	} {
 		e.counter(descWire, v.n, v.event)
 	}
