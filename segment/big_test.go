@@ -150,3 +150,60 @@ func TestValidateBigRefuses(t *testing.T) {
 		t.Fatal("ValidateBig with maxLen 0 took the packet")
 	}
 }
+
+// FuzzValidateBig: a fuzzed header, packet head and length (the head
+// grown with payload to more than 64 KiB) never panics ValidateBig; a
+// rejection matches ErrInvalid, and an accepted packet cuts into pieces
+// of at most maxLen bytes that Validate takes with SegmentHeader and
+// whose payloads are the packet's.
+func FuzzValidateBig(f *testing.F) {
+	for _, v6 := range []bool{false, true} {
+		pkt, h := buildBig(v6, v6, 1000, flagACK)
+		hb := make([]byte, HeaderSize)
+		h.Encode(hb, HeaderSize)
+		f.Add(hb, pkt[:h.HdrLen], uint32(100000), uint16(65535))
+	}
+	f.Fuzz(func(t *testing.T, hb, head []byte, n uint32, maxLen uint16) {
+		h, err := DecodeHeader(hb, HeaderSize)
+		if err != nil {
+			return
+		}
+		size := maxLegacyLen + 1 + int(n%(maxBigLenForTest-maxLegacyLen))
+		if len(head) > size {
+			return
+		}
+		pkt := make([]byte, size)
+		copy(pkt, head)
+		fillPayload(pkt[len(head):], uint64(n))
+		if len(head) > ipv6Len && pkt[0]>>4 == 6 && pkt[ipv6NextOff] == protoHopByHop {
+			binary.BigEndian.PutUint32(pkt[ipv6Len+4:], uint32(size-ipv6Len)) // a jumbo header that fits
+		}
+		p, l, err := std.ValidateBig(pkt, h, int(maxLen))
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("rejection %v does not match ErrInvalid", err)
+			}
+			return
+		}
+		bufs, sizes := splitBuffers(l, 0)
+		k, err := std.Split(p, l, bufs, sizes, 0)
+		if err != nil {
+			t.Fatalf("Split after ValidateBig accepted: %v", err)
+		}
+		var data []byte
+		for i := range k {
+			piece := bufs[i][:sizes[i]]
+			pl, err := Validate(piece, l.SegmentHeader(false))
+			if err != nil || len(piece) > int(maxLen) {
+				t.Fatalf("piece %d of %d bytes (maxLen %d): %v", i, len(piece), maxLen, err)
+			}
+			data = append(data, piece[pl.HdrLen():]...)
+		}
+		if !bytes.Equal(data, p[l.HdrLen():]) {
+			t.Fatal("the pieces' payloads are not the packet's")
+		}
+	})
+}
+
+// maxBigLenForTest bounds the fuzzed packets: the kernel's 512 KiB.
+const maxBigLenForTest = 512 << 10
