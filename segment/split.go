@@ -146,7 +146,9 @@ func complete(field []byte, acc uint64) {
 
 // splitL4 cuts a TSO or USO super-packet: every segment carries the whole
 // L3+L4 header (of a tunnel packet: the outer headers, the tunnel header
-// and the inner L3+L4 header) and up to MSS bytes of payload.
+// and the inner L3+L4 header) and up to MSS bytes of payload (of a BIG
+// TCP packet's layout: up to a whole number of MSS, and the IPv4 ID of
+// the first segment in it).
 func (s *Segmenter) splitL4(pkt []byte, l Layout, bufs [][]byte, sizes []int, offset int) {
 	hl, n, partial := l.HdrLen(), l.segments, l.partial(s.Partial) || l.big
 	t := newTemplate(pkt, l)

@@ -207,9 +207,8 @@ func (r *ReturnPath) Run(ctx context.Context) error {
 	return nil
 }
 
-// returnBatchBufs are Run's buffers, allocated once; those for a BIG TCP
-// super-packet's pieces when the first one comes, and again only for a
-// larger one.
+// returnBatchBufs are Run's buffers, allocated once; those for the
+// pieces of BIG TCP super-packets as the first cut into that many comes.
 type returnBatchBufs struct {
 	frames [][]byte
 	sizes  []int
@@ -319,8 +318,8 @@ func (r *ReturnPath) passBig(b *returnBatchBufs, pkt []byte, hdr segment.Header)
 	r.write(b.out[:len(sizes)])
 }
 
-// growPieces makes sure of n piece buffers of size bytes each (size is
-// always the same).
+// growPieces makes sure of n piece buffers, adding new ones of size
+// bytes (the return path always asks for the same size).
 func (b *returnBatchBufs) growPieces(n, size int) {
 	for len(b.pieces) < n {
 		b.pieces = append(b.pieces, make([]byte, size))
