@@ -1,7 +1,13 @@
 package dataplane
 
 import (
+	"bytes"
+	"io"
+	"log/slog"
+	"net"
 	"net/netip"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -84,4 +90,66 @@ func gatewayBigTCP(t *testing.T, port labPort, gro bool) {
 	if port.kind == PortPacket && st.Return.BigTCP == 0 {
 		t.Errorf("AF_PACKET: no BIG TCP super-packet received")
 	}
+}
+
+// TestIngressBigTCP: with an ingress device, BIG TCP super-packets from
+// the NIC side (gw-b with TSO and gso_max_size 185000, behind the
+// AF_PACKET port) cannot go on whole: they are dropped, counted
+// (Wire.BigTCP) and logged once, naming the device and the remedy.
+func TestIngressBigTCP(t *testing.T) {
+	tp := newIngressTopology(t, 2, 2)
+	nl, l := tp.B.Netlink(), tp.B.LinkT(t, netlab.NICB)
+	netlab.Must(t, tp.B.SetFeatures(netlab.NICB, map[string]bool{"tx": true}))
+	netlab.Must(t, nl.LinkSetGSOMaxSize(l, bigTCPSize))
+	var log lockedLog
+	g, _ := startIngressWith(t, tp, portPacket.config(GatewayConfig{Log: slog.New(slog.NewTextHandler(&log, nil))}))
+
+	// B sends to C until the gateway has dropped a BIG TCP super-packet;
+	// the stream itself crawls, its large packets lost.
+	addr := netip.AddrPortFrom(netlab.Srv6, 5201)
+	var ln net.Listener
+	var err error
+	tp.B.Do(t, func() { ln, err = net.Listen("tcp", addr.String()) })
+	netlab.Must(t, err)
+	defer ln.Close()
+	var c net.Conn
+	tp.C.Do(t, func() { c, err = net.DialTimeout("tcp", addr.String(), 5*time.Second) })
+	netlab.Must(t, err)
+	defer c.Close()
+	go io.Copy(io.Discard, c)
+	s, err := ln.Accept()
+	netlab.Must(t, err)
+	defer s.Close()
+	go func() {
+		s.SetWriteDeadline(time.Now().Add(time.Minute))
+		s.Write(make([]byte, 64<<20))
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for g.Stats().Wire.BigTCP == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := g.Stats().Wire.BigTCP; n == 0 {
+		t.Fatal("no BIG TCP super-packet counted")
+	}
+	if n := strings.Count(log.String(), "BIG TCP super-packets (over 64 KiB) from "+netlab.NICA); n != 1 {
+		t.Errorf("%d log lines about BIG TCP from %s, want 1:\n%s", n, netlab.NICA, log.String())
+	}
+}
+
+// lockedLog is a log destination the test reads while the gateway writes.
+type lockedLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

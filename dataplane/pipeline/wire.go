@@ -44,6 +44,9 @@ type WireConfig struct {
 	// come from the receiver's link and is dropped (Spoofed), as the
 	// kernel's strict reverse-path filter drops it.
 	Inside []netip.Prefix
+	// OnBigTCP, if set, is called (from Read, once) when the source
+	// drops its first BIG TCP super-packet (WireStats.BigTCP).
+	OnBigTCP func()
 }
 
 // WireStats counts what a WireSource did.
@@ -149,7 +152,9 @@ func (w *WireSource) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	var terr error
 	for i, f := range w.frames[:got] {
 		if segment.IsBig(f[min(head, len(f)):]) {
-			w.big.Add(1)
+			if w.big.Add(1) == 1 && w.cfg.OnBigTCP != nil {
+				w.cfg.OnBigTCP()
+			}
 			continue
 		}
 		pkt := ipPacket(f[min(head, len(f)):])
