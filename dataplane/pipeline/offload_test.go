@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"sync"
 	"testing"
 
@@ -403,5 +404,46 @@ func TestReturnPathBigTCP(t *testing.T) {
 	st := r.Stats()
 	if st.BigTCP != 1 || st.Packets != 3 || st.Drops[pipeline.DropInvalid] != 1 || st.Drops.Total() != 1 {
 		t.Errorf("stats %+v: want 1 BIG TCP super-packet of 3 packets, 1 dropped as invalid", st)
+	}
+}
+
+// repeatReceiver hands out one frame with its header per Receive, n
+// times, then says it is closed.
+type repeatReceiver struct {
+	frame []byte
+	hdr   segment.Header
+	n     int
+}
+
+func (r *repeatReceiver) Headroom() int             { return 14 }
+func (r *repeatReceiver) Header(int) segment.Header { return r.hdr }
+func (r *repeatReceiver) Receive(frames [][]byte) (int, error) {
+	if r.n == 0 {
+		return 0, net.ErrClosed
+	}
+	r.n--
+	frames[0] = r.frame
+	return 1, nil
+}
+
+// TestReturnPathBigTCPAllocs: cutting BIG TCP super-packets allocates
+// only the pieces' buffers, for the first: a run of 200 allocates what a
+// run of 1 does.
+func TestReturnPathBigTCPAllocs(t *testing.T) {
+	big, kh := bigTCPFrame(180000)
+	allocs := func(n int) float64 {
+		return testing.AllocsPerRun(5, func() {
+			r, err := pipeline.NewReturnPath(pipeline.ReturnConfig{Receiver: &repeatReceiver{big, kh, n}, Writer: discardWriter{}, HeaderSize: segment.HeaderSize})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Run(context.Background()); err != nil || r.Stats().BigTCP != uint64(n) {
+				t.Fatalf("Run: %v, %d BIG TCP super-packets, want %d", err, r.Stats().BigTCP, n)
+			}
+		})
+	}
+	// A run allocates a dozen times, give or take one (not per packet).
+	if one, many := allocs(1), allocs(200); many > one+1 {
+		t.Errorf("%v allocations for 200 BIG TCP super-packets, %v for one", many, one)
 	}
 }
