@@ -55,7 +55,8 @@ type receiver struct {
 // where it hands over larger GSO packets whole (tso_max_size: a veth
 // passes its peer's packets on as they are, and both ends have the
 // kernel's GSO_MAX_SIZE, so a peer with gso_max_size above 64 KiB sends
-// them), up to the kernel's 512 KiB.
+// them), up to the kernel's 512 KiB. Open reads the limits: raised later,
+// they take a new Open (until then the longer frames count as Truncated).
 func rxSizeFor(a *netlink.LinkAttrs) int {
 	n := min(max(int(a.GROMaxSize), int(a.GROIPv4MaxSize), int(a.TSOMaxSize)), maxBigLen)
 	return max(rxBufSize, (Headroom+n+127)&^127)
@@ -75,10 +76,9 @@ func rxSizeFor(a *netlink.LinkAttrs) int {
 // and hdr_len counted from the IP header. With GRO on the NIC the kernel
 // hands over super-packets (a GSO type, a partial checksum), which the
 // return path writes into the TUN whole (BIG TCP ones cut to 64 KiB). A
-// frame whose EtherType is not
-// IPv4 or IPv6, or disagrees with its IP version, or that is truncated or
-// too short, comes back with an empty packet (the return path counts it
-// as invalid; Stats counts why). Use one Receiver per socket, from one
+// frame whose EtherType is not IPv4 or IPv6, or disagrees with its IP
+// version, or that is truncated or too short, comes back with an empty
+// packet (the return path counts it as invalid; Stats counts why). Use one Receiver per socket, from one
 // goroutine.
 func (s *Socket) Receiver() pipeline.HeaderReceiver {
 	r := &receiver{
