@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"sync"
 
 	"github.com/vishvananda/netlink"
 
@@ -45,11 +46,11 @@ func (g *Gateway) openIngress(cfg GatewayConfig, log *slog.Logger) error {
 	mss := pipeline.NewMSSTable(pipeline.MSSConfig{})
 	// Each direction drops what claims a source on the side it goes to
 	// (strict reverse-path filtering).
-	out := pipeline.WireConfig{MTU: nicMTU, IngressMTU: inMTU, Inside: cfg.Ingress.Routes}
+	out := pipeline.WireConfig{MTU: nicMTU, IngressMTU: inMTU, Inside: cfg.Ingress.Routes, OnBigTCP: bigTCPWarning(log, cfg.Ingress.Device)}
 	if err := g.wireLanes(cfg, &g.out, out, mss, in, g.nic); err != nil {
 		return err
 	}
-	back := pipeline.WireConfig{MTU: inMTU, IngressMTU: nicMTU, Inside: cfg.Routes}
+	back := pipeline.WireConfig{MTU: inMTU, IngressMTU: nicMTU, Inside: cfg.Routes, OnBigTCP: bigTCPWarning(log, cfg.NIC)}
 	return g.wireLanes(cfg, &g.back, back, mss, g.nic, in)
 }
 
@@ -89,6 +90,18 @@ func (p *path) addWire(g *Gateway, cfg GatewayConfig, wc pipeline.WireConfig, ms
 	}
 	p.wires = append(p.wires, w)
 	return p.add(g, cfg, w, segment.HeaderSize, to)
+}
+
+// bigTCPWarning returns a WireConfig.OnBigTCP that logs, once for all
+// the lanes from device, that its BIG TCP super-packets are dropped.
+func bigTCPWarning(log *slog.Logger, device string) func() {
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			log.Warn("BIG TCP super-packets (over 64 KiB) from "+device+" cannot be forwarded whole and are dropped: keep gso_max_size at 65536 on the senders there, and gro_max_size on "+device,
+				"device", device)
+		})
+	}
 }
 
 // linkOf returns the MTU and the global unicast addresses of the device

@@ -57,10 +57,15 @@ func newIngressTopology(t *testing.T, nicQueues, inQueues int) *netlab.Topology 
 // called at the test's end too).
 func startIngress(t *testing.T, tp *netlab.Topology, port labPort) (*Gateway, func()) {
 	t.Helper()
-	cfg := port.config(GatewayConfig{
-		NIC: netlab.NICA, Routes: netlab.AppRoutes, NextHop: netlab.NICB4,
-		Ingress: IngressOptions{Device: netlab.Ingress, Routes: netlab.SrvRoutes},
-	})
+	return startIngressWith(t, tp, port.config(GatewayConfig{}))
+}
+
+// startIngressWith is startIngress with the gateway configured by cfg
+// (its devices, routes and next hop filled in).
+func startIngressWith(t *testing.T, tp *netlab.Topology, cfg GatewayConfig) (*Gateway, func()) {
+	t.Helper()
+	cfg.NIC, cfg.Routes, cfg.NextHop = netlab.NICA, netlab.AppRoutes, netlab.NICB4
+	cfg.Ingress = IngressOptions{Device: netlab.Ingress, Routes: netlab.SrvRoutes}
 	var g *Gateway
 	var err error
 	tp.A.Do(t, func() {

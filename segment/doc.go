@@ -36,6 +36,12 @@
 //     kernel's skb_udp_tunnel_segment does. Its segments always carry
 //     complete checksums, also from a Segmenter in Partial mode.
 //
+// A BIG TCP super-packet (longer than an IP length field can say: Linux's
+// GSO and GRO make them up to 512 KiB, with the length field 0) is no
+// input for Validate; Segmenter.ValidateBig takes one, as a packet socket
+// hands it over, and Split cuts it into TSO super-packets of at most
+// 64 KiB instead of into segments, for a device that takes no more.
+//
 // Checksums are completed in software in a single pass that copies and
 // sums the payload (AVX2 on amd64). A Segmenter in Partial mode leaves the
 // pseudo-header sum in TSO/USO segments instead, for sinks that offload

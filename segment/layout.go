@@ -27,6 +27,8 @@ type Layout struct {
 	csumOffset int    // offset of the checksum field from csumStart (TSO: always 16)
 	pktLen     int    // length of the packet Validate accepted
 	fragID     uint32 // IPv6 UFO: the identification of every fragment
+	big        bool   // a BIG TCP packet (ValidateBig): IP length 0
+	group      int    // BIG TCP: segments per TSO super-packet Split writes
 	valid      bool   // made by a successful Validate
 
 	// A UDP-tunnel super-packet: the fields above describe its inner
@@ -74,6 +76,10 @@ func (l Layout) PayloadLen() int { return l.payloadLen }
 // MSS is the payload bytes per segment (UFO: L4 bytes per fragment).
 func (l Layout) MSS() int { return l.mss }
 
+// step is the payload bytes per packet Split writes: the MSS, or for a
+// BIG TCP packet's layout a whole number of them.
+func (l Layout) step() int { return l.mss * max(l.group, 1) }
+
 // Segments is the number of packets Split writes.
 func (l Layout) Segments() int { return l.segments }
 
@@ -91,7 +97,16 @@ func (l Layout) NeedsCsum() bool { return l.needsCsum }
 // checksum, since no sink can complete one across fragments, and so do
 // the segments of a tunnel super-packet, whose outer UDP checksum covers
 // the inner one.
+//
+// Of a BIG TCP packet's layout (ValidateBig), whose packets are TSO
+// super-packets, it is their GSO header, partial checksum included.
 func (l Layout) SegmentHeader(partial bool) Header {
+	if l.big {
+		h := l.GSOHeader()
+		h.Flags |= FlagNeedsCsum
+		h.CsumStart, h.CsumOffset = uint16(l.csumStart), uint16(l.csumOffset)
+		return h
+	}
 	h := Header{HdrLen: uint16(l.HdrLen())}
 	tso := l.kind == GSOTCPv4 || l.kind == GSOTCPv6
 	if l.partial(partial) && (l.needsCsum || tso) && l.kind != GSOUDP {

@@ -62,7 +62,7 @@ func Split(pkt []byte, h Header, bufs [][]byte, sizes []int, offset int) (int, e
 // also draws the identification every IPv6 fragment of a UFO datagram
 // shares, so that the chunks SplitFrom writes share it too.
 func (s *Segmenter) Validate(pkt []byte, h Header) (Layout, error) {
-	l, err := validate(pkt, h, s.MaxSegments)
+	l, err := validate(pkt, h, s.MaxSegments, 0)
 	if err == nil && l.kind == GSOUDP && l.ipv6 {
 		l.fragID = s.nextFragID()
 	}
@@ -174,17 +174,20 @@ func complete(field []byte, acc uint64) {
 // splitL4 cuts segments first to first+len(bufs)-1 of a TSO or USO
 // super-packet: every segment carries the whole L3+L4 header (of a tunnel
 // packet: the outer headers, the tunnel header and the inner L3+L4
-// header) and up to MSS bytes of payload.
+// header) and up to MSS bytes of payload (of a BIG TCP packet's layout:
+// up to a whole number of MSS, and the IPv4 ID of the first segment in
+// it).
 func (s *Segmenter) splitL4(pkt []byte, l Layout, first int, bufs [][]byte, sizes []int, offset int) {
-	hl, n, partial := l.HdrLen(), len(bufs), l.partial(s.Partial)
+	hl, n, partial := l.HdrLen(), len(bufs), l.partial(s.Partial) || l.big
 	t := newTemplate(pkt, l)
+	step := l.step()
 	// bufs[0] goes last: pkt may be bufs[0][offset:] itself, and the
 	// other segments copy their headers from it.
 	for k := 1; k <= n; k++ {
 		b := k % n
 		i := first + b
-		start := i * l.mss
-		end := min(start+l.mss, l.payloadLen)
+		start := i * step
+		end := min(start+step, l.payloadLen)
 		out := bufs[b][offset : offset+hl+end-start]
 		copy(out[:hl], pkt[:hl])
 		var acc uint64
@@ -193,7 +196,7 @@ func (s *Segmenter) splitL4(pkt []byte, l Layout, first int, bufs [][]byte, size
 		} else {
 			acc = copySum(out[hl:], pkt[hl+start:hl+end], 0)
 		}
-		t.ip.fix(out[l.inner:], uint16(i))
+		t.ip.fix(out[l.inner:], uint16(i*max(l.group, 1)))
 		hdr := t.fixL4(out[l.l3Len:], uint32(start), i == 0, i == l.segments-1)
 		pseudo := addAcc(t.pseudo, beAcc(uint16(len(out)-l.l3Len)))
 		field := out[l.l3Len+l.csumOffset:]
@@ -288,7 +291,7 @@ func newTemplate(pkt []byte, l Layout) template {
 		t.l4 = without(t.l4, l4, udpLenOff)
 	}
 	t.pseudo = addAcc(beAcc(binary.BigEndian.Uint16(l4[l.csumOffset:])), beAcc(^old))
-	if !l.needsCsum { // TSO only: no partial sum to adjust
+	if !l.needsCsum || l.big { // TSO only, or a length no IP field gave: summed afresh
 		t.pseudo = pseudoHeader(pkt[l.inner:], l.ipv6, l.proto, 0)
 	}
 	t.ip = newIPFix(pkt[l.inner:l.l3Len], l.ipv6)

@@ -66,11 +66,15 @@ func Validate(pkt []byte, h Header) (Layout, error) {
 	return std.Validate(pkt, h)
 }
 
-func validate(pkt []byte, h Header, maxSegs int) (Layout, error) {
+// validate is Validate with a cap on segments; a positive bigLen takes a
+// BIG TCP packet, whose IP length field is 0, and cuts it into TSO
+// super-packets of at most bigLen bytes (ValidateBig).
+func validate(pkt []byte, h Header, maxSegs, bigLen int) (Layout, error) {
 	l, err := checkGSO(h)
 	if err != nil {
 		return l, err
 	}
+	l.big = bigLen > 0
 	if int(h.HdrLen) > len(pkt) {
 		return l, invalid(ruleHdrLen, "hdr_len %d, packet %d bytes", h.HdrLen, len(pkt))
 	}
@@ -82,7 +86,12 @@ func validate(pkt []byte, h Header, maxSegs int) (Layout, error) {
 	if err != nil {
 		return l, err
 	}
-	if err := count(pkt, &l, maxSegs); err != nil {
+	if l.big {
+		err = countBig(&l, maxSegs, bigLen)
+	} else {
+		err = count(pkt, &l, maxSegs)
+	}
+	if err != nil {
 		return l, err
 	}
 	l.pktLen, l.valid = len(pkt), true
@@ -203,7 +212,7 @@ func parseIPv4(pkt []byte, l *Layout) error {
 	if ihl < ipv4MinLen || ihl > len(pkt) {
 		return invalid(ruleIPHeader, "IPv4 header length %d in a %d-byte packet", ihl, len(pkt))
 	}
-	if tot := int(binary.BigEndian.Uint16(pkt[2:])); tot != len(pkt) {
+	if tot := int(binary.BigEndian.Uint16(pkt[2:])); tot != len(pkt) && !(l.big && tot == 0) {
 		return invalid(ruleIPLength, "IPv4 total length %d, packet %d bytes", tot, len(pkt))
 	}
 	if Checksum(pkt[:ihl], 0) != 0 {
@@ -221,7 +230,7 @@ func parseIPv6(pkt []byte, l *Layout) error {
 	if len(pkt) < ipv6Len {
 		return invalid(ruleShortPacket, "%d bytes, IPv6 header needs %d", len(pkt), ipv6Len)
 	}
-	if pl := int(binary.BigEndian.Uint16(pkt[4:])); pl != len(pkt)-ipv6Len {
+	if pl := int(binary.BigEndian.Uint16(pkt[4:])); pl != len(pkt)-ipv6Len && !(l.big && pl == 0) {
 		return invalid(ruleIPLength, "IPv6 payload length %d, packet %d bytes", pl, len(pkt))
 	}
 	next, off := pkt[6], ipv6Len
@@ -364,5 +373,26 @@ func count(pkt []byte, l *Layout, maxSegs int) error {
 			l.maxSegLen += fragHdrLen
 		}
 	}
+	return nil
+}
+
+// countBig groups the segments of a BIG TCP packet into TSO super-packets
+// of at most bigLen bytes and maxSegs segments each and checks the cap on
+// their number.
+func countBig(l *Layout, maxSegs, bigLen int) error {
+	hl := l.HdrLen()
+	l.group = (bigLen - hl) / l.mss
+	if maxSegs > 0 {
+		l.group = min(l.group, maxSegs)
+	}
+	if l.group < 1 {
+		return invalid(ruleGSOSize, "gso_size %d: no segment fits in %d bytes", l.mss, bigLen)
+	}
+	step := l.step()
+	l.segments = (l.payloadLen + step - 1) / step
+	if maxSegs > 0 && l.segments > maxSegs {
+		return invalid(ruleTooManySegments, "%d super-packets, at most %d", l.segments, maxSegs)
+	}
+	l.maxSegLen = hl + min(step, l.payloadLen)
 	return nil
 }

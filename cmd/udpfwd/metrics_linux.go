@@ -39,12 +39,13 @@ var (
 	descReattached   = desc("program_reattached_total", "Times it was attached again (-xdp-detached reattach).")
 	descICMP         = desc("icmp_errors_total", "ICMP errors for packets the gateway could not forward (host unreachable, fragmentation needed, packet too big), by outcome: sent into the TUN, rate_limited, silent (a router does not answer that packet, or no router address of its IP version) or failed.", "outcome")
 	descGRORefused   = desc("gro_refused_total", "GRO super-packets the TUN refused; their kind of merge is then off and their packets went one by one.")
+	descBigTCP       = desc("big_tcp_total", "BIG TCP super-packets (over 64 KiB) received whole from the NIC (AF_PACKET) and cut into TSO super-packets of at most 64 KiB for the TUN.")
 	descCompleted    = desc("tx_completed_total", "Packets the NIC reported sent (TX completions), a super-packet the NIC segments counting once.", "port")
 	descTxErrors     = desc("tx_errors_total", "Transmit calls that failed.", "port")
 	descHostControl  = desc("host_control_packets_total", "Packets the host itself sent into the TUN for its link (router and neighbour solicitations, MLD reports, IGMP): not forwarded, as a router does not forward them, and not drops.")
 	descDrops        = desc("drops_total", "Packets dropped, by direction and reason (invalid, oversize, no_frames: super-packets; others: segments or packets).", "direction", "reason")
 	descXSKEvents    = desc("xsk_events_total", "AF_XDP socket events from the kernel (XDP_STATISTICS) and kick failures, and frames the XDP program passed to the kernel instead of the socket, by device (nic or ingress) and RX queue.", "device", "queue", "event")
-	descWire         = desc("wire_packets_total", "With -ingress, packets from a wire (both directions) by what was done: received, cut (handed on as super-packets, cut here or by the NIC), clamped (SYN MSS lowered), too_big (refused, answered with ICMP), bad_checksum, invalid, spoofed (a source on the other side), ttl_exceeded (arrived with TTL or hop limit 1 or less: dropped, answered with ICMP time exceeded).", "event")
+	descWire         = desc("wire_packets_total", "With -ingress, packets from a wire (both directions) by what was done: received, cut (handed on as super-packets, cut here or by the NIC), clamped (SYN MSS lowered), too_big (refused, answered with ICMP), bad_checksum, invalid, spoofed (a source on the other side), ttl_exceeded (arrived with TTL or hop limit 1 or less: dropped, answered with ICMP time exceeded), big_tcp (BIG TCP super-packets over 64 KiB: dropped).", "event")
 	descPacketEvents = desc("packet_events_total", "AF_PACKET socket events: frames dropped or refused, the kernel's receive drops and sends retried, by device (nic or ingress) and socket.", "device", "queue", "event")
 	descBudgetUsed   = desc("budget_in_use_bytes", "Truesize bytes charged to the send budget and not yet completed (first TUN queue).")
 	descBudgetLimit  = desc("budget_limit_bytes", "Current send budget limit (first TUN queue).")
@@ -73,7 +74,7 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 		descSuperPackets, descOut, descSegments, descPackets, descBytes, descCompleted, descTxErrors,
 		descDrops, descHostControl, descXSKEvents, descBudgetUsed, descBudgetLimit, descBudgetPeak, descQueueDepth,
 		descQueueBytes, descQueuePeak, descQueuePeakB, descStalls, descStallTime, descSegsPerSP, descTxLatency,
-		descGROPass, descGRORefused, descNICUp, descNICMTU, descNICDowns, descAttached, descDetached, descReattached,
+		descGROPass, descGRORefused, descBigTCP, descNICUp, descNICMTU, descNICDowns, descAttached, descDetached, descReattached,
 		descNICMTUChange, descTUNMTU, descSendMTU, descNICMACChange, descICMP, descPacketEvents, descWire,
 	} {
 		ch <- d
@@ -165,7 +166,7 @@ func (e emitter) ingress(s dataplane.GatewayStats) {
 	}{
 		{"received", w.Packets}, {"cut", w.Cut}, {"clamped", w.Clamped},
 		{"too_big", w.TooBig}, {"bad_checksum", w.BadChecksum}, {"invalid", w.Invalid}, {"spoofed", w.Spoofed},
-		{"ttl_exceeded", w.TTLExceeded},
+		{"ttl_exceeded", w.TTLExceeded}, {"big_tcp", w.BigTCP},
 	} {
 		e.counter(descWire, v.n, v.event)
 	}
@@ -186,6 +187,7 @@ func (e emitter) gro(r pipeline.ReturnStats) {
 		e.counter(descGROPass, p.n, p.reason)
 	}
 	e.counter(descGRORefused, r.Refused)
+	e.counter(descBigTCP, r.BigTCP)
 }
 
 // drops exports both directions' drops in the pipeline's one vocabulary,

@@ -22,7 +22,7 @@ func TestCollector(t *testing.T) {
 	s.Forward.TxLatencySum = 1500 * time.Millisecond
 	s.Forward.Drops[pipeline.DropUnresolved] = 3
 	s.Return.Packets, s.Return.Writes, s.Return.SuperPackets, s.Return.Drops[pipeline.DropWriteError] = 11, 4, 2, 1
-	s.Return.GRO.NoPayload, s.Return.Refused = 3, 1
+	s.Return.GRO.NoPayload, s.Return.Refused, s.Return.BigTCP = 3, 1, 5
 	s.Budget.Limit, s.Budget.InFlight, s.Budget.Stalls, s.Budget.StallTime = 1<<20, 4352, 4, 2*time.Second
 	s.Queue.Pending, s.Queue.PeakHeld = 3, 40
 	s.Port.Sockets = []dataplane.SocketStats{{RX: 5}, {RX: 6, RXRingFull: 2, OtherHost: 7}}
@@ -43,6 +43,7 @@ func TestCollector(t *testing.T) {
 		`udpfwd_super_packets_total{direction="nic_to_tun",port="xdp"}`:           2,
 		`udpfwd_gro_passthrough_total{reason="no_payload"}`:                       3,
 		`udpfwd_gro_refused_total`:                                                1,
+		`udpfwd_big_tcp_total`:                                                    5,
 		`udpfwd_nic_up`:                                                           1,
 		`udpfwd_nic_mtu_bytes`:                                                    1400,
 		`udpfwd_nic_mtu_changes_total`:                                            1,

@@ -33,6 +33,7 @@ type Port struct {
 	cfg    Config
 	fanout uint16 // the fanout group's ID, chosen by the kernel
 	filter *filter
+	rxSize int // a receive buffer's size (rxSizeFor)
 }
 
 // Open opens cfg.Queues AF_PACKET sockets on cfg.Ifname, joins them into
@@ -64,7 +65,7 @@ func Open(cfg Config) (*Port, error) {
 	if cfg.SndBuf == 0 {
 		cfg.SndBuf = min(cfg.Frames*truesize(cfg.FrameSize), 64<<20)
 	}
-	p := &Port{cfg: cfg}
+	p := &Port{cfg: cfg, rxSize: rxSizeFor(a)}
 	p.base, err = port.New(port.Config[*Socket]{
 		Pkg: "afpacket", Ifname: cfg.Ifname, Ifindex: a.Index, MaxPrefixes: maxPrefixes,
 		ErrClosed: ErrClosed, ErrDetached: ErrDetached,

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
@@ -20,8 +22,12 @@ var _ pipeline.HeaderReceiver = (*receiver)(nil)
 const (
 	rxBatch = 64 // most frames one recvmmsg takes
 	// rxBufSize holds the virtio-net header, the Ethernet header and the
-	// largest packet GRO makes (64 KiB), rounded up.
+	// largest packet GRO makes without BIG TCP (64 KiB), rounded up: the
+	// least receive buffer (rxSizeFor).
 	rxBufSize = (Headroom + 40 + 65535 + 127) &^ 127
+	// maxBigLen is the largest packet the kernel makes with BIG TCP
+	// (GSO_MAX_SIZE, GRO_MAX_SIZE: 512 KiB).
+	maxBigLen = 512 << 10
 	// rxWait bounds one Receive's wait, so that a return path notices
 	// that its context ended even without StopReceive.
 	rxWait = 50 * time.Millisecond
@@ -42,36 +48,66 @@ type receiver struct {
 	waitFn func(uintptr) bool
 }
 
+// rxSizeFor is the size of a receive buffer on an interface: the
+// headroom and the largest packet the interface may hand the sockets,
+// rounded up. That is 64 KiB, or more with BIG TCP: where the device's
+// GRO merges into larger packets (gro_max_size, gro_ipv4_max_size), or
+// where it hands over larger GSO packets whole (tso_max_size: a veth
+// passes its peer's packets on as they are, and both ends have the
+// kernel's GSO_MAX_SIZE, so a peer with gso_max_size above 64 KiB sends
+// them), up to the kernel's 512 KiB. Open reads the limits: raised later,
+// they take a new Open (until then the longer frames count as Truncated).
+func rxSizeFor(a *netlink.LinkAttrs) int {
+	n := min(max(int(a.GROMaxSize), int(a.GROIPv4MaxSize), int(a.TSOMaxSize)), maxBigLen)
+	return max(rxBufSize, (Headroom+n+127)&^127)
+}
+
 // Receiver returns the socket's receive side as a
 // pipeline.HeaderReceiver. Each Receive takes up to 64 frames with one
-// recvmmsg(2) into buffers of its own (allocated here, once: some 4 MiB),
-// waiting through the Go runtime poller when none is there, for at most
-// 50 ms (then it returns 0), until the port stops receiving
+// recvmmsg(2) into buffers of its own (allocated here, once: 64 of
+// rxSizeFor bytes, some 4 MiB, up to 32 MiB on a device that may hand
+// over BIG TCP packets, of which only what the kernel writes takes
+// memory), waiting through the Go runtime poller when none is there, for
+// at most 50 ms (then it returns 0), until the port stops receiving
 // (Port.StopReceive: then it returns 0 at once) or is closed (ErrClosed).
 // The frames are views valid until the next Receive: frame i is the
 // kernel's virtio-net header, the Ethernet header and the IP packet at
 // frame[Headroom:]; Header(i) is that virtio-net header with csum_start
 // and hdr_len counted from the IP header. With GRO on the NIC the kernel
 // hands over super-packets (a GSO type, a partial checksum), which the
-// return path writes into the TUN whole. A frame whose EtherType is not
-// IPv4 or IPv6, or disagrees with its IP version, or that is truncated or
-// too short, comes back with an empty packet (the return path counts it
-// as invalid; Stats counts why). Use one Receiver per socket, from one
+// return path writes into the TUN whole (BIG TCP ones cut to 64 KiB). A
+// frame whose EtherType is not IPv4 or IPv6, or disagrees with its IP
+// version, or that is truncated or too short, comes back with an empty
+// packet (the return path counts it as invalid; Stats counts why). Use one Receiver per socket, from one
 // goroutine.
 func (s *Socket) Receiver() pipeline.HeaderReceiver {
 	r := &receiver{
 		s:    s,
-		mem:  make([]byte, rxBatch*rxBufSize),
 		bufs: make([][]byte, rxBatch),
 		msgs: mmsg.New(rxBatch),
 		hdrs: make([]segment.Header, rxBatch),
 	}
+	r.mem = rxMemory(r, rxBatch*s.port.rxSize)
 	for i := range r.bufs {
-		r.bufs[i] = r.mem[i*rxBufSize : (i+1)*rxBufSize : (i+1)*rxBufSize]
+		r.bufs[i] = r.mem[i*s.port.rxSize : (i+1)*s.port.rxSize : (i+1)*s.port.rxSize]
 		r.msgs.Set(i, r.bufs[i])
 	}
 	r.recvFn, r.waitFn = r.doRecv, r.doRecvOrWait
 	return r
+}
+
+// rxMemory returns size bytes for owner's receive buffers: an anonymous
+// mapping, of which only the pages the kernel writes into take memory,
+// unmapped once owner is unreachable (memory from make would be cleared
+// when the runtime reuses freed memory for it: all 32 MiB of a socket's
+// buffers for BIG TCP); memory from make if the mapping fails.
+func rxMemory(owner *receiver, size int) []byte {
+	mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	if err != nil {
+		return make([]byte, size)
+	}
+	runtime.AddCleanup(owner, func(m []byte) { unix.Munmap(m) }, mem)
+	return mem
 }
 
 // Headroom is the virtio-net header and the Ethernet header.

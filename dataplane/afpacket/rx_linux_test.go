@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
@@ -332,5 +333,28 @@ func TestReceiveInvalid(t *testing.T) {
 	}
 	if st := p.Sockets()[0].Stats(); st.Drops.Invalid != 1 || st.RX != 1 {
 		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestRxSizeFor: a receive buffer holds 64 KiB, or the largest packet
+// the device's GRO makes or its tso_max_size allows (a veth: 512 KiB),
+// never more than the kernel's 512 KiB.
+func TestRxSizeFor(t *testing.T) {
+	for _, c := range []struct {
+		name           string
+		gro, gro4, tso uint32
+		want           int
+	}{
+		{"NIC without BIG TCP", 65536, 65536, 65536, rxBufSize},
+		{"NIC with gro_max_size 185000", 185000, 65536, 65536, Headroom + 185000},
+		{"NIC with gro_ipv4_max_size 185000", 65536, 185000, 65536, Headroom + 185000},
+		{"veth", 65536, 65536, 524280, Headroom + 524280},
+		{"beyond the kernel", 1 << 20, 0, 0, Headroom + maxBigLen},
+		{"unknown", 0, 0, 0, rxBufSize},
+	} {
+		a := &netlink.LinkAttrs{GROMaxSize: c.gro, GROIPv4MaxSize: c.gro4, TSOMaxSize: c.tso}
+		if got := rxSizeFor(a); got < c.want || got >= c.want+128 || got%128 != 0 {
+			t.Errorf("%s: rxSizeFor = %d, want %d rounded up to 128", c.name, got, c.want)
+		}
 	}
 }

@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"sync"
 	"testing"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/segment"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
 )
 
 // offloadSink is a memSink whose device finishes what mode says, with one
@@ -336,4 +338,112 @@ func (s *placeSource) Read(bufs [][]byte, sizes []int, offset int) (int, error) 
 		s.at = append(s.at, &bufs[0][offset+segment.HeaderSize])
 	}
 	return n, err
+}
+
+// bigTCPFrame returns a BIG TCP super-packet of payload bytes as an
+// AF_PACKET socket hands one over, behind 14 bytes of headroom: the
+// headers of tcpSuperPacket with an IPv4 total length of 0, payload
+// bytes counting up (mod 256), and its virtio-net header.
+func bigTCPFrame(payload int) ([]byte, segment.Header) {
+	const hdrs = header.IPv4MinimumSize + header.TCPMinimumSize
+	raw := tcpSuperPacket(1)
+	kh, _ := segment.DecodeHeader(raw, segment.HeaderSize)
+	f := make([]byte, 14+hdrs+payload)
+	copy(f[14:], raw[segment.HeaderSize:segment.HeaderSize+hdrs])
+	ip := header.IPv4(f[14:])
+	ip.SetTotalLength(0)
+	ip.SetChecksum(0)
+	ip.SetChecksum(^ip.CalculateChecksum())
+	for i := range payload {
+		f[14+hdrs+i] = byte(i)
+	}
+	return f, kh
+}
+
+// TestReturnPathBigTCP: a BIG TCP super-packet from a HeaderReceiver,
+// longer than a TUN write takes, goes into the writer cut into TSO
+// super-packets of at most 65535 bytes that carry its payload in order,
+// each valid with its header; one whose header does not fit is dropped
+// as invalid.
+func TestReturnPathBigTCP(t *testing.T) {
+	const payload = 180000
+	segs := tcpSegments(t, 2*1448)
+	big, kh := bigTCPFrame(payload)
+	bad, badH := bigTCPFrame(payload)
+	badH.CsumStart += 4
+	batch := [][]byte{segs[0], big, segs[1], bad}
+	rx := &headerReceiver{frameReceiver{batches: [][][]byte{batch}}, []segment.Header{{}, kh, {}, badH}}
+	w := &refusingWriter{}
+	r, err := pipeline.NewReturnPath(pipeline.ReturnConfig{Receiver: rx, Writer: w, HeaderSize: segment.HeaderSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(w.pkts) < 5 {
+		t.Fatalf("%d packets written, want the 2 segments and the cut", len(w.pkts))
+	}
+	pieces := w.pkts[1 : len(w.pkts)-1]
+	var data []byte
+	for i, p := range pieces {
+		h, err := segment.DecodeHeader(p, segment.HeaderSize)
+		if err != nil || h.GSOType != segment.GSOTCPv4 || h.GSOSize != kh.GSOSize || !h.NeedsCsum() {
+			t.Fatalf("piece %d: header %+v (%v)", i, h, err)
+		}
+		pkt := p[segment.HeaderSize:]
+		l, err := segment.Validate(pkt, h)
+		if err != nil || len(pkt) > 65535 {
+			t.Fatalf("piece %d: %d bytes: %v", i, len(pkt), err)
+		}
+		data = append(data, pkt[l.HdrLen():]...)
+	}
+	if !bytes.Equal(data, big[len(big)-payload:]) {
+		t.Errorf("the pieces carry %d bytes, not the %d of the super-packet in order", len(data), payload)
+	}
+	st := r.Stats()
+	if st.BigTCP != 1 || st.Packets != 3 || st.Drops[pipeline.DropInvalid] != 1 || st.Drops.Total() != 1 {
+		t.Errorf("stats %+v: want 1 BIG TCP super-packet of 3 packets, 1 dropped as invalid", st)
+	}
+}
+
+// repeatReceiver hands out one frame with its header per Receive, n
+// times, then says it is closed.
+type repeatReceiver struct {
+	frame []byte
+	hdr   segment.Header
+	n     int
+}
+
+func (r *repeatReceiver) Headroom() int             { return 14 }
+func (r *repeatReceiver) Header(int) segment.Header { return r.hdr }
+func (r *repeatReceiver) Receive(frames [][]byte) (int, error) {
+	if r.n == 0 {
+		return 0, net.ErrClosed
+	}
+	r.n--
+	frames[0] = r.frame
+	return 1, nil
+}
+
+// TestReturnPathBigTCPAllocs: cutting BIG TCP super-packets allocates
+// only the pieces' buffers, for the first: a run of 200 allocates what a
+// run of 1 does.
+func TestReturnPathBigTCPAllocs(t *testing.T) {
+	big, kh := bigTCPFrame(180000)
+	allocs := func(n int) float64 {
+		return testing.AllocsPerRun(5, func() {
+			r, err := pipeline.NewReturnPath(pipeline.ReturnConfig{Receiver: &repeatReceiver{big, kh, n}, Writer: discardWriter{}, HeaderSize: segment.HeaderSize})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Run(context.Background()); err != nil || r.Stats().BigTCP != uint64(n) {
+				t.Fatalf("Run: %v, %d BIG TCP super-packets, want %d", err, r.Stats().BigTCP, n)
+			}
+		})
+	}
+	// A run allocates a dozen times, give or take one (not per packet).
+	if one, many := allocs(1), allocs(200); many > one+1 {
+		t.Errorf("%v allocations for 200 BIG TCP super-packets, %v for one", many, one)
+	}
 }

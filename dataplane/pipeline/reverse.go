@@ -17,6 +17,10 @@ import (
 // returnBatch is how many packets the return path takes per Receive.
 const returnBatch = 64
 
+// maxWriteLen is the longest IP packet the return path writes: what an IP
+// length field can say, and a TUN write with a virtio-net header takes.
+const maxWriteLen = 65535
+
 // A Receiver is a port's receive side. Receive returns up to len(frames)
 // received frames, views into the port's memory that stay valid until the
 // next Receive, which gives them back to the port. The IP packet of frame
@@ -38,8 +42,10 @@ type Receiver interface {
 // the kernel gave them, such as an AF_PACKET socket with PACKET_VNET_HDR,
 // behind which the kernel's own GRO may have merged packets already:
 // Header(i) is that of frame i of the last Receive. A frame with a GSO
-// type or a partial checksum goes into the writer whole, with its header;
-// the others go on as from any Receiver.
+// type or a partial checksum goes into the writer whole, with its header,
+// but for a BIG TCP super-packet (longer than an IP length field can say,
+// segment.IsBig), which is cut into TSO super-packets of at most 65535
+// bytes first; the others go on as from any Receiver.
 type HeaderReceiver interface {
 	Receiver
 	Header(i int) segment.Header
@@ -88,6 +94,7 @@ type ReturnStats struct {
 	Writes       uint64 // packets written, a super-packet counting once
 	SuperPackets uint64 // writes that carried two packets or more
 	Refused      uint64 // super-packets the writer refused (their packets went one by one)
+	BigTCP       uint64 // BIG TCP super-packets from a HeaderReceiver, cut into ones of at most 64 KiB
 	Drops        Drops  // DropInvalid: refused by the receiver or (without GRO) not a valid IP packet; DropWriteError: refused by the writer; DropSpoofed: a source inside
 	// GRO counts what the coalescer merged and why it passed packets
 	// through (zero with GRO off).
@@ -101,6 +108,7 @@ func (s ReturnStats) Add(o ReturnStats) ReturnStats {
 	s.Writes += o.Writes
 	s.SuperPackets += o.SuperPackets
 	s.Refused += o.Refused
+	s.BigTCP += o.BigTCP
 	s.Drops.add(o.Drops)
 	s.GRO = s.GRO.Add(o.GRO)
 	return s
@@ -115,6 +123,7 @@ type ReturnPath struct {
 	vw        VectorWriter
 	hr        HeaderReceiver     // the receiver, if it gives headers
 	gro       *segment.Coalescer // nil with GRO off
+	seg       segment.Segmenter  // cuts BIG TCP super-packets
 	refused   [2]bool            // TCP, UDP: OnRefused was called
 	closed    bool               // the writer said it was closed
 	beat      heartbeat          // the loop's (see Pulse)
@@ -123,6 +132,7 @@ type ReturnPath struct {
 	writes    atomic.Uint64
 	supers    atomic.Uint64
 	refusals  atomic.Uint64
+	big       atomic.Uint64
 	invalid   atomic.Uint64
 	writeErrs atomic.Uint64
 	spoofed   atomic.Uint64
@@ -140,7 +150,9 @@ func NewReturnPath(cfg ReturnConfig) (*ReturnPath, error) {
 	case cfg.Receiver.Headroom() < cfg.HeaderSize:
 		return nil, fmt.Errorf("pipeline: %w: receiver headroom %d is shorter than the virtio-net header", ErrInvalidConfig, cfg.Receiver.Headroom())
 	}
-	r := &ReturnPath{cfg: cfg}
+	// The cap keeps a BIG TCP super-packet's pieces within a batch's
+	// buffers.
+	r := &ReturnPath{cfg: cfg, seg: segment.Segmenter{MaxSegments: returnBatch}}
 	r.hr, _ = cfg.Receiver.(HeaderReceiver)
 	if !cfg.TCP && !cfg.UDP {
 		return r, nil
@@ -161,7 +173,7 @@ func NewReturnPath(cfg ReturnConfig) (*ReturnPath, error) {
 func (r *ReturnPath) Stats() ReturnStats {
 	s := ReturnStats{
 		Packets: r.packets.Load(), Bytes: r.bytes.Load(), Writes: r.writes.Load(),
-		SuperPackets: r.supers.Load(), Refused: r.refusals.Load(),
+		SuperPackets: r.supers.Load(), Refused: r.refusals.Load(), BigTCP: r.big.Load(),
 	}
 	s.Drops[DropInvalid] = r.invalid.Load()
 	s.Drops[DropWriteError] = r.writeErrs.Load()
@@ -207,12 +219,14 @@ func (r *ReturnPath) receive(frames [][]byte) (int, error) {
 // Pulse returns the pulse of the return path's loop.
 func (r *ReturnPath) Pulse() Pulse { return r.beat.pulse() }
 
-// returnBatchBufs are Run's buffers, allocated once.
+// returnBatchBufs are Run's buffers, allocated once; those for the
+// pieces of BIG TCP super-packets as the first cut into that many comes.
 type returnBatchBufs struct {
 	frames [][]byte
 	sizes  []int
 	out    [][]byte
 	one    [][]byte
+	pieces [][]byte
 }
 
 // batch writes the n frames just received, in order: runs of plain
@@ -264,6 +278,10 @@ func (r *ReturnPath) run(b *returnBatchBufs, from, to int) {
 // checksum, behind its own header.
 func (r *ReturnPath) passKernel(b *returnBatchBufs, f []byte, hdr segment.Header) {
 	h := r.cfg.Receiver.Headroom()
+	if segment.IsBig(f[h:]) {
+		r.passBig(b, f[h:], hdr)
+		return
+	}
 	pkt := ipPacket(f[h:])
 	if len(pkt) == 0 || hdr.Encode(f[h-r.cfg.HeaderSize:h], r.cfg.HeaderSize) != nil {
 		r.invalid.Add(1)
@@ -277,6 +295,47 @@ func (r *ReturnPath) passKernel(b *returnBatchBufs, f []byte, hdr segment.Header
 	r.bytes.Add(uint64(len(pkt)))
 	b.one[0] = f[h-r.cfg.HeaderSize : h+len(pkt)]
 	r.write(b.one)
+}
+
+// passBig writes a BIG TCP super-packet, which no TUN write takes whole,
+// cut into TSO super-packets of at most 65535 bytes (copied into buffers
+// of the return path's own), with their headers.
+func (r *ReturnPath) passBig(b *returnBatchBufs, pkt []byte, hdr segment.Header) {
+	if r.fromInside(pkt) {
+		r.spoofed.Add(1)
+		return
+	}
+	n := len(pkt)
+	pkt, l, err := r.seg.ValidateBig(pkt, hdr, maxWriteLen)
+	if err != nil {
+		r.invalid.Add(1)
+		return
+	}
+	hs := r.cfg.HeaderSize
+	b.growPieces(l.Segments(), hs+maxWriteLen)
+	sizes := b.sizes[:l.Segments()]
+	if _, err := r.seg.Split(pkt, l, b.pieces, sizes, hs); err != nil {
+		r.invalid.Add(1)
+		return
+	}
+	r.packets.Add(1)
+	r.bytes.Add(uint64(n))
+	r.big.Add(1)
+	ph := l.SegmentHeader(true)
+	for i, size := range sizes {
+		p := b.pieces[i][:hs+size]
+		ph.Encode(p[:hs], hs) // cannot fail: hs is a header size
+		b.out[i] = p
+	}
+	r.write(b.out[:len(sizes)])
+}
+
+// growPieces makes sure of n piece buffers, adding new ones of size
+// bytes (the return path always asks for the same size).
+func (b *returnBatchBufs) growPieces(n, size int) {
+	for len(b.pieces) < n {
+		b.pieces = append(b.pieces, make([]byte, size))
+	}
 }
 
 // check keeps the frames holding an IP packet, moving them to the front,

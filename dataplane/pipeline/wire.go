@@ -44,6 +44,9 @@ type WireConfig struct {
 	// come from the receiver's link and is dropped (Spoofed), as the
 	// kernel's strict reverse-path filter drops it.
 	Inside []netip.Prefix
+	// OnBigTCP, if set, is called (from Read, once) when the source
+	// drops its first BIG TCP super-packet (WireStats.BigTCP).
+	OnBigTCP func()
 }
 
 // WireStats counts what a WireSource did.
@@ -56,6 +59,7 @@ type WireStats struct {
 	Invalid     uint64 // refused by the receiver, not IP, or that do not parse
 	Spoofed     uint64 // from a source on the other side (WireConfig.Inside)
 	TTLExceeded uint64 // arrived with a TTL (hop limit) of 1 or less: dropped; answered
+	BigTCP      uint64 // BIG TCP super-packets (over 64 KiB, segment.IsBig), which no egress takes whole: dropped
 }
 
 // WireSource is a Source of packets received from a network port, such
@@ -90,7 +94,7 @@ type WireSource struct {
 	mtu    atomic.Int64
 	frames [][]byte
 
-	packets, cut, clamped, tooBig, badCsum, invalid, spoofed, ttlExceeded atomic.Uint64
+	packets, cut, clamped, tooBig, badCsum, invalid, spoofed, ttlExceeded, big atomic.Uint64
 }
 
 // NewWireSource checks cfg and returns a WireSource. The forwarder that
@@ -147,6 +151,12 @@ func (w *WireSource) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	head, out := w.cfg.Receiver.Headroom(), 0
 	var terr error
 	for i, f := range w.frames[:got] {
+		if segment.IsBig(f[min(head, len(f)):]) {
+			if w.big.Add(1) == 1 && w.cfg.OnBigTCP != nil {
+				w.cfg.OnBigTCP()
+			}
+			continue
+		}
 		pkt := ipPacket(f[min(head, len(f)):])
 		if len(pkt) == 0 {
 			w.invalid.Add(1)
@@ -275,7 +285,7 @@ func (w *WireSource) Stats() WireStats {
 	return WireStats{
 		Packets: w.packets.Load(), Cut: w.cut.Load(), Clamped: w.clamped.Load(),
 		TooBig: w.tooBig.Load(), BadChecksum: w.badCsum.Load(), Invalid: w.invalid.Load(),
-		Spoofed: w.spoofed.Load(), TTLExceeded: w.ttlExceeded.Load(),
+		Spoofed: w.spoofed.Load(), TTLExceeded: w.ttlExceeded.Load(), BigTCP: w.big.Load(),
 	}
 }
 
@@ -289,4 +299,5 @@ func (s *WireStats) Add(o WireStats) {
 	s.Invalid += o.Invalid
 	s.Spoofed += o.Spoofed
 	s.TTLExceeded += o.TTLExceeded
+	s.BigTCP += o.BigTCP
 }

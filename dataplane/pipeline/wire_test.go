@@ -369,3 +369,32 @@ func repeat(n, v int) []int {
 	}
 	return s
 }
+
+// TestWireSourceBigTCP: a BIG TCP super-packet, which no egress takes
+// whole, is dropped and counted as such, the first one reported through
+// OnBigTCP; the packets around it go on.
+func TestWireSourceBigTCP(t *testing.T) {
+	big, kh := bigTCPFrame(100000)
+	small := udp4(10, false)
+	frames := [][]byte{wireFrame(small), big, wireFrame(small)}
+	recv := &headerReceiver{frameReceiver{batches: [][][]byte{frames, {big}}}, []segment.Header{{}, kh, {}}}
+	calls := 0
+	src, err := pipeline.NewWireSource(pipeline.WireConfig{Receiver: recv, MTU: 1500, OnBigTCP: func() { calls++ }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := newMemSink(256, 2048)
+	f, err := pipeline.NewForwarder(pipeline.ForwarderConfig{Source: src, HeaderSize: segment.HeaderSize, Sink: sink, FrameSize: 2048, Queue: newQueue(t), MTU: 1500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := runWithin(t, f); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Run = %v, want the receiver's net.ErrClosed", err)
+	}
+	if ws := src.Stats(); ws != (pipeline.WireStats{Packets: 4, BigTCP: 2}) || calls != 1 {
+		t.Errorf("wire stats %+v, OnBigTCP called %d times; want 4 packets, 2 BIG TCP, one call", ws, calls)
+	}
+	if fmt.Sprint(sink.sent) != fmt.Sprint([]int{len(small), len(small)}) {
+		t.Errorf("sent packets of %v bytes, want the two datagrams", sink.sent)
+	}
+}
