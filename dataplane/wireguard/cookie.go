@@ -106,4 +106,3 @@ func (p *Peer) takeCookie(reply []byte, m int64) Reason {
 	j.cookie, j.got = c, m
 	return OK
 }
-

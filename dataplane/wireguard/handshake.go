@@ -82,7 +82,10 @@ func (d *Device) Handle(dst, msg []byte, src netip.AddrPort, underLoad bool) (ou
 		return dst, nil, Oversize
 	}
 	if messageType(msg) == TypeCookieReply {
-		return dst, nil, d.handleCookieReply(msg, m)
+		if r := d.handleCookieReply(msg, m); r != OK {
+			return dst, nil, r
+		}
+		return dst, nil, nil
 	}
 	if !d.checkMAC1(msg) {
 		return dst, nil, BadMAC1
