@@ -131,3 +131,8 @@ func openOne(d *Device, msg []byte, src netip.AddrPort) Packet {
 	d.Open(pkts)
 	return pkts[0]
 }
+
+// netipAddrPort returns a with its port moved by n.
+func netipAddrPort(a netip.AddrPort, n uint16) netip.AddrPort {
+	return netip.AddrPortFrom(a.Addr(), a.Port()+n)
+}
