@@ -72,7 +72,12 @@ func TestHostileHandshake(t *testing.T) {
 	// A response with a wrong tag, then a cookie reply that does not
 	// open, to the handshake a has under way.
 	resp, _, _ := s.b.Handle(nil, append([]byte(nil), s.fresh(t)...), addrA, false)
-	bad := alter(resp, func(b []byte) { b[offRespEmpty] ^= 1; o1, _ := macs(b); m := macOf(s.a.mac1Key[:], b[:o1]); copy(b[o1:], m[:]) })
+	bad := alter(resp, func(b []byte) {
+		b[offRespEmpty] ^= 1
+		o1, _ := macs(b)
+		m := macOf(s.a.mac1Key[:], b[:o1])
+		copy(b[o1:], m[:])
+	})
 	if _, _, err := s.a.Handle(nil, bad, addrB, false); err != Auth {
 		t.Errorf("response with a wrong tag: %v", err)
 	}
@@ -139,8 +144,17 @@ func TestHostileData(t *testing.T) {
 		{"altered ciphertext", alter(func(b []byte) { b[HeaderLen] ^= 1 }), Auth},
 		{"altered tag", alter(func(b []byte) { b[len(b)-1] ^= 1 }), Auth},
 		{"counter at the limit", withCounter(1 << 20), Replay},
-		{"not IP", func() []byte { p := []Packet{{Buf: notIP, Peer: s.pa}}; s.pa.current.Load().sendCounter.Store(5); s.a.Seal(p); return p[0].Buf }(), Malformed},
-		{"keepalive", func() []byte { p := []Packet{{Buf: make([]byte, HeaderLen, 64), Peer: s.pa}}; s.a.Seal(p); return p[0].Buf }(), Keepalive},
+		{"not IP", func() []byte {
+			p := []Packet{{Buf: notIP, Peer: s.pa}}
+			s.pa.current.Load().sendCounter.Store(5)
+			s.a.Seal(p)
+			return p[0].Buf
+		}(), Malformed},
+		{"keepalive", func() []byte {
+			p := []Packet{{Buf: make([]byte, HeaderLen, 64), Peer: s.pa}}
+			s.a.Seal(p)
+			return p[0].Buf
+		}(), Keepalive},
 	} {
 		if got := openOne(s.b, c.msg, addrA); got.Reason != c.want {
 			t.Errorf("%s: %v, want %v", c.name, got.Reason, c.want)

@@ -88,7 +88,9 @@ func (p *Peer) roam(src netip.AddrPort) {
 		return
 	}
 	if ep := p.endpoint.Load(); ep == nil || *ep != src {
-		p.endpoint.Store(&src)
+		moved := new(netip.AddrPort)
+		*moved = src
+		p.endpoint.Store(moved)
 	}
 }
 
