@@ -107,3 +107,23 @@ func TestConcurrentSealOpen(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkSealOpen seals and opens batches of 64 packets of 1,420 bytes.
+func BenchmarkSealOpen(b *testing.B) {
+	s := newPair(b, Key{}, nil)
+	s.handshake(b)
+	openOne(s.b, sealOne(b, s.a, s.pa, nil), addrA)
+	pkts := make([]Packet, 64)
+	for i := range pkts {
+		pkts[i] = Packet{Buf: datagram(ipv4(1420, byte(i))), Peer: s.pa}
+	}
+	b.SetBytes(int64(len(pkts) * 1420))
+	b.ReportAllocs()
+	for b.Loop() {
+		for i := range pkts {
+			pkts[i].Buf, pkts[i].Peer = pkts[i].Buf[:HeaderLen+1420], s.pa
+		}
+		s.a.Seal(pkts)
+		s.b.Open(pkts)
+	}
+}

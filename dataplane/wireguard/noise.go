@@ -188,6 +188,7 @@ func (d *Device) writeInitiation(msg []byte, p *Peer, hs *handshake, now time.Ti
 	kdf(&hs.ck, pub[:], &hs.ck)
 	mixHash(&hs.h, pub[:])
 	es, err := dh(&eph, &p.cfg.PublicKey)
+	defer clear(es[:])
 	if err != nil {
 		return err
 	}
@@ -224,6 +225,7 @@ func (d *Device) readInitiation(msg []byte, st *responderState) (*Peer, Reason) 
 	kdf(&st.ck, st.remoteEph[:], &st.ck)
 	mixHash(&st.h, st.remoteEph[:])
 	es, err := dh(&d.private, &st.remoteEph)
+	defer clear(es[:])
 	if err != nil {
 		return nil, BadKey
 	}
@@ -265,16 +267,19 @@ func (d *Device) writeResponse(msg []byte, p *Peer, st *responderState, localInd
 	kdf(&st.ck, pub[:], &st.ck)
 	mixHash(&st.h, pub[:])
 	ee, err := dh(&eph, &st.remoteEph)
+	defer clear(ee[:])
 	if err != nil {
 		return send, recv, err
 	}
 	kdf(&st.ck, ee[:], &st.ck)
 	se, err := dh(&eph, &p.cfg.PublicKey)
+	defer clear(se[:])
 	if err != nil {
 		return send, recv, err
 	}
 	kdf(&st.ck, se[:], &st.ck)
 	var tau, k [KeyLen]byte
+	defer clear(tau[:])
 	defer clear(k[:])
 	kdf(&st.ck, p.cfg.PresharedKey[:], &st.ck, &tau, &k)
 	mixHash(&st.h, tau[:])
@@ -297,16 +302,19 @@ func (d *Device) readResponse(msg []byte, p *Peer, hs *handshake) (send, recv [K
 	kdf(&ck, remote[:], &ck)
 	mixHash(&h, remote[:])
 	ee, err := dh(&hs.ephemeral, &remote)
+	defer clear(ee[:])
 	if err != nil {
 		return send, recv, BadKey
 	}
 	kdf(&ck, ee[:], &ck)
 	se, err := dh(&d.private, &remote)
+	defer clear(se[:])
 	if err != nil {
 		return send, recv, BadKey
 	}
 	kdf(&ck, se[:], &ck)
 	var tau, k [KeyLen]byte
+	defer clear(tau[:])
 	defer clear(k[:])
 	kdf(&ck, p.cfg.PresharedKey[:], &ck, &tau, &k)
 	mixHash(&h, tau[:])
