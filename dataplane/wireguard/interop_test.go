@@ -35,6 +35,7 @@ type side struct {
 	p      *Peer // wireguard-go
 	c      *net.UDPConn
 	in     chan []byte
+	index  uint32 // the receiver index of the last data message pumped
 	inside netip.Addr
 }
 
@@ -132,6 +133,7 @@ func (s *side) pumpFor(wait time.Duration, done func(typ uint32, err error, inne
 		var inner []byte
 		switch typ := Type(msg); typ {
 		case TypeData:
+			s.index = index(msg, offReceiver)
 			pkts := []Packet{{Buf: msg, Addr: src}}
 			s.d.Open(pkts)
 			if r := pkts[0].Reason; r != OK {
@@ -242,7 +244,9 @@ func TestInteropWireguardGo(t *testing.T) {
 	for time.Since(s.p.LastHandshake()) < timers.RekeyAfterTime {
 		time.Sleep(100 * time.Millisecond)
 	}
-	s.seal(ping(w.inside, s.inside))
+	in = ping(w.inside, s.inside)
+	s.seal(in)
+	w.toTUN(in) // (wireguard-go's receiver waits for its TUN write to be taken)
 	if act, _ := s.p.Tick(); act&SendInitiation == 0 {
 		t.Fatalf("Tick after RekeyAfterTime: %v", act)
 	}
@@ -275,6 +279,11 @@ func (s *side) initiate() {
 		s.t.Fatalf("Tick after the handshake: %v", act)
 	}
 	s.seal(nil)
+	// wireguard-go sends with the new keypair once the keepalive
+	// confirmed it: its next persistent keepalive (1 s) does.
+	s.pump(func(typ uint32, err error, _ []byte) bool {
+		return err == Keepalive && s.index == s.p.current.Load().localIndex
+	})
 }
 
 // underLoad floods wireguard-go with initiations that pass MAC1 and fail
