@@ -163,11 +163,21 @@ func TestHostileData(t *testing.T) {
 	if got := openOne(s.b, withCounter(1<<20-1), addrA); got.Reason != OK {
 		t.Errorf("the last counter: %v", got.Reason)
 	}
-	s.pa.current.Load().sendCounter.Store(DefaultTimers.RejectAfterMessages)
-	if p := []Packet{{Buf: datagram(ipv4(20, 0)), Peer: s.pa}}; true {
+	// At the limit, Seal takes the counters left and no more: the
+	// counter never wraps to reuse a nonce.
+	kp := s.pa.current.Load()
+	kp.sendCounter.Store(DefaultTimers.RejectAfterMessages - 1)
+	for range 3 {
+		p := batch(s.pa, 3)
 		s.a.Seal(p)
-		if p[0].Reason != Expired {
-			t.Errorf("seal at the counter limit: %v", p[0].Reason)
+		if p[1].Reason != Expired || p[2].Reason != Expired || kp.sendCounter.Load() != DefaultTimers.RejectAfterMessages {
+			t.Fatalf("seal at the counter limit: %v %v %v, counter %d", p[0].Reason, p[1].Reason, p[2].Reason, kp.sendCounter.Load())
+		}
+	}
+	if p := []Packet{{Buf: datagram(ipv4(20, 0))}}; true {
+		s.a.Seal(p)
+		if p[0].Reason != UnknownPeer {
+			t.Errorf("seal to no peer: %v", p[0].Reason)
 		}
 	}
 	s.pa.current.Load().sendCounter.Store(200)

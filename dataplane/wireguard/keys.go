@@ -44,7 +44,8 @@ const nonceOff = offCounter - 4
 // Packet), to pkts[i].Peer, with its current keypair, looked up once per
 // run of packets to one peer, whose counters are taken for the run at
 // once. A packet that cannot be sealed gets a Reason (NoKey: no current
-// keypair, and a handshake is asked for; NoRoom) and is to be dropped.
+// keypair, and a handshake is asked for; Expired: out of counters;
+// NoRoom; UnknownPeer: no Peer) and is to be dropped.
 // It does not allocate and is safe to call from several goroutines.
 func (d *Device) Seal(pkts []Packet) {
 	m := d.mono(d.now())
@@ -61,27 +62,30 @@ func (d *Device) Seal(pkts []Packet) {
 func (d *Device) sealRun(run []Packet, m int64) {
 	t := &d.timers
 	p := run[0].Peer
+	if p == nil {
+		for i := range run {
+			run[i].Reason = UnknownPeer
+		}
+		return
+	}
 	ep := p.Endpoint()
+	for i := range run {
+		run[i].Addr, run[i].Reason = ep, NoKey
+	}
 	kp := p.current.Load()
 	if kp == nil || m-kp.created >= int64(t.RejectAfterTime) {
-		for i := range run {
-			run[i].Addr, run[i].Reason = ep, NoKey
-		}
 		p.wantHandshake()
 		return
 	}
-	n := uint64(len(run))
-	first := kp.sendCounter.Add(n) - n
+	first, n := kp.counters(uint64(len(run)), t.RejectAfterMessages)
 	sent, data := false, false
 	for i := range run {
 		pkt := &run[i]
-		pkt.Addr = ep
-		c := first + uint64(i)
-		if c >= t.RejectAfterMessages {
+		if uint64(i) >= n {
 			pkt.Reason = Expired
 			continue
 		}
-		pkt.Reason = seal(kp, pkt, c)
+		pkt.Reason = seal(kp, pkt, first+uint64(i))
 		if pkt.Reason == OK {
 			sent = true
 			data = data || len(pkt.Buf) > MinDataSize
@@ -95,6 +99,18 @@ func (d *Device) sealRun(run []Packet, m int64) {
 	}
 	if first+n >= t.RekeyAfterMessages || kp.initiator && m-kp.created >= int64(t.RekeyAfterTime) {
 		p.wantHandshake()
+	}
+}
+
+// counters takes up to n counters below limit from kp, in one piece:
+// the first, and how many.
+func (kp *keypair) counters(n, limit uint64) (first, taken uint64) {
+	for {
+		first = kp.sendCounter.Load()
+		taken = min(n, limit-min(first, limit))
+		if taken == 0 || kp.sendCounter.CompareAndSwap(first, first+taken) {
+			return first, taken
+		}
 	}
 }
 

@@ -51,9 +51,8 @@ const (
 // Tick runs p's timers at the device's clock: it drops keypairs past
 // Timers.RejectAfterTime (and zeroes what it can of them), retries or
 // gives up a handshake, and says what is to be sent (a handshake
-// initiation, a keepalive) and when to call Tick next, at the latest;
-// Config.Notify says when sooner. Call it from one goroutine per peer
-// (or one for all).
+// initiation, a keepalive: unless data goes first) and when to call Tick
+// next, at the latest; Config.Notify says when sooner.
 func (p *Peer) Tick() (Action, time.Time) {
 	d := p.dev
 	t := &d.timers
@@ -75,8 +74,12 @@ func (p *Peer) Tick() (Action, time.Time) {
 			p.dropLocked(slot)
 		}
 	}
+	if s := p.unansweredSend.Load(); s != 0 && at(s+int64(t.KeepaliveTimeout+t.RekeyTimeout)) {
+		p.unansweredSend.CompareAndSwap(s, 0)
+		p.want.Store(true)
+	}
 	switch {
-	case p.hsPending:
+	case p.hsPending: // retried until RekeyAttemptTime
 		if at(p.hsSent + int64(t.RekeyTimeout) + p.hsJitter) {
 			if m-p.attemptStart >= int64(t.RekeyAttemptTime) {
 				p.giveUpLocked()
@@ -84,14 +87,10 @@ func (p *Peer) Tick() (Action, time.Time) {
 				act |= SendInitiation
 			}
 		}
-	case p.want.Load():
+	case p.want.Load(): // at most one initiation per RekeyTimeout
 		if p.hsSent == 0 || at(p.hsSent+int64(t.RekeyTimeout)) {
 			act |= SendInitiation
 		}
-	}
-	if s := p.unansweredSend.Load(); s != 0 && at(s+int64(t.KeepaliveTimeout+t.RekeyTimeout)) {
-		act |= SendInitiation
-		p.unansweredSend.CompareAndSwap(s, 0)
 	}
 	if r := p.unansweredRecv.Load(); r != 0 && at(r+int64(t.KeepaliveTimeout)) || p.keepaliveNow.Load() {
 		act |= SendKeepalive
