@@ -128,7 +128,7 @@ func (d *Device) AddPeer(cfg PeerConfig) (*Peer, error) {
 	return p, nil
 }
 
-// RemovePeer removes p and zeroes its keys.
+// RemovePeer removes p, its keypairs and its handshake under way.
 func (d *Device) RemovePeer(p *Peer) {
 	d.mu.Lock()
 	if d.peers[p.cfg.PublicKey] == p {

@@ -9,8 +9,8 @@ import (
 
 // Type returns the type of message msg (TypeInitiation, TypeResponse,
 // TypeCookieReply, TypeData), or 0 if it has none: shorter than four
-// bytes, or its reserved bytes not zero. Handshake messages go to
-// Handle, data messages to Open.
+// bytes, another type, or its reserved bytes not zero. Handshake messages
+// go to Handle, data messages to Open.
 func Type(msg []byte) uint32 { return messageType(msg) }
 
 // AppendInitiation starts a handshake with p: it appends a handshake

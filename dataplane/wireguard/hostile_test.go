@@ -194,3 +194,24 @@ func TestHostileData(t *testing.T) {
 		t.Errorf("a counter behind the window: %v", got.Reason)
 	}
 }
+
+// TestRemovePeer: a removed peer's messages are refused: its data as to
+// an unknown index, its initiations as from an unknown key.
+func TestRemovePeer(t *testing.T) {
+	s := newPair(t, Key{}, nil)
+	s.handshake(t)
+	msg := sealOne(t, s.a, s.pa, ipv4(40, 0))
+	s.b.RemovePeer(s.pb)
+	if got := openOne(s.b, msg, addrA); got.Reason != UnknownIndex {
+		t.Errorf("data of a removed peer: %v", got.Reason)
+	}
+	if _, _, err := s.b.Handle(nil, s.fresh(t), addrA, false); err != UnknownPeer {
+		t.Errorf("initiation of a removed peer: %v", err)
+	}
+	if len(s.b.indices) != 0 || s.b.PeerByKey(s.a.PublicKey()) != nil {
+		t.Error("the peer's indices or key kept")
+	}
+	if _, err := s.b.AppendInitiation(nil, s.pb); err == nil {
+		t.Error("initiation to a removed peer")
+	}
+}

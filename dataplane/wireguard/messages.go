@@ -42,13 +42,17 @@ const (
 	offCookieEnc = offCookieNon + cookieNonceLn
 )
 
-// messageType returns msg's type, or 0 if msg is shorter than a type
-// word or its reserved bytes are not zero.
+// messageType returns msg's type, or 0 if it has none: shorter than a
+// type word, or the word (the type and three reserved zero bytes) not one
+// of the four types.
 func messageType(msg []byte) uint32 {
 	if len(msg) < 4 {
 		return 0
 	}
-	return binary.LittleEndian.Uint32(msg)
+	if t := binary.LittleEndian.Uint32(msg); t >= TypeInitiation && t <= TypeData {
+		return t
+	}
+	return 0
 }
 
 func putType(msg []byte, t uint32) { binary.LittleEndian.PutUint32(msg, t) }
