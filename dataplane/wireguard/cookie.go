@@ -55,7 +55,7 @@ func (d *Device) appendCookieReply(dst, msg []byte, src netip.AddrPort, m int64)
 	reply := make([]byte, CookieReplySize)
 	putType(reply, TypeCookieReply)
 	putIndex(reply, offReceiver, index(msg, offSender))
-	nonce := reply[offCookieNon : offCookieNon+cookieNonceLn]
+	nonce := reply[offCookieNonce : offCookieNonce+cookieNonceLen]
 	rand.Read(nonce)
 	c := d.cookie(src, m)
 	o1, _ := macs(msg)
@@ -98,7 +98,7 @@ func (p *Peer) takeCookie(reply []byte, m int64) Reason {
 		return UnknownIndex
 	}
 	a, _ := chacha20poly1305.NewX(p.cookieKey[:])
-	nonce := reply[offCookieNon : offCookieNon+cookieNonceLn]
+	nonce := reply[offCookieNonce : offCookieNonce+cookieNonceLen]
 	var c [cookieLen]byte
 	if _, err := a.Open(c[:0], nonce, reply[offCookieEnc:CookieReplySize], j.lastMAC1[:]); err != nil {
 		return Auth

@@ -20,26 +20,26 @@ const (
 	TagLen          = 16  // a Poly1305 tag
 	MinDataSize     = HeaderLen + TagLen
 
-	macLen        = 16
-	timestampLen  = 12
-	cookieLen     = 16
-	cookieNonceLn = 24
+	macLen         = 16
+	timestampLen   = 12
+	cookieLen      = 16
+	cookieNonceLen = 24
 )
 
 // Field offsets. Handshake messages end with mac1 and mac2; a data
 // message's nonce is its counter.
 const (
-	offSender    = 4
-	offReceiver  = 4 // in a cookie reply and a data message
-	offCounter   = 8 // in a data message
-	offInitEph   = 8
-	offInitStat  = offInitEph + KeyLen
-	offInitTime  = offInitStat + KeyLen + TagLen
-	offRespRecv  = 8
-	offRespEph   = 12
-	offRespEmpty = offRespEph + KeyLen
-	offCookieNon = 8
-	offCookieEnc = offCookieNon + cookieNonceLn
+	offSender      = 4
+	offReceiver    = 4 // in a cookie reply and a data message
+	offCounter     = 8 // in a data message
+	offInitEph     = 8
+	offInitStat    = offInitEph + KeyLen
+	offInitTime    = offInitStat + KeyLen + TagLen
+	offRespRecv    = 8
+	offRespEph     = 12
+	offRespEmpty   = offRespEph + KeyLen
+	offCookieNonce = 8
+	offCookieEnc   = offCookieNonce + cookieNonceLen
 )
 
 // messageType returns msg's type, or 0 if it has none: shorter than a

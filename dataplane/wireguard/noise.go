@@ -209,11 +209,10 @@ func (d *Device) writeInitiation(msg []byte, p *Peer, hs *handshake, now time.Ti
 // responderState is what a responder keeps of an initiation it read, to
 // write the response from.
 type responderState struct {
-	ck, h        [KeyLen]byte
-	remoteEph    Key
-	remoteIndex  uint32
-	timestamp    [timestampLen]byte
-	ephemeralPub Key
+	ck, h       [KeyLen]byte
+	remoteEph   Key
+	remoteIndex uint32
+	timestamp   [timestampLen]byte
 }
 
 // readInitiation decrypts and authenticates an initiation (its MAC1
