@@ -66,6 +66,8 @@ FUZZ_TARGETS = ./segment:FuzzSplit ./segment:FuzzValidate ./segment:FuzzCoalesce
 	./internal/iphdr:FuzzRead \
 	./internal/icmperr:FuzzErrorFor ./dataplane/afpacket:FuzzReceiveFrame \
 	./dataplane/udp:FuzzReceiverHeaders \
+	./dataplane/wireguard:FuzzInitiation ./dataplane/wireguard:FuzzResponse \
+	./dataplane/wireguard:FuzzCookieReply ./dataplane/wireguard:FuzzData \
 	./dataplane/xsk:FuzzReceiveChains ./dataplane/xsk:FuzzXDPProgram
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -1,0 +1,190 @@
+package wireguard
+
+import (
+	"bytes"
+	"errors"
+	"net/netip"
+	"slices"
+)
+
+// Type returns the type of message msg (TypeInitiation, TypeResponse,
+// TypeCookieReply, TypeData), or 0 if it has none: shorter than four
+// bytes, another type, or its reserved bytes not zero. Handshake messages
+// go to Handle, data messages to Open.
+func Type(msg []byte) uint32 { return messageType(msg) }
+
+// AppendInitiation starts a handshake with p: it appends a handshake
+// initiation to dst, to be sent to p.Endpoint(). A handshake already
+// under way is replaced (its retry is this), and it is retried by Tick.
+func (d *Device) AppendInitiation(dst []byte, p *Peer) ([]byte, error) {
+	now := d.now()
+	m := d.mono(now)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.removed {
+		return dst, errors.New("wireguard: peer removed")
+	}
+	if p.hsPending {
+		d.dropIndex(p.hs.localIndex)
+		p.hs.zero()
+		p.hsPending = false
+	}
+	idx, err := d.newIndex(indexEntry{peer: p})
+	if err != nil {
+		return dst, err
+	}
+	p.hs.localIndex = idx
+	dst = slices.Grow(dst, InitiationSize)
+	msg := dst[len(dst) : len(dst)+InitiationSize]
+	if err := d.writeInitiation(msg, p, &p.hs, now); err != nil {
+		d.dropIndex(idx)
+		p.hs.zero()
+		return dst, err
+	}
+	p.addMACs(msg, m)
+	p.hsPending = true
+	p.hsSent, p.hsJitter = m, d.jitter()
+	if p.attemptStart == 0 {
+		p.attemptStart = m
+	}
+	p.want.Store(false)
+	p.sentAuth(m)
+	return dst[:len(dst)+InitiationSize], nil
+}
+
+// Handle takes a handshake message from src: an initiation (it appends
+// the response to dst), a response (completing the handshake p started:
+// p's Tick then asks for a keepalive, unless the caller sends data
+// first), or a cookie reply (kept for p's next handshake message). Under
+// load (the caller's judgement, e.g. a backlog of handshake messages), an
+// initiation or response without a valid MAC2 for src is answered with a
+// cookie reply in dst instead, and refused with NeedCookie. A message
+// refused returns its Reason as the error, and dst with nothing appended
+// but such a cookie reply. p is the peer the message authenticated as.
+func (d *Device) Handle(dst, msg []byte, src netip.AddrPort, underLoad bool) (out []byte, p *Peer, err error) {
+	now := d.now()
+	m := d.mono(now)
+	var size int
+	switch messageType(msg) {
+	case TypeInitiation:
+		size = InitiationSize
+	case TypeResponse:
+		size = ResponseSize
+	case TypeCookieReply:
+		size = CookieReplySize
+	default:
+		return dst, nil, UnknownType
+	}
+	switch {
+	case len(msg) < size:
+		return dst, nil, Short
+	case len(msg) > size:
+		return dst, nil, Oversize
+	}
+	if messageType(msg) == TypeCookieReply {
+		if r := d.handleCookieReply(msg, m); r != OK {
+			return dst, nil, r
+		}
+		return dst, nil, nil
+	}
+	if !d.checkMAC1(msg) {
+		return dst, nil, BadMAC1
+	}
+	if underLoad && !d.checkMAC2(msg, src, m) {
+		return d.appendCookieReply(dst, msg, src, m), nil, NeedCookie
+	}
+	var r Reason
+	if messageType(msg) == TypeInitiation {
+		dst, p, r = d.handleInitiation(dst, msg, m)
+	} else {
+		p, r = d.handleResponse(msg, m)
+	}
+	if r != OK {
+		return dst, nil, r
+	}
+	if messageType(msg) == TypeResponse {
+		p.kick() // a keepalive is due
+	}
+	p.roam(src)
+	p.receivedAuth()
+	return dst, p, nil
+}
+
+// handleInitiation authenticates an initiation, answers it and puts the
+// new keypair in its peer's next slot.
+func (d *Device) handleInitiation(dst, msg []byte, m int64) ([]byte, *Peer, Reason) {
+	var st responderState
+	defer clear(st.ck[:])
+	p, r := d.readInitiation(msg, &st)
+	if r != OK {
+		return dst, nil, r
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.removed:
+		return dst, nil, UnknownPeer
+	case bytes.Compare(st.timestamp[:], p.lastTimestamp[:]) <= 0:
+		return dst, nil, OldTimestamp
+	case p.lastInit != 0 && m-p.lastInit < int64(d.timers.InitiationInterval):
+		return dst, nil, RateLimited
+	}
+	idx, err := d.newIndex(indexEntry{peer: p})
+	if err != nil {
+		return dst, nil, Auth
+	}
+	dst = slices.Grow(dst, ResponseSize)
+	reply := dst[len(dst) : len(dst)+ResponseSize]
+	send, recv, err := d.writeResponse(reply, p, &st, idx)
+	if err != nil {
+		d.dropIndex(idx)
+		return dst, nil, BadKey
+	}
+	p.lastTimestamp, p.lastInit = st.timestamp, m
+	kp := newKeypair(&send, &recv, false, idx, st.remoteIndex, m)
+	d.setIndex(idx, indexEntry{peer: p, kp: kp})
+	p.installLocked(kp)
+	p.addMACs(reply, m)
+	p.sentAuth(m)
+	return dst[:len(dst)+ResponseSize], p, OK
+}
+
+// handleResponse completes the handshake the response's receiver index
+// names: its keypair becomes its peer's current one.
+func (d *Device) handleResponse(msg []byte, m int64) (*Peer, Reason) {
+	i := index(msg, offRespRecv)
+	p := d.lookup(i).peer
+	if p == nil {
+		return nil, UnknownIndex
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.hsPending || p.hs.localIndex != i {
+		return nil, UnknownIndex
+	}
+	send, recv, r := d.readResponse(msg, p, &p.hs)
+	if r != OK {
+		return nil, r
+	}
+	kp := newKeypair(&send, &recv, true, i, index(msg, offSender), m)
+	d.setIndex(i, indexEntry{peer: p, kp: kp})
+	p.installLocked(kp)
+	p.hs.zero()
+	p.hsPending = false
+	p.attemptStart = 0
+	p.want.Store(false)
+	p.keepaliveNow.Store(true)
+	return p, OK
+}
+
+// handleCookieReply keeps the cookie of a reply to a handshake message
+// this device sent.
+func (d *Device) handleCookieReply(msg []byte, m int64) Reason {
+	p := d.lookup(index(msg, offReceiver)).peer
+	if p == nil {
+		return UnknownIndex
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.takeCookie(msg, m)
+}
