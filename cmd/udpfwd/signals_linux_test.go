@@ -105,48 +105,18 @@ func TestSystemdNotify(t *testing.T) {
 	requireRoot(t)
 	a, _ := newLab(t)
 	sock := filepath.Join(t.TempDir(), "notify")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	msgs := make(chan string, 64)
-	go func() {
-		buf := make([]byte, 512)
-		for {
-			n, err := conn.Read(buf)
-			if err != nil {
-				close(msgs)
-				return
-			}
-			msgs <- string(buf[:n])
-		}
-	}()
+	msgs := readNotify(t, sock)
 	p := startUdpfwd(t, a, append([]string{"NOTIFY_SOCKET=" + sock, "WATCHDOG_USEC=400000"}, labEnv...), labArgs...)
-	expect := func(want string) {
-		t.Helper()
-		deadline := time.After(15 * time.Second)
-		for {
-			select {
-			case m := <-msgs:
-				if strings.Contains(m, want) {
-					return
-				}
-			case <-deadline:
-				t.Fatalf("no %s from udpfwd:\n%s", want, p.out.String())
-			}
-		}
-	}
-	expect("READY=1")
+	expect(t, msgs, "READY=1", &p.out)
 	if resp, err := get(a, "127.0.0.1:9464", "/healthz"); err != nil {
 		t.Errorf("READY=1 before the metrics server answers: %v", err)
 	} else {
 		resp.Body.Close()
 	}
-	expect("WATCHDOG=1")
-	expect("WATCHDOG=1")
+	expect(t, msgs, "WATCHDOG=1", &p.out)
+	expect(t, msgs, "WATCHDOG=1", &p.out)
 	p.cmd.Process.Signal(syscall.SIGTERM)
-	expect("STOPPING=1")
+	expect(t, msgs, "STOPPING=1", &p.out)
 	if code := p.wait(5 * time.Second); code != 0 {
 		t.Fatalf("exit %d:\n%s", code, p.out.String())
 	}
