@@ -132,15 +132,7 @@ func TestRouteTakeover(t *testing.T) {
 	if !routesVia(t, a, labTUN)["198.19.0.0/24"] {
 		t.Errorf("198.19.0.0/24 not routed into %s with -route-takeover", labTUN)
 	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	if code := p.wait(5 * time.Second); code != 0 {
-		t.Fatalf("exit %d:\n%s", code, p.out.String())
-	}
-	for _, want := range []string{"route taken over", "route put back"} {
-		if !strings.Contains(p.out.String(), want) {
-			t.Errorf("log lacks %q:\n%s", want, p.out.String())
-		}
-	}
+	stopTakeover(t, p)
 	if after := hostRoutes(); after != before {
 		t.Errorf("host routes not as they were after stop:\nbefore %s\nafter  %s", before, after)
 	}
@@ -223,15 +215,7 @@ func TestRouteTakeoverKilled(t *testing.T) {
 	}
 
 	p = takeOver()
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	if code := p.wait(5 * time.Second); code != 0 {
-		t.Fatalf("exit %d:\n%s", code, p.out.String())
-	}
-	for _, want := range []string{"route taken over", "route put back"} {
-		if !strings.Contains(p.out.String(), want) {
-			t.Errorf("log lacks %q:\n%s", want, p.out.String())
-		}
-	}
+	stopTakeover(t, p)
 	if after := strings.Join(routeTable(t, a), "; "); after != before {
 		t.Errorf("host routes after the restart's stop:\nbefore %s\nafter  %s", before, after)
 	}
@@ -422,5 +406,20 @@ func TestSecondOnSameTUN(t *testing.T) {
 				t.Fatalf("first udpfwd: exit %d:\n%s", code, first.out.String())
 			}
 		})
+	}
+}
+
+// stopTakeover stops a udpfwd run with -route-takeover with SIGTERM and
+// checks that it exits 0 having logged the takeover and the give-back.
+func stopTakeover(t *testing.T, p *proc) {
+	t.Helper()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.wait(5 * time.Second); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, p.out.String())
+	}
+	for _, want := range []string{"route taken over", "route put back"} {
+		if !strings.Contains(p.out.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, p.out.String())
+		}
 	}
 }
