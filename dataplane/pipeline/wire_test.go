@@ -346,19 +346,27 @@ func TestWireSourceKernelHeaders(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sink := newMemSink(256, 2048)
-			f, err := pipeline.NewForwarder(pipeline.ForwarderConfig{Source: src, HeaderSize: segment.HeaderSize, Sink: sink, FrameSize: 2048, Queue: newQueue(t), MTU: 1500})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := runWithin(t, f); !errors.Is(err, net.ErrClosed) {
-				t.Fatalf("Run = %v, want the receiver's net.ErrClosed", err)
-			}
+			sink := forwardAll(t, src)
 			if fmt.Sprint(sink.sent) != fmt.Sprint(c.want) {
 				t.Errorf("sent packets of %v bytes, want %v", sink.sent, c.want)
 			}
 		})
 	}
+}
+
+// forwardAll runs a forwarder from src into a memory sink until the
+// source's receiver runs out (net.ErrClosed) and returns the sink.
+func forwardAll(t *testing.T, src pipeline.Source) *memSink {
+	t.Helper()
+	sink := newMemSink(256, 2048)
+	f, err := pipeline.NewForwarder(pipeline.ForwarderConfig{Source: src, HeaderSize: segment.HeaderSize, Sink: sink, FrameSize: 2048, Queue: newQueue(t), MTU: 1500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := runWithin(t, f); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Run = %v, want the receiver's net.ErrClosed", err)
+	}
+	return sink
 }
 
 // repeat returns n copies of v.
@@ -383,14 +391,7 @@ func TestWireSourceBigTCP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink := newMemSink(256, 2048)
-	f, err := pipeline.NewForwarder(pipeline.ForwarderConfig{Source: src, HeaderSize: segment.HeaderSize, Sink: sink, FrameSize: 2048, Queue: newQueue(t), MTU: 1500})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := runWithin(t, f); !errors.Is(err, net.ErrClosed) {
-		t.Fatalf("Run = %v, want the receiver's net.ErrClosed", err)
-	}
+	sink := forwardAll(t, src)
 	if ws := src.Stats(); ws != (pipeline.WireStats{Packets: 4, BigTCP: 2}) || calls != 1 {
 		t.Errorf("wire stats %+v, OnBigTCP called %d times; want 4 packets, 2 BIG TCP, one call", ws, calls)
 	}
