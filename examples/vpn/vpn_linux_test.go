@@ -154,23 +154,11 @@ func TestVPNRestart(t *testing.T) {
 // took; it fails the test past wait.
 func echoWithin(t *testing.T, p *netlab.Pair, wait time.Duration) time.Duration {
 	t.Helper()
-	addr := net.UDPAddrFromAddrPort(netip.AddrPortFrom(innerB, 7007))
-	var srv, c *net.UDPConn
+	addr := netip.AddrPortFrom(innerB, 7007)
+	defer netlab.EchoUDP(t, p.B, addr)()
+	var c *net.UDPConn
 	var err error
-	p.B.Do(t, func() { srv, err = net.ListenUDP("udp", addr) })
-	netlab.Must(t, err)
-	defer srv.Close()
-	go func() {
-		buf := make([]byte, 64)
-		for {
-			k, from, err := srv.ReadFromUDPAddrPort(buf)
-			if err != nil {
-				return
-			}
-			srv.WriteToUDPAddrPort(buf[:k], from)
-		}
-	}()
-	p.A.Do(t, func() { c, err = net.DialUDP("udp", nil, addr) })
+	p.A.Do(t, func() { c, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(addr)) })
 	netlab.Must(t, err)
 	defer c.Close()
 	start := time.Now()

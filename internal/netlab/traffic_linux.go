@@ -122,22 +122,9 @@ func TCPInfo(c *net.TCPConn) *unix.TCPInfo {
 func Echo(t TB, server, client *NS, addr netip.Addr, wait time.Duration) {
 	t.Helper()
 	udpAddr, tcpAddr := netip.AddrPortFrom(addr, 7007), netip.AddrPortFrom(addr, 7008)
-	var srv *net.UDPConn
-	var err error
-	server.Do(t, func() { srv, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(udpAddr)) })
-	Must(t, err)
-	defer srv.Close()
-	go func() {
-		buf := make([]byte, 64)
-		for {
-			k, from, err := srv.ReadFromUDPAddrPort(buf)
-			if err != nil {
-				return
-			}
-			srv.WriteToUDPAddrPort(buf[:k], from)
-		}
-	}()
+	defer EchoUDP(t, server, udpAddr)()
 	var c *net.UDPConn
+	var err error
 	client.Do(t, func() { c, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(udpAddr)) })
 	Must(t, err)
 	defer c.Close()
@@ -163,6 +150,27 @@ func Echo(t TB, server, client *NS, addr netip.Addr, wait time.Duration) {
 	}
 	defer tc.Close()
 	echo(t, tc, "TCP", addr, wait)
+}
+
+// EchoUDP runs a UDP echo server on addr in ns (small datagrams) until
+// the function it returns is called.
+func EchoUDP(t TB, ns *NS, addr netip.AddrPort) (stop func()) {
+	t.Helper()
+	var srv *net.UDPConn
+	var err error
+	ns.Do(t, func() { srv, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(addr)) })
+	Must(t, err)
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			k, from, err := srv.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			srv.WriteToUDPAddrPort(buf[:k], from)
+		}
+	}()
+	return func() { srv.Close() }
 }
 
 // echo writes a message to c and checks that it comes back within wait.
