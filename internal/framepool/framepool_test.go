@@ -140,3 +140,29 @@ func TestAllocs(t *testing.T) {
 		t.Errorf("%v allocations per cycle, want 0", allocs)
 	}
 }
+
+// TestKeep: a kept frame is reported by Complete like a taken one but
+// stays out of the pool, which neither Free nor a second Complete
+// changes, until Release puts it back; Release ignores frames that are
+// not kept.
+func TestKeep(t *testing.T) {
+	p := New(2, 64, 0, 0)
+	frames := make([]pipeline.Frame, 2)
+	p.Alloc(frames)
+	p.Keep(frames[:1])
+	p.Take(frames[1:])
+	p.Free(frames[:1])
+	if n := p.Complete(); n != 2 {
+		t.Errorf("Complete: %d, want the kept frame and the taken one", n)
+	}
+	p.Release(frames[1:]) // back already
+	more := make([]pipeline.Frame, 2)
+	if n := p.Alloc(more); n != 1 || more[0].ID != frames[1].ID {
+		t.Errorf("with a frame kept: Alloc %d frames %v, want only the taken one", n, ids(more[:n]))
+	}
+	p.Release(frames[:1])
+	p.Release(frames[:1])
+	if n := p.Alloc(more); n != 1 || more[0].ID != frames[0].ID {
+		t.Errorf("after Release: Alloc %d frames %v, want the kept one, once", n, ids(more[:n]))
+	}
+}

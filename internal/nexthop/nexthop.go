@@ -14,7 +14,7 @@ type State uint8
 
 const (
 	// Pending: the next hop is being resolved, or will be once fewer
-	// than Config.MaxPending resolutions are under way. Hold the frame
+	// than Config.MaxPending resolutions are under way. Queue the frame
 	// or drop it, and look again when Changed moves.
 	Pending State = iota
 	// Resolved: the MAC address is the next hop's.
@@ -410,15 +410,17 @@ func (r *Resolver) advance(now int64) {
 // neighbours: a failure then is forgotten, and a resolution under way
 // starts again with a fresh solicitation, since the kernel's was lost on
 // the down link and it would ask again only after retrans_time (1 s).
+// Changed moves: a caller that held back while the link was down looks
+// again.
 func (r *Resolver) LinkUp() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now, forgot := r.now(), false
+	now := r.now()
+	defer r.bump()
 	r.tab.all(func(e *entry) {
 		switch e.state {
 		case Failed:
 			r.tab.remove(e)
-			forgot = true
 		case Pending:
 			select {
 			case r.jobs <- job{key: e.dst, renew: true}:
@@ -427,9 +429,6 @@ func (r *Resolver) LinkUp() {
 			}
 		}
 	})
-	if forgot {
-		r.bump()
-	}
 }
 
 // resync follows lost notifications: resolved entries are re-validated

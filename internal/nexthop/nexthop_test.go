@@ -243,7 +243,7 @@ func TestLinkUp(t *testing.T) {
 		t.Errorf("LinkUp queued %v, want the resolution under way renewed", js)
 	}
 	if r.Changed() == v {
-		t.Error("a failure was forgotten, but Changed did not move")
+		t.Error("the link came up, but Changed did not move")
 	}
 	if mac, st := r.Lookup(done); st != Resolved || mac != macA {
 		t.Errorf("resolved entry after LinkUp: %v %v", mac, st)
