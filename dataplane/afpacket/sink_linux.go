@@ -116,11 +116,13 @@ func NewSink(s *Socket, ifindex int, gateway netip.Addr, mode GSOMode) (*Sink, e
 	if mode == GSOModeOffload && !(k.tso4 || k.tso6 || k.uso) {
 		return nil, fmt.Errorf("afpacket: sink on %s: %w (ethtool -K %s tso on)", a.Name, ErrNoOffload, a.Name)
 	}
-	l, err := egress.New(egress.Config{Ifname: a.Name, Ifindex: ifindex, MAC: a.HardwareAddr, Gateway: gateway, Counts: &s.st.nextHop})
+	cfg := s.port.cfg
+	l, err := egress.New(egress.Config{
+		Ifname: a.Name, Ifindex: ifindex, MAC: a.HardwareAddr, Gateway: gateway, Counts: &s.st.nextHop, Frames: cfg.Frames + cfg.LargeFrames,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("afpacket: sink: %w", err)
 	}
-	cfg := s.port.cfg
 	sk := &Sink{
 		s: s, layer: l, mode: mode, nic: k,
 		pool:      framepool.New(cfg.Frames, cfg.FrameSize, cfg.LargeFrames, LargeFrameSize),
@@ -204,7 +206,8 @@ func (s *Sink) SetLinkUp(up bool) { s.layer.SetLinkUp(up) }
 func (s *Sink) SetMAC(mac net.HardwareAddr) { s.layer.SetMAC(mac) }
 
 // Close stops the sink's next-hop resolver and drops the frames waiting
-// for their next hop; the Socket belongs to its port.
+// for their next hop, once the forwarder is done with the sink; the
+// Socket belongs to its port.
 func (s *Sink) Close() {
 	s.txMu.Lock()
 	defer s.txMu.Unlock()

@@ -53,7 +53,7 @@ func NewSink(x *Socket, ifindex int, gateway netip.Addr) (*Sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("xsk: sink: interface %d: %w", ifindex, err)
 	}
-	l, err := egress.New(egress.Config{Ifname: ifi.Name, Ifindex: ifindex, MAC: ifi.HardwareAddr, Gateway: gateway})
+	l, err := egress.New(egress.Config{Ifname: ifi.Name, Ifindex: ifindex, MAC: ifi.HardwareAddr, Gateway: gateway, Frames: x.NumFrames() / 2})
 	if err != nil {
 		return nil, fmt.Errorf("xsk: sink: %w", err)
 	}
@@ -75,8 +75,9 @@ func (s *Sink) SetLinkUp(up bool) { s.layer.SetLinkUp(up) }
 // frames it transmits from then on carry it as their source.
 func (s *Sink) SetMAC(mac net.HardwareAddr) { s.layer.SetMAC(mac) }
 
-// Close stops the sink's next-hop resolver and frees the frames waiting
-// for their next hop; the Socket belongs to its port.
+// Close stops the sink's next-hop resolver and drops the frames waiting
+// for their next hop, once the forwarder is done with the sink; the
+// Socket belongs to its port.
 func (s *Sink) Close() { s.layer.Close((*sinkWire)(s)) }
 
 // Backlog is ready when frames that waited for their next hop are to be

@@ -9,7 +9,8 @@
 // A frame whose next hop is being resolved waits in a bounded queue, as
 // the kernel queues a neighbour's packets while it resolves it
 // (arp_queue, unres_qlen_bytes): at most QueueLen frames per
-// destination, the oldest dropped to make room, and QueueMax in all. The
+// destination, the oldest dropped to make room, and a QueueShare of the
+// sink's frames in all, the next dropped. The
 // sink reports it complete at once, so that the forwarder releases its
 // charge and nothing else waits for it, and keeps its frame (Wire.Keep);
 // once the next hop resolves, the frames queued for it go out, in order,
@@ -59,10 +60,11 @@ type Wire interface {
 }
 
 // Queue bounds: the frames waiting for their next hop, per destination
-// and in all. They are the sink's frames, which the forwarder needs too.
+// (the kernel queues about 100 full-sized packets per neighbour), and in
+// all, a share of the sink's frames, which the forwarder needs too.
 const (
-	QueueLen = 16
-	QueueMax = 64
+	QueueLen   = 64
+	QueueShare = 4 // one frame in QueueShare at most
 )
 
 // retryWait is how long Backlog waits before the queue tries again to
@@ -86,6 +88,9 @@ type Config struct {
 	Gateway netip.Addr
 	// Counts receive the drops (nil: counters of the Layer's own).
 	Counts *Counts
+	// Frames is how many transmit frames the sink has: a QueueShare of
+	// them, at least one, may wait for their next hop.
+	Frames int
 }
 
 // Layer is a sink's link layer. SetReplier, SetLinkUp, SetMAC and Drops
@@ -97,9 +102,10 @@ type Layer struct {
 	reply  pipeline.Replier
 	counts *Counts
 	down   atomic.Bool             // see SetLinkUp
+	relink atomic.Bool             // the link is coming up: the queue is to be looked at again
 	mac    atomic.Pointer[[6]byte] // a new source address from SetMAC, for the next Transmit
 
-	queue   []queued         // kept frames waiting for their next hop, oldest first
+	queue   []queued         // kept frames waiting for their next hop, oldest first; cap: the bound in all
 	ready   []pipeline.Frame // flush's frames to send
 	flushed uint64           // the resolver's Changed when the queue was last looked at
 	unsent  bool             // the last flush left frames to send
@@ -134,7 +140,8 @@ func New(cfg Config) (*Layer, error) {
 	}
 	l := &Layer{
 		neigh: n, ether: nexthop.NewEther(n, [6]byte(cfg.MAC)), counts: cfg.Counts,
-		queue: make([]queued, 0, QueueMax), ready: make([]pipeline.Frame, 0, QueueMax), retried: make(chan struct{}, 1),
+		queue: make([]queued, 0, max(1, cfg.Frames/QueueShare)), ready: make([]pipeline.Frame, 0, max(1, cfg.Frames/QueueShare)),
+		retried: make(chan struct{}, 1),
 	}
 	l.retry = time.AfterFunc(time.Hour, func() {
 		l.armed.Store(false)
@@ -148,7 +155,8 @@ func New(cfg Config) (*Layer, error) {
 }
 
 // Close stops the next-hop resolver and drops the frames still queued,
-// counted as unresolved, giving them back to w.
+// counted as unresolved, giving them back to w; call it once Transmit is
+// no longer called.
 func (l *Layer) Close(w Wire) {
 	l.neigh.Close()
 	l.retry.Stop()
@@ -172,6 +180,7 @@ func (l *Layer) SetReplier(r pipeline.Replier) { l.reply = r }
 // from one goroutine at a time (the link's monitor).
 func (l *Layer) SetLinkUp(up bool) {
 	if up && l.down.Load() {
+		l.relink.Store(true) // before the resolver's change wakes the sink loop
 		l.neigh.LinkUp()
 	}
 	l.down.Store(!up)
@@ -207,9 +216,12 @@ func (l *Layer) Transmit(frames []pipeline.Frame, w Wire) (int, error) {
 	}
 	l.ether.Forget() // ask the resolver at least once per batch: it marks the entry in use
 	if l.down.Load() {
-		l.flushed = l.neigh.Changed() // the queue waits for the link
+		if !l.relink.Load() {
+			l.flushed = l.neigh.Changed() // the queue waits for the link
+		}
 		return 0, nil
 	}
+	l.relink.Store(false)
 	taken := 0
 	for {
 		if l.stale() || l.unsent {
@@ -267,7 +279,7 @@ func (l *Layer) headers(frames []pipeline.Frame, w Wire) (int, nexthop.Action) {
 
 // enqueue keeps a frame whose next hop is being resolved, behind the
 // others queued for its destination: if QueueLen are, the oldest of them
-// is dropped; if QueueMax are queued in all, the frame is.
+// is dropped; if the queue is full, the frame is.
 func (l *Layer) enqueue(f pipeline.Frame, w Wire) {
 	w.Keep(f)
 	dst := dstOf(f, w)
@@ -283,7 +295,7 @@ func (l *Layer) enqueue(f pipeline.Frame, w Wire) {
 	case n >= QueueLen:
 		l.drop(l.queue[oldest].f, nexthop.Queue, w)
 		l.queue = slices.Delete(l.queue, oldest, oldest+1)
-	case len(l.queue) == QueueMax:
+	case len(l.queue) == cap(l.queue):
 		l.drop(f, nexthop.Queue, w)
 		return
 	}

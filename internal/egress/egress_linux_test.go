@@ -26,6 +26,10 @@ var (
 	group  = netip.MustParseAddr("224.0.0.5")     // multicast: not routed
 )
 
+// labFrames is the lab's sink's frames: QueueLen for each of 4
+// destinations may wait.
+const labFrames = 4 * QueueLen * QueueShare
+
 // retrans is the lab's ARP retransmission time: the kernel gives up on a
 // neighbour after one solicitation that long.
 const retrans = 300 * time.Millisecond
@@ -59,7 +63,7 @@ func newLab(t *testing.T) *lab {
 	a := gw.LinkT(t, "eg-a").Attrs()
 	l := &lab{gw: gw, other: other, mac: a.HardwareAddr, peerMAC: other.LinkT(t, "eg-b").Attrs().HardwareAddr}
 	netlab.Must(t, gw.Run(func() (err error) {
-		l.layer, err = New(Config{Ifname: a.Name, Ifindex: a.Index, MAC: a.HardwareAddr})
+		l.layer, err = New(Config{Ifname: a.Name, Ifindex: a.Index, MAC: a.HardwareAddr, Frames: labFrames})
 		return err
 	}))
 	t.Cleanup(func() { l.layer.Close(&wire{}) })
@@ -282,13 +286,14 @@ func TestQueueLate(t *testing.T) {
 }
 
 // TestQueueBounds: a destination queues QueueLen frames, the oldest
-// dropped to make room, and QueueMax are queued in all, the next dropped;
-// Close drops what is still queued. Every frame dropped is counted.
+// dropped to make room, and a QueueShare of the sink's frames are queued
+// in all, the next dropped; Close drops what is still queued. Every frame
+// dropped is counted.
 func TestQueueBounds(t *testing.T) {
 	l := newLab(t)
 	dst := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{198, 18, 120, byte(100 + i)}) }
 	var dsts []netip.Addr
-	for i := range QueueMax / QueueLen {
+	for i := range labFrames / QueueShare / QueueLen {
 		for range QueueLen {
 			dsts = append(dsts, dst(i))
 		}
@@ -296,14 +301,14 @@ func TestQueueBounds(t *testing.T) {
 			dsts = append(dsts, dst(0)) // one more to the first
 		}
 	}
-	dsts = append(dsts, dst(QueueMax/QueueLen)) // past QueueMax
+	dsts = append(dsts, dst(labFrames/QueueShare/QueueLen)) // past the bound
 	w := &wire{}
 	if n, err := l.layer.Transmit(frames(dsts...), w); n != len(dsts) || err != nil {
 		t.Fatalf("took %d of %d, %v", n, len(dsts), err)
 	}
 	last := uint64(len(dsts))
 	if want := []uint64{1, last}; !slices.Equal(w.released, want) || len(w.kept) != len(dsts) || len(w.sent) != 0 {
-		t.Errorf("released %v (want %v: the first destination's oldest, and the one past QueueMax), kept %d of %d, sent %v", w.released, want, len(w.kept), len(dsts), w.sent)
+		t.Errorf("released %v (want %v: the first destination's oldest, and the one past the bound), kept %d of %d, sent %v", w.released, want, len(w.kept), len(dsts), w.sent)
 	}
 	l.layer.Close(w)
 	if d := l.layer.Drops(); d[pipeline.DropUnresolved] != uint64(len(dsts)) || len(w.released) != len(dsts) {
