@@ -54,15 +54,55 @@ const streamRate = 50 << 20
 // arrives once it answers. The stream is paced at a rate a loaded
 // machine sustains: at full rate, its ACKs delayed in the scheduler make
 // its sender retransmit now and then.
-func TestGatewayNeighbours(t *testing.T) { forPorts(t, gatewayNeighbours) }
+func TestGatewayNeighbours(t *testing.T) {
+	forPorts(t, func(t *testing.T, p labPort) {
+		lab := newGwLab(t, p.config(GatewayConfig{RouterAddrs: labRouters}))
+		gatewayNeighbours(t, lab, lab.A)
+	})
+}
 
-func gatewayNeighbours(t *testing.T, p labPort) {
-	lab := newGwLab(t, p.config(GatewayConfig{RouterAddrs: labRouters}))
+// TestIngressNeighbours is TestGatewayNeighbours between two wires: the
+// application in C sends through the ingress device.
+func TestIngressNeighbours(t *testing.T) {
+	forPorts(t, func(t *testing.T, p labPort) {
+		lab := &gwLab{Topology: newIngressTopology(t, 2, 2)}
+		cfg := p.config(GatewayConfig{
+			NIC: netlab.NICA, Routes: netlab.AppRoutes, Ingress: IngressOptions{Device: netlab.Ingress, Routes: netlab.SrvRoutes},
+		})
+		lab.A.Do(t, func() {
+			var err error
+			if lab.g, err = OpenGateway(cfg); err != nil {
+				t.Fatalf("OpenGateway: %v", err)
+			}
+		})
+		lab.run()
+		t.Cleanup(func() {
+			if err := lab.stop(); err != nil {
+				t.Errorf("gateway: %v", err)
+			}
+		})
+		gatewayNeighbours(t, lab, lab.C)
+	})
+}
+
+// gatewayNeighbours runs TestGatewayNeighbours' traffic from app, the
+// application's namespace, through lab's gateway.
+func gatewayNeighbours(t *testing.T, lab *gwLab, app *netlab.NS) {
+	dial := func(network string, dst netip.Addr, port int) net.Conn {
+		var c net.Conn
+		app.Do(t, func() {
+			var err error
+			if c, err = net.DialTimeout(network, netip.AddrPortFrom(dst, uint16(port)).String(), 5*time.Second); err != nil {
+				t.Fatalf("dial %s %v: %v", network, dst, err)
+			}
+		})
+		return c
+	}
 	ln, _ := lab.listen(t, "tcp", labSrv4, 5204)
 	defer ln.Close()
 	_, lateSrv := lab.listen(t, "udp", netip.IPv4Unspecified(), 7009)
 	defer lateSrv.Close()
-	conn := lab.dial(t, "tcp", labSrv4, 5204)
+	conn := dial("tcp", labSrv4, 5204)
 	defer conn.Close()
 	peer, err := ln.Accept()
 	netlab.Must(t, err)
@@ -105,13 +145,13 @@ func gatewayNeighbours(t *testing.T, p labPort) {
 	}()
 	time.Sleep(500 * time.Millisecond) // the stream is under way
 
-	ping4, ping6 := icmpConn(t, lab.A, "ip4:icmp"), icmpConn(t, lab.A, "ip6:ipv6-icmp")
+	ping4, ping6 := icmpConn(t, app, "ip4:icmp"), icmpConn(t, app, "ip6:ipv6-icmp")
 	defer ping4.Close()
 	defer ping6.Close()
-	udpDead := lab.dial(t, "udp", deadUDP4, 9).(*net.UDPConn)
+	udpDead := dial("udp", deadUDP4, 9).(*net.UDPConn)
 	defer udpDead.Close()
 	setSockopt(t, udpDead, unix.IPPROTO_IP, unix.IP_RECVERR, 1) // host unreachable is a soft error
-	udpLate := lab.dial(t, "udp", late4, 7009).(*net.UDPConn)
+	udpLate := dial("udp", late4, 7009).(*net.UDPConn)
 	defer udpLate.Close()
 
 	start := time.Now()
@@ -163,7 +203,7 @@ func gatewayNeighbours(t *testing.T, p labPort) {
 	wg.Wait()
 	info := netlab.TCPInfo(conn.(*net.TCPConn))
 	st := lab.g.Stats()
-	tcp := tcpCounters(t, lab.A) // the stream's sender is A's only TCP socket
+	tcp := tcpCounters(t, app) // the stream's sender is app's only TCP socket
 	t.Logf("after %v: ICMP %v, ICMPv6 %v, UDP unreachable %v, late datagrams arrived %v; drops %v, replies %+v",
 		time.Since(start), answers4, answers6, udpUnreachable, lateArrived, st.Forward.Drops, st.Replies)
 	t.Logf("stream: %d bytes acked, %d retransmitted (timeouts %d, fast retransmits %d, tail loss probes %d), RTO %v",

@@ -87,6 +87,7 @@ func (s *sender) transmit() (int, error) {
 		_, err := s.f.cfg.Sink.Transmit(nil)
 		return 0, err
 	}
+	s.flush = false // Transmit works it off first
 	s.pace.wait()
 	n, err := s.f.cfg.Sink.Transmit(s.pending)
 	var bytes int

@@ -10,14 +10,13 @@
 // the kernel queues a neighbour's packets while it resolves it
 // (arp_queue, unres_qlen_bytes): at most QueueLen frames per
 // destination, the oldest dropped to make room, and a QueueShare of the
-// sink's frames in all, the next dropped. The
-// sink reports it complete at once, so that the forwarder releases its
-// charge and nothing else waits for it, and keeps its frame (Wire.Keep);
-// once the next hop resolves, the frames queued for it go out, in order,
-// before the next frames to it; once it fails, they are dropped, counted
-// (unresolved) and their senders answered with host unreachable.
-// Backlog tells the sink loop when the queue has work while it has no
-// frames to give.
+// sink's frames in all, the next dropped. The sink reports it complete
+// at once, so that the forwarder releases its charge and nothing else
+// waits for it, and keeps its frame (Wire.Keep); once the next hop
+// resolves, the frames queued for it go out, in order, before the next
+// frames to it; once it fails, they are dropped, counted (unresolved)
+// and their senders answered with host unreachable. Backlog tells the
+// sink loop when the queue has work while it has no frames to give.
 package egress
 
 import (
