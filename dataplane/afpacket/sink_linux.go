@@ -366,8 +366,12 @@ func (w *sinkWire) SendKept(frames []pipeline.Frame) (int, bool, error) {
 	return w.sendFrames(frames, true)
 }
 
-// Keep keeps a frame that waits for its next hop.
-func (w *sinkWire) Keep(f pipeline.Frame) { w.pool.Keep([]pipeline.Frame{f}) }
+// Discard takes a frame dropped for want of a next hop.
+func (w *sinkWire) Discard(f pipeline.Frame) { w.pool.Take([]pipeline.Frame{f}) }
+
+// Keep keeps a frame that waits for its next hop, if one in
+// egress.QueueShare of the frames of its size is not kept already.
+func (w *sinkWire) Keep(f pipeline.Frame) bool { return w.pool.Keep(f, egress.QueueShare) }
 
 // Release puts a kept frame back.
 func (w *sinkWire) Release(f pipeline.Frame) { w.pool.Release([]pipeline.Frame{f}) }

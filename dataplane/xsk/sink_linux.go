@@ -40,6 +40,7 @@ type Sink struct {
 	lens  []int
 	csums []uint32 // checksum offload per frame, as Socket.transmit takes it
 	early int      // kept or dropped frames Complete has yet to report
+	kept  int      // frames kept for their next hop
 }
 
 // NewSink returns a Sink transmitting on x, an AF_XDP socket of the
@@ -191,15 +192,33 @@ func (w *sinkWire) send(frames []pipeline.Frame, kept bool) (int, bool, error) {
 		}
 	}
 	n, err := w.x.transmit(w.addrs[:len(frames)], w.lens[:len(frames)], w.csums[:len(frames)], kept)
+	if kept {
+		w.kept -= n
+	}
 	return n, n < len(frames), err
 }
 
-// Keep keeps a frame that waits for its next hop: the next Complete
-// reports it.
-func (w *sinkWire) Keep(pipeline.Frame) {
+// Discard frees a frame dropped for want of a next hop: the next
+// Complete reports it.
+func (w *sinkWire) Discard(f pipeline.Frame) {
 	w.mu.Lock()
+	w.addrs[0] = f.ID
+	w.x.free(w.addrs[:1])
 	w.early++
 	w.mu.Unlock()
+}
+
+// Keep keeps a frame that waits for its next hop, if one TX frame in
+// egress.QueueShare is not kept already: the next Complete reports it.
+func (w *sinkWire) Keep(pipeline.Frame) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.kept >= w.x.NumFrames()/2/egress.QueueShare {
+		return false
+	}
+	w.kept++
+	w.early++
+	return true
 }
 
 // SendKept puts kept frames on the TX ring, which Complete, having
@@ -211,5 +230,6 @@ func (w *sinkWire) Release(f pipeline.Frame) {
 	w.mu.Lock()
 	w.addrs[0] = f.ID
 	w.x.free(w.addrs[:1])
+	w.kept--
 	w.mu.Unlock()
 }

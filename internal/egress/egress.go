@@ -10,13 +10,14 @@
 // the kernel queues a neighbour's packets while it resolves it
 // (arp_queue, unres_qlen_bytes): at most QueueLen frames per
 // destination, the oldest dropped to make room, and a QueueShare of the
-// sink's frames in all, the next dropped. The sink reports it complete
-// at once, so that the forwarder releases its charge and nothing else
-// waits for it, and keeps its frame (Wire.Keep); once the next hop
-// resolves, the frames queued for it go out, in order, before the next
-// frames to it; once it fails, they are dropped, counted (unresolved)
-// and their senders answered with host unreachable. Backlog tells the
-// sink loop when the queue has work while it has no frames to give.
+// sink's frames in all (fewer if the sink cannot spare them), the next
+// dropped. The sink reports it complete at once, so that the forwarder
+// releases its charge and nothing else waits for it, and keeps its frame
+// (Wire.Keep); once the next hop resolves, the frames queued for it go
+// out, in order, before the next frames to it; once it fails, they are
+// dropped, counted (unresolved) and their senders answered with host
+// unreachable. Backlog tells the sink loop when the queue has work while
+// it has no frames to give.
 package egress
 
 import (
@@ -46,11 +47,17 @@ type Wire interface {
 	// whether the batch stops there (a full ring, send buffer or device
 	// queue); an error stops it too.
 	Send(frames []pipeline.Frame) (taken int, stop bool, err error)
-	// Keep takes a frame for the link layer: the sink's next Complete
-	// reports it like a sent one, so that its charge is released, but
-	// the frame stays out of the sink's free frames until SendKept or
-	// Release gives it back.
-	Keep(f pipeline.Frame)
+	// Discard takes a frame dropped for want of a next hop: the sink's
+	// next Complete reports it like a sent one, so that its charge is
+	// released.
+	Discard(f pipeline.Frame)
+	// Keep takes a frame for the link layer, if the sink can spare it:
+	// the sink's next Complete reports it like a sent one, so that its
+	// charge is released, but the frame stays out of the sink's free
+	// frames until SendKept or Release gives it back. A sink keeps so
+	// few of its frames that the forwarder always finds enough for a
+	// super-packet; it reports false, and takes nothing, for one more.
+	Keep(f pipeline.Frame) bool
 	// SendKept is Send for kept frames: they go back to the free frames
 	// once gone, and no Complete reports them again.
 	SendKept(frames []pipeline.Frame) (taken int, stop bool, err error)
@@ -60,10 +67,11 @@ type Wire interface {
 
 // Queue bounds: the frames waiting for their next hop, per destination
 // (the kernel queues about 100 full-sized packets per neighbour), and in
-// all, a share of the sink's frames, which the forwarder needs too.
+// all, a share of the sink's frames, which the forwarder needs too (see
+// Wire.Keep).
 const (
 	QueueLen   = 64
-	QueueShare = 4 // one frame in QueueShare at most
+	QueueShare = 4 // one frame in QueueShare at most, of each size (Wire.Keep)
 )
 
 // retryWait is how long Backlog waits before the queue tries again to
@@ -88,7 +96,8 @@ type Config struct {
 	// Counts receive the drops (nil: counters of the Layer's own).
 	Counts *Counts
 	// Frames is how many transmit frames the sink has: a QueueShare of
-	// them, at least one, may wait for their next hop.
+	// them at most, and as few as the sink keeps, wait for their next
+	// hop.
 	Frames int
 }
 
@@ -247,8 +256,8 @@ func (l *Layer) Transmit(frames []pipeline.Frame, w Wire) (int, error) {
 			l.enqueue(batch[m], w)
 			taken++
 		case a != nexthop.Send:
-			w.Keep(batch[m])
 			l.drop(batch[m], a, w)
+			w.Discard(batch[m])
 			taken++
 		case bad != nil:
 			return taken, bad
@@ -278,9 +287,9 @@ func (l *Layer) headers(frames []pipeline.Frame, w Wire) (int, nexthop.Action) {
 
 // enqueue keeps a frame whose next hop is being resolved, behind the
 // others queued for its destination: if QueueLen are, the oldest of them
-// is dropped; if the queue is full, the frame is.
+// is dropped; if the queue is full or the sink cannot spare the frame,
+// the frame is.
 func (l *Layer) enqueue(f pipeline.Frame, w Wire) {
-	w.Keep(f)
 	dst := dstOf(f, w)
 	n, oldest := 0, -1
 	for i, q := range l.queue {
@@ -290,12 +299,14 @@ func (l *Layer) enqueue(f pipeline.Frame, w Wire) {
 			}
 		}
 	}
-	switch {
-	case n >= QueueLen:
+	if n >= QueueLen {
 		l.drop(l.queue[oldest].f, nexthop.Queue, w)
+		w.Release(l.queue[oldest].f)
 		l.queue = slices.Delete(l.queue, oldest, oldest+1)
-	case len(l.queue) == cap(l.queue):
+	}
+	if len(l.queue) == cap(l.queue) || !w.Keep(f) {
 		l.drop(f, nexthop.Queue, w)
+		w.Discard(f)
 		return
 	}
 	l.queue = append(l.queue, queued{dst, f})
@@ -315,6 +326,7 @@ func (l *Layer) flush(w Wire) (stop bool, err error) {
 			keep = append(keep, q)
 		default:
 			l.drop(q.f, a, w)
+			w.Release(q.f)
 		}
 	}
 	l.queue = keep
@@ -336,14 +348,14 @@ func dstOf(f pipeline.Frame, w Wire) netip.Addr {
 	return dst
 }
 
-// drop drops a kept frame without a next hop, counts it and, if the
-// resolution failed (a), answers its sender.
+// drop counts a frame dropped for want of a next hop and, if the
+// resolution failed (a), answers its sender; the caller gives the frame
+// back to w.
 func (l *Layer) drop(f pipeline.Frame, a nexthop.Action, w Wire) {
 	if a == nexthop.Unreachable && l.reply != nil {
 		_, pkt := w.Packet(f)
 		l.reply.Unreachable(pkt)
 	}
-	w.Release(f)
 	if a == nexthop.NotRouted {
 		l.counts.NotRouted.Add(1)
 	} else {

@@ -71,13 +71,15 @@ func newLab(t *testing.T) *lab {
 }
 
 // wire is a sink's side of the loop in memory: it takes what it is given,
-// refuses the frame with ID bad in Check and stops after one frame of a
-// Send if stop. It records the IDs of the frames sent (kept ones too),
-// kept and released.
+// refuses the frame with ID bad in Check, stops after one frame of a
+// Send if stop, and keeps at most keepMax frames at once if not 0. It
+// records the IDs of the frames sent (kept ones too), discarded, kept
+// and released.
 type wire struct {
-	sent, kept, released []uint64
-	bad                  uint64
-	stop                 bool
+	sent, discarded, kept, released []uint64
+	bad                             uint64
+	stop                            bool
+	keepMax                         int
 }
 
 var errBad = errors.New("bad frame")
@@ -114,7 +116,15 @@ func (w *wire) SendKept(frames []pipeline.Frame) (int, bool, error) {
 	return w.Send(frames)
 }
 
-func (w *wire) Keep(f pipeline.Frame) { w.kept = append(w.kept, f.ID) }
+func (w *wire) Discard(f pipeline.Frame) { w.discarded = append(w.discarded, f.ID) }
+
+func (w *wire) Keep(f pipeline.Frame) bool {
+	if w.keepMax > 0 && len(w.kept)-len(w.released) >= w.keepMax { // nothing sent kept here
+		return false
+	}
+	w.kept = append(w.kept, f.ID)
+	return true
+}
 
 func (w *wire) Release(f pipeline.Frame) { w.released = append(w.released, f.ID) }
 
@@ -196,8 +206,8 @@ func TestTransmit(t *testing.T) {
 	if want := []uint64{1, 3, 5}; !slices.Equal(w.sent, want) {
 		t.Errorf("sent %v, want %v", w.sent, want)
 	}
-	if want := []uint64{2, 4}; !slices.Equal(w.kept, want) || !slices.Equal(w.released, want) {
-		t.Errorf("kept %v, released %v, want %v dropped", w.kept, w.released, want)
+	if want := []uint64{2, 4}; !slices.Equal(w.discarded, want) || len(w.kept) != 0 {
+		t.Errorf("discarded %v, kept %v, want %v dropped", w.discarded, w.kept, want)
 	}
 	for _, f := range []pipeline.Frame{fs[0], fs[2], fs[4]} {
 		if eth := f.Buf[:nexthop.EtherLen]; !bytes.Equal(eth[:6], l.peerMAC) || !bytes.Equal(eth[6:12], l.mac) || eth[12] != 0x08 || eth[13] != 0 {
@@ -287,8 +297,8 @@ func TestQueueLate(t *testing.T) {
 
 // TestQueueBounds: a destination queues QueueLen frames, the oldest
 // dropped to make room, and a QueueShare of the sink's frames are queued
-// in all, the next dropped; Close drops what is still queued. Every frame
-// dropped is counted.
+// in all, the next dropped, as is one the sink cannot spare; Close drops
+// what is still queued. Every frame dropped is counted.
 func TestQueueBounds(t *testing.T) {
 	l := newLab(t)
 	dst := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{198, 18, 120, byte(100 + i)}) }
@@ -307,12 +317,19 @@ func TestQueueBounds(t *testing.T) {
 		t.Fatalf("took %d of %d, %v", n, len(dsts), err)
 	}
 	last := uint64(len(dsts))
-	if want := []uint64{1, last}; !slices.Equal(w.released, want) || len(w.kept) != len(dsts) || len(w.sent) != 0 {
-		t.Errorf("released %v (want %v: the first destination's oldest, and the one past the bound), kept %d of %d, sent %v", w.released, want, len(w.kept), len(dsts), w.sent)
+	if !slices.Equal(w.released, []uint64{1}) || !slices.Equal(w.discarded, []uint64{last}) || len(w.kept) != len(dsts)-1 || len(w.sent) != 0 {
+		t.Errorf("released %v (want the first destination's oldest, 1), discarded %v (want the one past the bound, %d), kept %d of %d, sent %v",
+			w.released, w.discarded, last, len(w.kept), len(dsts), w.sent)
 	}
 	l.layer.Close(w)
-	if d := l.layer.Drops(); d[pipeline.DropUnresolved] != uint64(len(dsts)) || len(w.released) != len(dsts) {
-		t.Errorf("after Close: drops %v, released %d; want all %d dropped", d, len(w.released), len(dsts))
+	if d := l.layer.Drops(); d[pipeline.DropUnresolved] != uint64(len(dsts)) || len(w.released)+len(w.discarded) != len(dsts) {
+		t.Errorf("after Close: drops %v, released %d, discarded %d; want all %d dropped", d, len(w.released), len(w.discarded), len(dsts))
+	}
+
+	l = newLab(t) // a sink that keeps 2 frames
+	w = &wire{keepMax: 2}
+	if n, err := l.layer.Transmit(frames(nobody, nobody, nobody), w); n != 3 || err != nil || !slices.Equal(w.kept, []uint64{1, 2}) || !slices.Equal(w.discarded, []uint64{3}) {
+		t.Errorf("took %d, %v, kept %v, discarded %v; want 1 and 2 kept, 3 dropped", n, err, w.kept, w.discarded)
 	}
 }
 

@@ -33,6 +33,7 @@ type Pool struct {
 	freeL  []uint32 // free large frames (a stack)
 	states []uint8  // per frame
 	taken  []uint32 // taken frames, in order, until Complete
+	kept   [2]int   // kept frames, small and large
 }
 
 // New returns a pool of small frames of size bytes and large frames of
@@ -132,16 +133,22 @@ func (p *Pool) Take(frames []pipeline.Frame) {
 	}
 }
 
-// Keep marks frames, allocated and checked, taken by Transmit but kept
-// by the sink (a frame waiting for its next hop): Complete reports them
-// as it reports taken ones, but only Release puts them back.
-func (p *Pool) Keep(frames []pipeline.Frame) {
+// Keep marks a frame, allocated and checked, taken by Transmit but kept
+// by the sink (a frame waiting for its next hop): Complete reports it as
+// it reports taken ones, but only Release puts it back. It reports false,
+// and takes nothing, when one in share of the frames of its size is kept
+// already.
+func (p *Pool) Keep(f pipeline.Frame, share int) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, f := range frames {
-		p.states[f.ID] = stateKept
-		p.taken = append(p.taken, uint32(f.ID))
+	size, all := p.sizeOf(uint32(f.ID))
+	if p.kept[size] >= all/share {
+		return false
 	}
+	p.kept[size]++
+	p.states[f.ID] = stateKept
+	p.taken = append(p.taken, uint32(f.ID))
+	return true
 }
 
 // Release puts kept frames back; others are ignored.
@@ -150,9 +157,20 @@ func (p *Pool) Release(frames []pipeline.Frame) {
 	defer p.mu.Unlock()
 	for _, f := range frames {
 		if f.ID < uint64(len(p.states)) && p.states[f.ID] == stateKept {
+			size, _ := p.sizeOf(uint32(f.ID))
+			p.kept[size]--
 			p.put(uint32(f.ID))
 		}
 	}
+}
+
+// sizeOf returns 0 for a small frame, 1 for a large one, and how many
+// frames of that size the pool has.
+func (p *Pool) sizeOf(id uint32) (size, all int) {
+	if int(id) < p.small {
+		return 0, p.small
+	}
+	return 1, len(p.states) - p.small
 }
 
 // Taken returns how many frames Take and Keep took since the last
