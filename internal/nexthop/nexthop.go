@@ -185,9 +185,9 @@ func (r *Resolver) Lookup(dst netip.Addr) (mac [6]byte, st State) {
 
 // Changed returns a number that changes whenever a lookup may answer
 // differently: a resolution succeeded or failed, a MAC address changed,
-// an entry was dropped. A caller holding frames for Pending
-// destinations looks them up again when it moves; reading it costs an
-// atomic load.
+// an entry was dropped, the link came up. A caller queuing frames for
+// Pending destinations looks them up again when it moves; reading it
+// costs an atomic load.
 func (r *Resolver) Changed() uint64 { return r.version.Load() }
 
 // closedChan is a channel that is always closed.
