@@ -11,13 +11,16 @@ import (
 	"github.com/gsoplane/gsoplane/internal/netlab"
 )
 
-// TestAllocs: a batch through the sink (Alloc, Transmit, Complete) and a
-// Receive, busy or idle, allocate nothing.
+// TestAllocs: a batch through the sink (Alloc, Transmit, Complete), to a
+// next hop resolved or one being resolved (queued, the oldest dropped),
+// and a Receive, busy or idle, allocate nothing.
 func TestAllocs(t *testing.T) {
 	l := newLab(t, false)
 	p := l.open(t, Config{Queues: 1})
 	s := p.Sockets()[0]
 	sink, err := l.newSink(t, s, netlab.NICB4, GSOModeAuto)
+	netlab.Must(t, err)
+	dead, err := l.newSink(t, s, netip.MustParseAddr("198.18.100.77"), GSOModeAuto) // on gw-a's subnet, no host
 	netlab.Must(t, err)
 	gwA, gwB := l.A.LinkT(t, netlab.NICA), l.B.LinkT(t, netlab.NICB)
 	// UDP to B's discard port; B answers nothing (its ICMP errors are
@@ -25,7 +28,7 @@ func TestAllocs(t *testing.T) {
 	pkt := udpFrame(gwB.Attrs().HardwareAddr, gwA.Attrs().HardwareAddr,
 		netip.AddrPortFrom(netlab.NICA4, 1000), netip.AddrPortFrom(netlab.NICB4, 9), 600)[Headroom:]
 	frames := make([]pipeline.Frame, 32)
-	batch := func() {
+	batchTo := func(sink *Sink) {
 		n := sink.Alloc(frames)
 		for i := range frames[:n] {
 			frames[i].Len = copy(frames[i].Buf[Headroom:], pkt)
@@ -41,12 +44,24 @@ func TestAllocs(t *testing.T) {
 		}
 		sink.Complete()
 	}
-	batch() // resolves the next hop
+	batch := func() { batchTo(sink) }
+	batch() // resolves the next hop, and sends the batch then
+	for b := sink.Backlog(); b != nil; b = sink.Backlog() {
+		<-b
+		sink.Transmit(nil)
+	}
 	if a := testing.AllocsPerRun(100, batch); a != 0 {
 		t.Errorf("sink batch: %v allocations", a)
 	}
 	if st := s.Stats(); st.TX < 100*32 || st.Drops.Total() != 0 {
 		t.Errorf("sink stats %+v", st)
+	}
+	batchTo(dead) // starts the resolution
+	if a := testing.AllocsPerRun(20, func() { batchTo(dead) }); a != 0 {
+		t.Errorf("sink batch to a next hop being resolved: %v allocations", a)
+	}
+	if d := dead.Drops(); d[pipeline.DropUnresolved] == 0 {
+		t.Errorf("drops %v: want frames dropped from the full queue", d)
 	}
 
 	r := s.Receiver()

@@ -116,11 +116,13 @@ func NewSink(s *Socket, ifindex int, gateway netip.Addr, mode GSOMode) (*Sink, e
 	if mode == GSOModeOffload && !(k.tso4 || k.tso6 || k.uso) {
 		return nil, fmt.Errorf("afpacket: sink on %s: %w (ethtool -K %s tso on)", a.Name, ErrNoOffload, a.Name)
 	}
-	l, err := egress.New(egress.Config{Ifname: a.Name, Ifindex: ifindex, MAC: a.HardwareAddr, Gateway: gateway, Counts: &s.st.nextHop})
+	cfg := s.port.cfg
+	l, err := egress.New(egress.Config{
+		Ifname: a.Name, Ifindex: ifindex, MAC: a.HardwareAddr, Gateway: gateway, Counts: &s.st.nextHop, Frames: cfg.Frames + cfg.LargeFrames,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("afpacket: sink: %w", err)
 	}
-	cfg := s.port.cfg
 	sk := &Sink{
 		s: s, layer: l, mode: mode, nic: k,
 		pool:      framepool.New(cfg.Frames, cfg.FrameSize, cfg.LargeFrames, LargeFrameSize),
@@ -203,9 +205,18 @@ func (s *Sink) SetLinkUp(up bool) { s.layer.SetLinkUp(up) }
 // frames it transmits from then on carry it as their source.
 func (s *Sink) SetMAC(mac net.HardwareAddr) { s.layer.SetMAC(mac) }
 
-// Close stops the sink's next-hop resolver; the Socket belongs to its
-// port.
-func (s *Sink) Close() { s.layer.Close() }
+// Close stops the sink's next-hop resolver and drops the frames waiting
+// for their next hop, once the forwarder is done with the sink; the
+// Socket belongs to its port.
+func (s *Sink) Close() {
+	s.txMu.Lock()
+	defer s.txMu.Unlock()
+	s.layer.Close((*sinkWire)(s))
+}
+
+// Backlog is ready when frames that waited for their next hop are to be
+// sent or dropped, even with nothing to Transmit (nil while none wait).
+func (s *Sink) Backlog() <-chan struct{} { return s.layer.Backlog() }
 
 // Headroom is the virtio-net header and the Ethernet header, which
 // Transmit fills in.
@@ -302,12 +313,13 @@ func (s *Sink) AllocLarge(size int) (pipeline.Frame, bool) {
 func (s *Sink) Free(frames []pipeline.Frame) { s.pool.Free(frames) }
 
 // Transmit sends frames in order, at most 64 per call, and returns how
-// many it took: sent, or dropped and counted (a next hop the kernel
-// could not resolve, or is still resolving after the hold, see
-// Unresolved; a frame the kernel refused). It stops early when the
-// socket's send buffer or the device's queue is full, the link is down,
-// or a frame is held for its next hop (nexthop.HoldTime at most, once per
-// destination); the rest is offered again after Wait. A whole super-packet the kernel refuses 32 times in a row
+// many it took: sent, kept for a next hop being resolved (see Backlog),
+// or dropped and counted (a next hop the kernel could not resolve, see
+// Unresolved; a frame the kernel refused). It first sends or drops the
+// kept frames whose next hop resolved or failed. It stops early when the
+// socket's send buffer or the device's queue is full or the link is
+// down; the rest is offered again after Wait. A whole super-packet the
+// kernel refuses 32 times in a row
 // (ENOBUFS: the NIC's features changed and it no longer segments, see
 // GSOOff) is dropped, and the sink cuts every super-packet itself from
 // then on. A frame that is not an allocated frame, or whose length does
@@ -346,12 +358,33 @@ func (w *sinkWire) Packet(f pipeline.Frame) (eth, pkt []byte) {
 // Send writes the frames' virtio-net headers, points the messages at
 // them and sends them.
 func (w *sinkWire) Send(frames []pipeline.Frame) (int, bool, error) {
+	return w.sendFrames(frames, false)
+}
+
+// SendKept sends kept frames, which go back to the pool once sent.
+func (w *sinkWire) SendKept(frames []pipeline.Frame) (int, bool, error) {
+	return w.sendFrames(frames, true)
+}
+
+// Discard takes a frame dropped for want of a next hop.
+func (w *sinkWire) Discard(f pipeline.Frame) { w.pool.Take([]pipeline.Frame{f}) }
+
+// Keep keeps a frame that waits for its next hop, if one in
+// egress.QueueShare of the frames of its size is not kept already.
+func (w *sinkWire) Keep(f pipeline.Frame) bool { return w.pool.Keep(f, egress.QueueShare) }
+
+// Release puts a kept frame back.
+func (w *sinkWire) Release(f pipeline.Frame) { w.pool.Release([]pipeline.Frame{f}) }
+
+// sendFrames writes the frames' virtio-net headers, points the messages
+// at them and sends them.
+func (w *sinkWire) sendFrames(frames []pipeline.Frame, kept bool) (int, bool, error) {
 	for i, f := range frames {
 		b := w.pool.Frame(uint32(f.ID))
 		putVnetHeader(b, f.Header, f.Len)
 		w.msgs.Set(i, b[:Headroom+f.Len])
 	}
-	return (*Sink)(w).send(frames)
+	return (*Sink)(w).send(frames, kept)
 }
 
 // putVnetHeader writes the virtio-net header of a frame whose n-byte
@@ -367,13 +400,10 @@ func putVnetHeader(b []byte, h segment.Header, n int) {
 	h.Encode(b[:vnetHdrLen], vnetHdrLen)
 }
 
-// Discard takes a frame dropped for want of a next hop.
-func (w *sinkWire) Discard(f pipeline.Frame) { w.pool.Take([]pipeline.Frame{f}) }
-
 // send sends the m prepared messages and returns how many frames it took
 // (sent or refused) and whether to stop the batch (a full send buffer or
 // device queue).
-func (s *Sink) send(frames []pipeline.Frame) (taken int, stop bool, err error) {
+func (s *Sink) send(frames []pipeline.Frame, kept bool) (taken int, stop bool, err error) {
 	m := len(frames)
 	defer s.msgs.Clear(m)
 	for taken < m {
@@ -384,6 +414,7 @@ func (s *Sink) send(frames []pipeline.Frame) (taken int, stop bool, err error) {
 		s.s.st.txCalls.Add(1)
 		if s.sent > 0 {
 			s.account(frames[taken : taken+s.sent])
+			s.done(frames[taken:taken+s.sent], kept)
 			taken += s.sent
 			s.gsoBusy = 0
 			continue
@@ -403,7 +434,7 @@ func (s *Sink) send(frames []pipeline.Frame) (taken int, stop bool, err error) {
 					s.gsoOff.Store(true)
 					s.gsoBusy = 0
 					s.s.st.rf.Add(1)
-					s.pool.Take(frames[taken : taken+1])
+					s.done(frames[taken:taken+1], kept)
 					taken++
 					continue
 				}
@@ -421,7 +452,7 @@ func (s *Sink) send(frames []pipeline.Frame) (taken int, stop bool, err error) {
 			// The kernel refused this frame (a header it cannot
 			// use): it is dropped, not fatal.
 			s.s.st.rf.Add(1)
-			s.pool.Take(frames[taken : taken+1])
+			s.done(frames[taken:taken+1], kept)
 			taken++
 		case unix.EBADF:
 			return taken, true, ErrClosed
@@ -435,6 +466,16 @@ func (s *Sink) send(frames []pipeline.Frame) (taken int, stop bool, err error) {
 // doSend is sendFn: one sendmmsg of messages [from, to).
 func (s *Sink) doSend(fd uintptr) { s.sent, s.errno = s.msgs.Send(fd, s.from, s.to) }
 
+// done marks frames the kernel took (sent or refused): taken, for
+// Complete to report, or, kept ones, put back.
+func (s *Sink) done(frames []pipeline.Frame, kept bool) {
+	if kept {
+		s.pool.Release(frames)
+	} else {
+		s.pool.Take(frames)
+	}
+}
+
 // account counts frames as sent.
 func (s *Sink) account(frames []pipeline.Frame) {
 	var bytes, super, partial uint64
@@ -447,7 +488,6 @@ func (s *Sink) account(frames []pipeline.Frame) {
 			partial++
 		}
 	}
-	s.pool.Take(frames)
 	st := &s.s.st
 	st.tx.Add(uint64(len(frames)))
 	st.txBytes.Add(bytes)
@@ -456,8 +496,8 @@ func (s *Sink) account(frames []pipeline.Frame) {
 }
 
 // Drops returns how many frames the sink dropped, by reason:
-// DropUnresolved (a next hop the kernel could not resolve, or was still
-// resolving after the hold) and DropNotRouted.
+// DropUnresolved (a next hop the kernel could not resolve, or no room in
+// the queue for one) and DropNotRouted.
 func (s *Sink) Drops() pipeline.Drops { return s.layer.Drops() }
 
 // HostControl returns how many frames the sink discarded as the host's
@@ -465,14 +505,15 @@ func (s *Sink) Drops() pipeline.Drops { return s.layer.Drops() }
 func (s *Sink) HostControl() uint64 { return s.layer.HostControl() }
 
 // Complete returns how many frames Transmit took since the last call,
-// in order; their frames are free again. Frames are complete once the
-// kernel has copied them, so this never waits.
+// in order; their frames are free again, but for those kept for their
+// next hop. Frames are complete once the kernel has copied them, so this
+// never waits.
 func (s *Sink) Complete() (int, error) { return s.pool.Complete(), nil }
 
 // Wait waits up to d until the socket can take frames again: for its
 // send buffer to drain (the runtime poller wakes it when the socket
-// becomes writable), briefly after the device's queue was full or the
-// link down, or until the next hop of a held frame may have resolved.
+// becomes writable), or briefly after the device's queue was full or the
+// link down.
 func (s *Sink) Wait(d time.Duration) error {
 	s.txMu.Lock()
 	defer s.txMu.Unlock()

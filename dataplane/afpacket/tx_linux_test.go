@@ -19,7 +19,6 @@ import (
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/internal/ethernet"
 	"github.com/gsoplane/gsoplane/internal/netlab"
-	"github.com/gsoplane/gsoplane/internal/nexthop"
 	"github.com/gsoplane/gsoplane/segment"
 )
 
@@ -257,10 +256,10 @@ func TestGSOWithoutTSO(t *testing.T) {
 	}
 }
 
-// TestUnresolved: frames whose next hop the kernel is resolving are held
-// (Transmit takes nothing and never waits, Wait waits) for at most
-// nexthop.HoldTime, then dropped, counted and completed like sent ones;
-// once the resolution has failed, their senders are answered.
+// TestUnresolved: frames whose next hop the kernel is resolving are
+// taken at once and completed (their charges released) but kept; once
+// the resolution has failed, the backlog is ready, and Transmit with no
+// frames drops them, counted, and answers their senders.
 func TestUnresolved(t *testing.T) {
 	l := newLab(t, false)
 	p := l.open(t, Config{Queues: 1})
@@ -271,45 +270,36 @@ func TestUnresolved(t *testing.T) {
 	sink.SetReplier(&replies)
 	pkt, _ := superPacket(false, uint8(header.UDPProtocolNumber), 100, 1400, false)
 	frames := make([]pipeline.Frame, 2)
-	send := func() (int, error) {
-		if sink.Alloc(frames) != 2 {
-			t.Fatal("Alloc")
-		}
-		for i := range frames {
-			frames[i].Len = copy(frames[i].Buf[Headroom:], pkt)
-		}
-		return sink.Transmit(frames)
+	if sink.Alloc(frames) != 2 {
+		t.Fatal("Alloc")
+	}
+	for i := range frames {
+		frames[i].Len = copy(frames[i].Buf[Headroom:], pkt)
 	}
 	start := time.Now()
-	if n, err := send(); n != 0 || err != nil {
-		t.Fatalf("first Transmit: %d, %v; want the frames held", n, err)
+	if n, err := sink.Transmit(frames); n != 2 || err != nil {
+		t.Fatalf("Transmit: %d, %v; want the frames taken", n, err)
 	}
-	held := time.Now() // the hold began before this: it ends HoldTime after
-	if d := held.Sub(start); d > 100*time.Millisecond {
-		t.Errorf("Transmit waited %v", d)
+	if n, _ := sink.Complete(); n != 2 || sink.Drops()[pipeline.DropUnresolved] != 0 {
+		t.Errorf("while resolving: completed %d, unresolved %d; want 2, 0", n, sink.Drops()[pipeline.DropUnresolved])
 	}
-	for time.Since(held) < nexthop.HoldTime {
-		sink.Wait(time.Millisecond)
+	for replies.n.Load() == 0 {
+		select {
+		case <-sink.Backlog():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no sender answered %v after the frames", time.Since(start))
+		}
+		if _, err := sink.Transmit(nil); err != nil {
+			t.Fatal(err)
+		}
 	}
-	sink.Free(frames)
-	if n, err := send(); n != 2 || err != nil {
-		t.Fatalf("Transmit after the hold: %d, %v; want both frames taken", n, err)
+	if n, _ := sink.Complete(); n != 0 || sink.Drops()[pipeline.DropUnresolved] != 2 || replies.n.Load() != 2 || sink.Backlog() != nil {
+		t.Errorf("after the failure: completed %d more, unresolved %d, replies %d, backlog %v; want 0, 2, 2, none", n, sink.Drops()[pipeline.DropUnresolved], replies.n.Load(), sink.Backlog())
 	}
-	if n, _ := sink.Complete(); n != 2 || sink.Drops()[pipeline.DropUnresolved] != 2 || replies.n.Load() != 0 {
-		t.Errorf("while resolving: completed %d, unresolved %d, replies %d; want 2, 2, 0", n, sink.Drops()[pipeline.DropUnresolved], replies.n.Load())
+	if st := p.Sockets()[0].Stats(); st.TX != 0 || st.Drops.Unresolved != 2 {
+		t.Errorf("stats %+v", st)
 	}
-	for deadline := time.Now().Add(10 * time.Second); replies.n.Load() == 0 && time.Now().Before(deadline); {
-		time.Sleep(50 * time.Millisecond)
-		send()
-		sink.Complete()
-	}
-	if replies.n.Load() == 0 {
-		t.Fatalf("no sender answered %v after the first frame", time.Since(start))
-	}
-	if st := p.Sockets()[0].Stats(); st.TX != 0 || st.Drops.Unresolved != sink.Drops()[pipeline.DropUnresolved] {
-		t.Errorf("stats %+v, unresolved %d", st, sink.Drops()[pipeline.DropUnresolved])
-	}
-	t.Logf("failed after %v, %d frames dropped", time.Since(start), sink.Drops()[pipeline.DropUnresolved])
+	t.Logf("failed after %v", time.Since(start))
 }
 
 // unreachables is a pipeline.Replier that counts Unreachable calls.

@@ -68,6 +68,18 @@ type OffloadSink interface {
 	AllocLarge(size int) (Frame, bool)
 }
 
+// A BackloggedSink is a Sink with work of its own: frames whose
+// completion it reported but that it keeps to send later, such as frames
+// waiting for their next hop (the NIC ports' sinks). Backlog returns a
+// channel that is ready when Transmit, called with no frames, has some
+// of them to send or drop, or nil while it keeps none. The sink loop
+// waits for it beside the queue, and calls it from the same goroutine as
+// Transmit.
+type BackloggedSink interface {
+	Sink
+	Backlog() <-chan struct{}
+}
+
 // A Sink transmits IP packets from frames it owns and reports when they are
 // gone. The forwarder calls Alloc and Free from its producer and Transmit,
 // Complete and Wait from its sink loop, concurrently: a Sink must allow

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -151,5 +152,71 @@ func TestForwarderSmallSink(t *testing.T) {
 	}
 	if st := f.Stats(); st.Drops[pipeline.DropNoFrames] != 1 || st.Segments != 3 {
 		t.Fatalf("stats %+v: want 1 super-packet dropped for want of frames, 3 segments forwarded", st)
+	}
+}
+
+// gateSource yields one packet, then blocks until gate is closed, then
+// ends (io.EOF).
+type gateSource struct {
+	gate chan struct{}
+	sent bool
+}
+
+func (s *gateSource) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	if !s.sent {
+		s.sent = true
+		sizes[0] = copy(bufs[0][offset:], tcpSuperPacket(10<<10))
+		return 1, nil
+	}
+	<-s.gate
+	return 0, io.EOF
+}
+
+// backlogSink is a memSink with a backlog: ready, once closed, until a
+// Transmit with no frames works it off and closes flushed.
+type backlogSink struct {
+	*memSink
+	ready, flushed chan struct{}
+	done           atomic.Bool
+}
+
+func (s *backlogSink) Backlog() <-chan struct{} {
+	if s.done.Load() {
+		return nil
+	}
+	return s.ready
+}
+
+func (s *backlogSink) Transmit(frames []pipeline.Frame) (int, error) {
+	if len(frames) == 0 && !s.done.Swap(true) {
+		close(s.flushed)
+	}
+	return s.memSink.Transmit(frames)
+}
+
+// A BackloggedSink's backlog wakes an idle forwarder, whose sink loop
+// then calls Transmit with no frames.
+func TestForwarderBacklog(t *testing.T) {
+	src := &gateSource{gate: make(chan struct{})}
+	sink := &backlogSink{memSink: newMemSink(256, 2048), ready: make(chan struct{}), flushed: make(chan struct{})}
+	f, _, _ := newTestForwarder(t, src, sink)
+	done := make(chan error, 1)
+	go func() { done <- f.Run(context.Background()) }()
+	for deadline := time.Now().Add(5 * time.Second); f.Stats().Completed == 0 || f.Stats().Completed != f.Stats().Transmitted; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the packet did not go out: %+v", f.Stats())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(10 * time.Millisecond) // the sink loop waits for the queue
+	close(sink.ready)
+	select {
+	case <-sink.flushed:
+	case <-time.After(5 * time.Second):
+		t.Error("the backlog was not worked off")
+	}
+	close(src.gate)
+	if err := <-done; err != nil && !errors.Is(err, pipeline.ErrSourceClosed) && !errors.Is(err, io.EOF) {
+		t.Errorf("Run: %v", err)
 	}
 }

@@ -20,6 +20,8 @@ type sender struct {
 	inFlight int     // taken by the sink, not yet completed
 	sent     []sentBatch
 	pace     pacer
+	backlog  BackloggedSink // the sink, if it has a backlog
+	flush    bool           // its backlog is ready: Transmit even with no frames
 }
 
 // sentBatch remembers when frames were taken by the sink, for the
@@ -36,6 +38,7 @@ func (f *Forwarder) sinkLoop(ctx context.Context) error {
 		frames: make([]Frame, sinkBatch),
 		pace:   pacer{rate: f.cfg.TxRate},
 	}
+	s.backlog, _ = f.cfg.Sink.(BackloggedSink)
 	for {
 		f.sending.beat()
 		if err := s.fill(); err != nil {
@@ -74,11 +77,18 @@ func (s *sender) fill() error {
 	return err
 }
 
-// transmit offers the pending frames to the sink, within the pace.
+// transmit offers the pending frames to the sink, within the pace, and
+// lets the sink work off its backlog.
 func (s *sender) transmit() (int, error) {
 	if len(s.pending) == 0 {
-		return 0, nil
+		if s.flush = s.flush || s.backlogReady(); !s.flush {
+			return 0, nil
+		}
+		s.flush = false
+		_, err := s.f.cfg.Sink.Transmit(nil)
+		return 0, err
 	}
+	s.flush = false // Transmit works it off first
 	s.pace.wait()
 	n, err := s.f.cfg.Sink.Transmit(s.pending)
 	var bytes int
@@ -151,16 +161,36 @@ func (s *sender) idle(ctx context.Context, progress int) (bool, error) {
 		return false, nil
 	}
 	if len(s.pending) == 0 && s.inFlight == 0 {
+		var backlog <-chan struct{} // nil: none
+		if s.backlog != nil {
+			backlog = s.backlog.Backlog()
+		}
 		s.f.sending.wait() // for the producer
 		defer s.f.sending.woke()
 		select {
 		case <-s.f.cfg.Queue.Ready():
+			return false, nil
+		case <-backlog:
+			s.flush = true
 			return false, nil
 		case <-ctx.Done():
 			return true, nil
 		}
 	}
 	return false, s.f.cfg.Sink.Wait(time.Millisecond)
+}
+
+// backlogReady reports whether the sink's backlog is ready.
+func (s *sender) backlogReady() bool {
+	if s.backlog == nil {
+		return false
+	}
+	select {
+	case <-s.backlog.Backlog():
+		return true
+	default:
+		return false
+	}
 }
 
 // pacer spaces transmissions to a rate in bits per second; zero rate

@@ -250,7 +250,7 @@ func busyPollTransmit(t *testing.T, n *xdpNet, p *Port) {
 			for i := range k {
 				lens[i] = xdpPutUDPFrame(x.frame(addrs[i]), n.macB, n.macA, src, dst, []byte("busy poll"))
 			}
-			m, err := x.transmit(addrs[:k], lens[:k], nil)
+			m, err := x.transmit(addrs[:k], lens[:k], nil, false)
 			if err != nil {
 				t.Fatalf("transmit: %v", err)
 			}

@@ -114,7 +114,7 @@ func (g *Generator) Send() (int, error) {
 	for i, a := range g.addrs[:n] {
 		g.lens[i] = g.frames[int(a>>x.frameShift)-int(x.rxFrames)]
 	}
-	k, err := x.transmit(g.addrs[:n], g.lens[:n], nil)
+	k, err := x.transmit(g.addrs[:n], g.lens[:n], nil, false)
 	if k < n {
 		x.free(g.addrs[k:n])
 	}

@@ -25,11 +25,12 @@ const (
 // Sink is the forwarder's Sink on an AF_XDP socket: segments are cut
 // straight into UMEM frames behind room for an Ethernet header, which
 // Transmit fills in from the kernel's routing and neighbour tables
-// (internal/nexthop). A frame whose next hop is being resolved holds the
-// batch (nexthop.HoldTime at most, once per destination) and is then
-// dropped and counted (Unresolved), as is one whose next hop failed,
-// whose sender is answered with host unreachable through the Replier, if
-// one is set: a neighbour that never answers cannot stall the others.
+// (internal/nexthop). A frame whose next hop is being resolved is
+// reported complete but kept (internal/egress), while the others go on,
+// until its next hop resolves (it is sent) or fails (it is dropped and
+// counted, Unresolved, and its sender answered with host unreachable
+// through the Replier, if one is set): a neighbour that never answers
+// cannot stall the others.
 type Sink struct {
 	x     *Socket
 	layer *egress.Layer
@@ -38,7 +39,8 @@ type Sink struct {
 	addrs []uint64
 	lens  []int
 	csums []uint32 // checksum offload per frame, as Socket.transmit takes it
-	early int      // dropped frames Complete has yet to report
+	early int      // kept or dropped frames Complete has yet to report
+	kept  int      // frames kept for their next hop
 }
 
 // NewSink returns a Sink transmitting on x, an AF_XDP socket of the
@@ -52,7 +54,7 @@ func NewSink(x *Socket, ifindex int, gateway netip.Addr) (*Sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("xsk: sink: interface %d: %w", ifindex, err)
 	}
-	l, err := egress.New(egress.Config{Ifname: ifi.Name, Ifindex: ifindex, MAC: ifi.HardwareAddr, Gateway: gateway})
+	l, err := egress.New(egress.Config{Ifname: ifi.Name, Ifindex: ifindex, MAC: ifi.HardwareAddr, Gateway: gateway, Frames: x.NumFrames() / 2})
 	if err != nil {
 		return nil, fmt.Errorf("xsk: sink: %w", err)
 	}
@@ -74,9 +76,14 @@ func (s *Sink) SetLinkUp(up bool) { s.layer.SetLinkUp(up) }
 // frames it transmits from then on carry it as their source.
 func (s *Sink) SetMAC(mac net.HardwareAddr) { s.layer.SetMAC(mac) }
 
-// Close stops the sink's next-hop resolver; the Socket belongs to its
-// port.
-func (s *Sink) Close() { s.layer.Close() }
+// Close stops the sink's next-hop resolver and drops the frames waiting
+// for their next hop, once the forwarder is done with the sink; the
+// Socket belongs to its port.
+func (s *Sink) Close() { s.layer.Close((*sinkWire)(s)) }
+
+// Backlog is ready when frames that waited for their next hop are to be
+// sent or dropped, even with nothing to Transmit (nil while none wait).
+func (s *Sink) Backlog() <-chan struct{} { return s.layer.Backlog() }
 
 // Headroom is the Ethernet header.
 func (s *Sink) Headroom() int { return ethHdrLen }
@@ -121,24 +128,26 @@ func (s *Sink) Free(frames []pipeline.Frame) {
 }
 
 // Transmit writes each frame's Ethernet header and puts the frames on the
-// TX ring, at most 256 per call, in runs between the frames it drops for
-// want of a next hop; the next Complete reports those, so that their
-// charges are released like any other. It stops at a frame held for its
-// next hop (Wait waits for it), and takes nothing while the link is down.
+// TX ring, at most 256 per call, in runs between the frames it keeps or
+// drops for want of a next hop; the next Complete reports those, so that
+// their charges are released like any other. It first sends or drops
+// the kept frames whose next hop resolved or failed (Backlog), and takes
+// nothing while the link is down.
 func (s *Sink) Transmit(frames []pipeline.Frame) (int, error) {
 	return s.layer.Transmit(frames[:min(len(frames), sinkFrames)], (*sinkWire)(s))
 }
 
 // Drops returns how many frames the sink dropped, by reason:
-// DropUnresolved (a next hop the kernel could not resolve, or was still
-// resolving after the hold) and DropNotRouted.
+// DropUnresolved (a next hop the kernel could not resolve, or no room in
+// the queue for one) and DropNotRouted.
 func (s *Sink) Drops() pipeline.Drops { return s.layer.Drops() }
 
 // HostControl returns how many frames the sink discarded as the host's
 // own link signalling: neighbour discovery, MLD, IGMP (not drops).
 func (s *Sink) HostControl() uint64 { return s.layer.HostControl() }
 
-// Complete returns the frames the kernel has sent to the free list.
+// Complete returns the frames the kernel has sent to the free list, and
+// those kept or dropped for want of a next hop since the last call.
 func (s *Sink) Complete() (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -149,8 +158,7 @@ func (s *Sink) Complete() (int, error) {
 
 // Wait waits up to d until the kernel has completed transmitted frames,
 // woken by the socket's writable event, and kicks it meanwhile for frames
-// still on the TX ring; after Transmit held a frame, until its next hop
-// may have resolved; while the link is down, d.
+// still on the TX ring; while the link is down, d.
 func (s *Sink) Wait(d time.Duration) error {
 	if s.layer.Wait(d) {
 		return nil
@@ -175,7 +183,10 @@ func (w *sinkWire) Packet(f pipeline.Frame) (eth, pkt []byte) {
 
 // Send puts frames on the TX ring; it stops the batch when the ring is
 // full.
-func (w *sinkWire) Send(frames []pipeline.Frame) (int, bool, error) {
+func (w *sinkWire) Send(frames []pipeline.Frame) (int, bool, error) { return w.send(frames, false) }
+
+// send puts frames, kept ones or not, on the TX ring.
+func (w *sinkWire) send(frames []pipeline.Frame, kept bool) (int, bool, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for i, f := range frames {
@@ -184,15 +195,45 @@ func (w *sinkWire) Send(frames []pipeline.Frame) (int, bool, error) {
 			w.csums[i] = uint32(ethHdrLen+int(h.CsumStart))<<16 | uint32(h.CsumOffset)
 		}
 	}
-	n, err := w.x.transmit(w.addrs[:len(frames)], w.lens[:len(frames)], w.csums[:len(frames)])
+	n, err := w.x.transmit(w.addrs[:len(frames)], w.lens[:len(frames)], w.csums[:len(frames)], kept)
+	if kept {
+		w.kept -= n
+	}
 	return n, n < len(frames), err
 }
 
-// Discard frees a frame dropped for want of a next hop.
+// Discard frees a frame dropped for want of a next hop: the next
+// Complete reports it.
 func (w *sinkWire) Discard(f pipeline.Frame) {
 	w.mu.Lock()
 	w.addrs[0] = f.ID
 	w.x.free(w.addrs[:1])
 	w.early++
+	w.mu.Unlock()
+}
+
+// Keep keeps a frame that waits for its next hop, if one TX frame in
+// egress.QueueShare is not kept already: the next Complete reports it.
+func (w *sinkWire) Keep(pipeline.Frame) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.kept >= w.x.NumFrames()/2/egress.QueueShare {
+		return false
+	}
+	w.kept++
+	w.early++
+	return true
+}
+
+// SendKept puts kept frames on the TX ring, which Complete, having
+// reported them, frees without counting them.
+func (w *sinkWire) SendKept(frames []pipeline.Frame) (int, bool, error) { return w.send(frames, true) }
+
+// Release frees a kept frame.
+func (w *sinkWire) Release(f pipeline.Frame) {
+	w.mu.Lock()
+	w.addrs[0] = f.ID
+	w.x.free(w.addrs[:1])
+	w.kept--
 	w.mu.Unlock()
 }

@@ -224,6 +224,7 @@ const (
 	xskFrameFree                // TX: on the free list
 	xskFrameUser                // handed out by alloc or receive
 	xskFrameSpare               // RX: waiting for room in the fill ring
+	xskFrameKept                // TX: in the TX or completion ring, sent by transmit for a frame the caller reported complete already
 )
 
 // Socket is one AF_XDP socket bound to one RX queue, with its own UMEM and
@@ -612,8 +613,10 @@ func (x *Socket) frame(addr uint64) []byte {
 // counted (KickRetries) and retried by the next transmit or complete.
 // Other errors are returned, wrapped. A frame that is not an allocated TX
 // frame or a length outside 1..FrameSize stops the batch there with
-// ErrBadFrame. After Close it returns ErrClosed.
-func (x *Socket) transmit(addrs []uint64, lens []int, csum []uint32) (int, error) {
+// ErrBadFrame. After Close it returns ErrClosed. Kept frames are frames
+// the caller reported complete already (see Sink): complete frees them
+// without counting them.
+func (x *Socket) transmit(addrs []uint64, lens []int, csum []uint32, kept bool) (int, error) {
 	if !x.enter() {
 		return 0, ErrClosed
 	}
@@ -630,6 +633,9 @@ func (x *Socket) transmit(addrs []uint64, lens []int, csum []uint32) (int, error
 			break
 		}
 		x.state[f] = xskFrameKernel
+		if kept {
+			x.state[f] = xskFrameKept
+		}
 		d := &x.tx.descs[(x.tx.local+uint32(i))&x.tx.mask]
 		d.Addr, d.Len, d.Options = addrs[i]+x.txOff, uint32(lens[i]), 0
 		if csum != nil && csum[i] != 0 && x.txCsum {
@@ -701,8 +707,8 @@ func (x *Socket) kickResult(op string, e unix.Errno) error {
 }
 
 // complete drains the completion ring: the transmitted frames go back to
-// the free list. It returns how many; completions come in submission
-// order, so callers release their budget FIFO. It also wakes the kernel
+// the free list. It returns how many, kept ones left out; completions
+// come in submission order, so callers release their budget FIFO. It also wakes the kernel
 // up for TX entries still waiting on the ring (copy mode sends a bounded
 // batch per wakeup).
 func (x *Socket) complete() int {
@@ -711,13 +717,16 @@ func (x *Socket) complete() int {
 	}
 	defer x.mu.RUnlock()
 	prod := x.comp.loadProducer()
-	n := prod - x.comp.local
+	n, kept := prod-x.comp.local, uint32(0)
 	for i := range n {
 		a := x.comp.descs[(x.comp.local+i)&x.comp.mask] - x.txOff
 		f, ok := x.frameIndex(a)
-		if !ok || f < x.rxFrames || x.state[f] != xskFrameKernel {
+		if !ok || f < x.rxFrames || x.state[f] != xskFrameKernel && x.state[f] != xskFrameKept {
 			x.st.badFrames.Add(1)
 			continue
+		}
+		if x.state[f] == xskFrameKept {
+			kept++
 		}
 		x.state[f] = xskFrameFree
 		x.txFree = append(x.txFree, a)
@@ -728,7 +737,7 @@ func (x *Socket) complete() int {
 	if err := x.kickTX(); err != nil && x.txErr == nil {
 		x.txErr = err
 	}
-	return int(n)
+	return int(n - kept)
 }
 
 // Stats returns the socket's counters, the kernel's included (as of

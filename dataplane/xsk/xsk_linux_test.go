@@ -558,7 +558,7 @@ func TestXSKTransmit(t *testing.T) {
 			for i := range k {
 				lens[i] = frame(x.frame(addrs[i]), seq+uint32(i))
 			}
-			m, err := x.transmit(addrs[:k], lens[:k], nil)
+			m, err := x.transmit(addrs[:k], lens[:k], nil, false)
 			if err != nil {
 				t.Fatalf("Transmit: %v", err)
 			}
@@ -607,7 +607,7 @@ func xdpCheckAllocs(t *testing.T, x *Socket, frame func([]byte, uint32) int) {
 		for i := range k {
 			lens[i] = size
 		}
-		m, _ := x.transmit(addrs[:k], lens[:k], nil)
+		m, _ := x.transmit(addrs[:k], lens[:k], nil, false)
 		x.free(addrs[m:k])
 		x.complete()
 	})
@@ -711,7 +711,7 @@ func TestXSKAfterClose(t *testing.T) {
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if m, err := x.transmit(addrs[:k], []int{60, 60, 60, 60}, nil); m != 0 || !errors.Is(err, ErrClosed) || !errors.Is(err, net.ErrClosed) {
+	if m, err := x.transmit(addrs[:k], []int{60, 60, 60, 60}, nil, false); m != 0 || !errors.Is(err, ErrClosed) || !errors.Is(err, net.ErrClosed) {
 		t.Errorf("Transmit after Close: %d, %v", m, err)
 	}
 	rn, rm := x.receive(make([][]byte, 4), addrs, 0)
@@ -748,14 +748,14 @@ func TestXSKBadFrames(t *testing.T) {
 		{xdpFrames/2*fs + 1, 60}, // not frame-aligned
 		{xdpFrames / 2 * fs, 60}, // a free TX frame, not allocated
 	} {
-		if m, err := x.transmit([]uint64{c.addr}, []int{c.len}, nil); m != 0 || !errors.Is(err, ErrBadFrame) {
+		if m, err := x.transmit([]uint64{c.addr}, []int{c.len}, nil, false); m != 0 || !errors.Is(err, ErrBadFrame) {
 			t.Errorf("Transmit(%#x): %d, %v", c.addr, m, err)
 		}
 	}
 	var a [1]uint64
 	x.alloc(a[:])
 	for _, l := range []int{0, -1, x.MaxTXFrame() + 1} {
-		if m, err := x.transmit(a[:], []int{l}, nil); m != 0 || !errors.Is(err, ErrBadFrame) {
+		if m, err := x.transmit(a[:], []int{l}, nil, false); m != 0 || !errors.Is(err, ErrBadFrame) {
 			t.Errorf("Transmit length %d: %d, %v", l, m, err)
 		}
 	}

@@ -21,13 +21,22 @@ import (
 var (
 	peer   = netip.MustParseAddr("198.18.120.2")  // on eg-a's link, answers
 	peer2  = netip.MustParseAddr("198.18.120.3")  // the peer's other address
+	late   = netip.MustParseAddr("198.18.120.9")  // on eg-a's link, the peer's once a test gives it
 	nobody = netip.MustParseAddr("198.18.120.77") // on eg-a's link, no host
 	group  = netip.MustParseAddr("224.0.0.5")     // multicast: not routed
 )
 
+// labFrames is the lab's sink's frames: QueueLen for each of 4
+// destinations may wait.
+const labFrames = 4 * QueueLen * QueueShare
+
+// retrans is the lab's ARP retransmission time: the kernel gives up on a
+// neighbour after one solicitation that long.
+const retrans = 300 * time.Millisecond
+
 // lab is a Layer on eg-a (198.18.120.1/24) in one namespace, whose veth
 // peer eg-b (.2) is in another; ARP gives up on nobody after one
-// solicitation, 2 × nexthop.HoldTime later: the hold ends first.
+// solicitation, retrans later.
 type lab struct {
 	layer   *Layer
 	gw      *netlab.NS // eg-a's
@@ -46,7 +55,7 @@ func newLab(t *testing.T) *lab {
 		func() error { return other.AddAddr("eg-b", "198.18.120.3/24") },
 		func() error { return gw.Sysctl("net/ipv4/neigh/eg-a/mcast_solicit", "1") },
 		func() error {
-			return gw.Sysctl("net/ipv4/neigh/eg-a/retrans_time_ms", strconv.FormatInt((2*nexthop.HoldTime).Milliseconds(), 10))
+			return gw.Sysctl("net/ipv4/neigh/eg-a/retrans_time_ms", strconv.FormatInt(retrans.Milliseconds(), 10))
 		},
 	} {
 		netlab.Must(t, step())
@@ -54,20 +63,23 @@ func newLab(t *testing.T) *lab {
 	a := gw.LinkT(t, "eg-a").Attrs()
 	l := &lab{gw: gw, other: other, mac: a.HardwareAddr, peerMAC: other.LinkT(t, "eg-b").Attrs().HardwareAddr}
 	netlab.Must(t, gw.Run(func() (err error) {
-		l.layer, err = New(Config{Ifname: a.Name, Ifindex: a.Index, MAC: a.HardwareAddr})
+		l.layer, err = New(Config{Ifname: a.Name, Ifindex: a.Index, MAC: a.HardwareAddr, Frames: labFrames})
 		return err
 	}))
-	t.Cleanup(l.layer.Close)
+	t.Cleanup(func() { l.layer.Close(&wire{}) })
 	return l
 }
 
 // wire is a sink's side of the loop in memory: it takes what it is given,
-// refuses the frame with ID bad in Check and stops after one frame of a
-// Send if stop.
+// refuses the frame with ID bad in Check, stops after one frame of a
+// Send if stop, and keeps at most keepMax frames at once if not 0. It
+// records the IDs of the frames sent (kept ones too), discarded, kept
+// and released.
 type wire struct {
-	sent, discarded []uint64
-	bad             uint64
-	stop            bool
+	sent, discarded, kept, released []uint64
+	bad                             uint64
+	stop                            bool
+	keepMax                         int
 }
 
 var errBad = errors.New("bad frame")
@@ -95,7 +107,26 @@ func (w *wire) Send(frames []pipeline.Frame) (int, bool, error) {
 	return len(frames), w.stop, nil
 }
 
+func (w *wire) SendKept(frames []pipeline.Frame) (int, bool, error) {
+	for _, f := range frames {
+		if !slices.Contains(w.kept, f.ID) || slices.Contains(w.released, f.ID) {
+			panic("SendKept of a frame not kept")
+		}
+	}
+	return w.Send(frames)
+}
+
 func (w *wire) Discard(f pipeline.Frame) { w.discarded = append(w.discarded, f.ID) }
+
+func (w *wire) Keep(f pipeline.Frame) bool {
+	if w.keepMax > 0 && len(w.kept)-len(w.released) >= w.keepMax { // nothing sent kept here
+		return false
+	}
+	w.kept = append(w.kept, f.ID)
+	return true
+}
+
+func (w *wire) Release(f pipeline.Frame) { w.released = append(w.released, f.ID) }
 
 // frames returns a frame per destination, IDs from 1, each an IPv4
 // header (an invalid Addr: a packet that is not IP).
@@ -112,8 +143,8 @@ func frames(dsts ...netip.Addr) []pipeline.Frame {
 	return fs
 }
 
-// transmit transmits fs until all are taken, waiting for held frames,
-// for at most two seconds; it returns the error that stopped it.
+// transmit transmits fs until all are taken, for at most two seconds;
+// it returns the error that stopped it.
 func (l *lab) transmit(t *testing.T, w *wire, fs []pipeline.Frame) error {
 	t.Helper()
 	for deadline := time.Now().Add(2 * time.Second); len(fs) > 0; {
@@ -124,13 +155,33 @@ func (l *lab) transmit(t *testing.T, w *wire, fs []pipeline.Frame) error {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d frames not taken", len(fs))
 		}
-		if n == 0 && !l.layer.Wait(10*time.Millisecond) {
-			t.Fatal("Transmit took nothing, and Wait did not wait")
-		}
 		fs = fs[n:]
 	}
 	return nil
 }
+
+// drain works off the queue, as the sink loop does when its Backlog is
+// ready, until done or for at most five seconds.
+func (l *lab) drain(t *testing.T, w *wire, done func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !done(); {
+		backlog := l.layer.Backlog()
+		if backlog == nil {
+			t.Fatalf("nothing queued, and not done: sent %v, kept %v, released %v", w.sent, w.kept, w.released)
+		}
+		select {
+		case <-backlog:
+		case <-time.After(time.Until(deadline)):
+			t.Fatalf("not done in time: sent %v, kept %v, released %v", w.sent, w.kept, w.released)
+		}
+		if _, err := l.layer.Transmit(nil, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// empty reports whether nothing is queued.
+func (l *lab) empty() bool { return l.layer.Backlog() == nil }
 
 // unreachables counts Unreachable calls.
 type unreachables struct{ n atomic.Int64 }
@@ -141,12 +192,13 @@ func (u *unreachables) TimeExceeded([]byte) { panic("TimeExceeded from a link la
 
 // TestTransmit sends through the kernel's next hops: frames to a
 // neighbour that answers get its address, frames without a next hop are
-// discarded and counted by reason, and the sink's check and stop end the
+// dropped and counted by reason, and the sink's check and stop end the
 // batch.
 func TestTransmit(t *testing.T) {
 	l := newLab(t)
 	var replies unreachables
 	l.layer.SetReplier(&replies)
+	l.resolve(t, peer)
 
 	w := &wire{}
 	fs := frames(peer, group, peer, netip.Addr{}, peer)
@@ -154,8 +206,8 @@ func TestTransmit(t *testing.T) {
 	if want := []uint64{1, 3, 5}; !slices.Equal(w.sent, want) {
 		t.Errorf("sent %v, want %v", w.sent, want)
 	}
-	if want := []uint64{2, 4}; !slices.Equal(w.discarded, want) {
-		t.Errorf("discarded %v, want %v", w.discarded, want)
+	if want := []uint64{2, 4}; !slices.Equal(w.discarded, want) || len(w.kept) != 0 {
+		t.Errorf("discarded %v, kept %v, want %v dropped", w.discarded, w.kept, want)
 	}
 	for _, f := range []pipeline.Frame{fs[0], fs[2], fs[4]} {
 		if eth := f.Buf[:nexthop.EtherLen]; !bytes.Equal(eth[:6], l.peerMAC) || !bytes.Equal(eth[6:12], l.mac) || eth[12] != 0x08 || eth[13] != 0 {
@@ -177,34 +229,107 @@ func TestTransmit(t *testing.T) {
 	}
 }
 
-// TestHold holds a batch at a frame whose next hop is being resolved, for
-// nexthop.HoldTime at most, then drops such frames (unresolved), and
-// answers their senders once the kernel has given up on the neighbour.
-func TestHold(t *testing.T) {
+// resolve has the layer resolve dst, as the first frame to it does.
+func (l *lab) resolve(t *testing.T, dst netip.Addr) {
+	t.Helper()
+	w := &wire{}
+	netlab.Must(t, l.transmit(t, w, frames(dst)))
+	l.drain(t, w, l.empty)
+	if !slices.Equal(w.sent, []uint64{1}) {
+		t.Fatalf("%v did not resolve: sent %v, released %v", dst, w.sent, w.released)
+	}
+}
+
+// TestQueue: frames whose next hop is being resolved wait while the
+// others go; once the kernel gives up, they are dropped, counted as
+// unresolved and their senders answered.
+func TestQueue(t *testing.T) {
 	l := newLab(t)
 	var replies unreachables
 	l.layer.SetReplier(&replies)
+	l.resolve(t, peer)
 	w := &wire{}
 	start := time.Now()
-	if n, err := l.layer.Transmit(frames(nobody, peer), w); n != 0 || err != nil {
-		t.Fatalf("first Transmit: took %d, %v; want the batch held at a pending next hop", n, err)
+	if n, err := l.layer.Transmit(frames(nobody, peer, nobody, peer), w); n != 4 || err != nil {
+		t.Fatalf("Transmit: took %d, %v; want all, the frames to nobody queued", n, err)
 	}
-	if !l.layer.Wait(time.Millisecond) {
-		t.Fatal("Wait after a hold did not wait")
+	if !slices.Equal(w.sent, []uint64{2, 4}) || !slices.Equal(w.kept, []uint64{1, 3}) || len(w.released) != 0 {
+		t.Fatalf("sent %v, kept %v, released %v; want the frames to the peer sent, the others kept", w.sent, w.kept, w.released)
 	}
-	netlab.Must(t, l.transmit(t, w, frames(nobody, peer)))
-	if held := time.Since(start); held < nexthop.HoldTime/2 {
-		t.Errorf("held %v, want about %v", held, nexthop.HoldTime)
+	l.drain(t, w, l.empty)
+	t.Logf("dropped after %v", time.Since(start))
+	if d := l.layer.Drops(); d[pipeline.DropUnresolved] != 2 || !slices.Equal(w.released, []uint64{1, 3}) || replies.n.Load() != 2 {
+		t.Errorf("drops %v, released %v, replies %d; want the frames to nobody dropped as unresolved, and answered", d, w.released, replies.n.Load())
 	}
-	if d := l.layer.Drops(); d[pipeline.DropUnresolved] != 1 || !slices.Equal(w.discarded, []uint64{1}) || !slices.Equal(w.sent, []uint64{2}) {
-		t.Errorf("drops %v, discarded %v, sent %v; want the frame to nobody dropped as unresolved, the other sent", d, w.discarded, w.sent)
+}
+
+// TestQueueLate: frames to a neighbour that answers late go out once it
+// has, in order, before the next ones to it; the others never waited.
+func TestQueueLate(t *testing.T) {
+	l := newLab(t)
+	netlab.Must(t, l.gw.Sysctl("net/ipv4/neigh/eg-a/mcast_solicit", "3"))
+	l.resolve(t, peer)
+	w := &wire{}
+	if n, err := l.layer.Transmit(frames(late, late, peer), w); n != 3 || err != nil || !slices.Equal(w.sent, []uint64{3}) {
+		t.Fatalf("Transmit: took %d, %v, sent %v; want all taken, the frame to the peer sent", n, err, w.sent)
 	}
-	for deadline := time.Now().Add(5 * time.Second); replies.n.Load() == 0; {
+	time.Sleep(retrans / 3) // the first solicitation goes unanswered
+	netlab.Must(t, l.other.AddAddr("eg-b", late.String()+"/24"))
+	for deadline := time.Now().Add(5 * time.Second); len(w.sent) < 3; {
 		if time.Now().After(deadline) {
-			t.Fatalf("no sender answered %v after the first frame", time.Since(start))
+			t.Fatalf("sent %v, released %v; want the late frames sent", w.sent, w.released)
 		}
-		time.Sleep(20 * time.Millisecond)
-		l.layer.Transmit(frames(nobody), w)
+		backlog := l.layer.Backlog()
+		if backlog == nil {
+			t.Fatalf("sent %v, released %v: nothing queued", w.sent, w.released)
+		}
+		<-backlog
+		next := frames(late)
+		next[0].ID = 4
+		if _, err := l.layer.Transmit(next, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !slices.Equal(w.sent[:4], []uint64{3, 1, 2, 4}) || len(w.released) != 0 || l.layer.Drops() != (pipeline.Drops{}) {
+		t.Errorf("sent %v, released %v, drops %v; want 1 and 2 sent once resolved, before the next one", w.sent, w.released, l.layer.Drops())
+	}
+}
+
+// TestQueueBounds: a destination queues QueueLen frames, the oldest
+// dropped to make room, and a QueueShare of the sink's frames are queued
+// in all, the next dropped, as is one the sink cannot spare; Close drops
+// what is still queued. Every frame dropped is counted.
+func TestQueueBounds(t *testing.T) {
+	l := newLab(t)
+	dst := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{198, 18, 120, byte(100 + i)}) }
+	var dsts []netip.Addr
+	for i := range labFrames / QueueShare / QueueLen {
+		for range QueueLen {
+			dsts = append(dsts, dst(i))
+		}
+		if i == 0 {
+			dsts = append(dsts, dst(0)) // one more to the first
+		}
+	}
+	dsts = append(dsts, dst(labFrames/QueueShare/QueueLen)) // past the bound
+	w := &wire{}
+	if n, err := l.layer.Transmit(frames(dsts...), w); n != len(dsts) || err != nil {
+		t.Fatalf("took %d of %d, %v", n, len(dsts), err)
+	}
+	last := uint64(len(dsts))
+	if !slices.Equal(w.released, []uint64{1}) || !slices.Equal(w.discarded, []uint64{last}) || len(w.kept) != len(dsts)-1 || len(w.sent) != 0 {
+		t.Errorf("released %v (want the first destination's oldest, 1), discarded %v (want the one past the bound, %d), kept %d of %d, sent %v",
+			w.released, w.discarded, last, len(w.kept), len(dsts), w.sent)
+	}
+	l.layer.Close(w)
+	if d := l.layer.Drops(); d[pipeline.DropUnresolved] != uint64(len(dsts)) || len(w.released)+len(w.discarded) != len(dsts) {
+		t.Errorf("after Close: drops %v, released %d, discarded %d; want all %d dropped", d, len(w.released), len(w.discarded), len(dsts))
+	}
+
+	l = newLab(t) // a sink that keeps 2 frames
+	w = &wire{keepMax: 2}
+	if n, err := l.layer.Transmit(frames(nobody, nobody, nobody), w); n != 3 || err != nil || !slices.Equal(w.kept, []uint64{1, 2}) || !slices.Equal(w.discarded, []uint64{3}) {
+		t.Errorf("took %d, %v, kept %v, discarded %v; want 1 and 2 kept, 3 dropped", n, err, w.kept, w.discarded)
 	}
 }
 
@@ -214,7 +339,7 @@ func TestLinkDown(t *testing.T) {
 	l := newLab(t)
 	w := &wire{}
 	l.layer.SetLinkUp(false)
-	if n, err := l.layer.Transmit(frames(peer), w); n != 0 || err != nil || len(w.sent)+len(w.discarded) != 0 {
+	if n, err := l.layer.Transmit(frames(peer), w); n != 0 || err != nil || len(w.sent)+len(w.kept) != 0 {
 		t.Errorf("link down: took %d (%v)", n, err)
 	}
 	start := time.Now()
@@ -224,25 +349,23 @@ func TestLinkDown(t *testing.T) {
 	l.layer.SetLinkUp(true)
 	start = time.Now()
 	if l.layer.Wait(time.Second) || time.Since(start) > 100*time.Millisecond {
-		t.Errorf("link up, nothing held: Wait waited %v", time.Since(start))
+		t.Errorf("link up: Wait waited %v", time.Since(start))
 	}
 }
 
 // TestLinkFlap: a frame whose next hop began resolving while the link
 // was going down (the kernel deletes the link's neighbours before the
-// link's monitor hears it is down), and stays held past the hold, is sent
-// once the link is up again, not dropped: the hold starts afresh, and so
-// does the kernel's resolution, whose solicitation was lost on the down
-// link and which would otherwise only fail, one retrans_time later.
+// link's monitor hears it is down) is sent once the link is up again,
+// not dropped, although the kernel's resolution failed meanwhile (its
+// solicitation was lost on the down link): the resolution starts afresh.
 func TestLinkFlap(t *testing.T) {
 	l := newLab(t)
 	nic := l.gw.LinkT(t, "eg-a")
 	netlab.Must(t, l.gw.Netlink().LinkSetDown(nic))
 	w := &wire{}
-	if n, err := l.layer.Transmit(frames(peer), w); n != 0 || err != nil {
-		t.Fatalf("Transmit to a new next hop: took %d, %v; want the frame held", n, err)
+	if n, err := l.layer.Transmit(frames(peer), w); n != 1 || err != nil || len(w.kept) != 1 {
+		t.Fatalf("Transmit to a new next hop: took %d, %v, kept %v; want the frame queued", n, err, w.kept)
 	}
-	held := time.Now()
 	// The resolver asks the kernel, which solicits on the down link.
 	for deadline := time.Now().Add(5 * time.Second); !l.kernelHas(t, peer); {
 		if time.Now().After(deadline) {
@@ -251,7 +374,7 @@ func TestLinkFlap(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	l.layer.SetLinkUp(false)
-	time.Sleep(nexthop.HoldTime - time.Since(held) + 100*time.Millisecond) // down past the hold
+	time.Sleep(retrans + 200*time.Millisecond) // down past the kernel's failure
 	netlab.Must(t, l.gw.Netlink().LinkSetUp(nic))
 	// Up for the link layer once frames cross it both ways, as the
 	// gateway's monitor hears of it once the kernel has activated the
@@ -266,10 +389,10 @@ func TestLinkFlap(t *testing.T) {
 	}
 	l.layer.SetLinkUp(true)
 	up := time.Now()
-	netlab.Must(t, l.transmit(t, w, frames(peer)))
+	l.drain(t, w, l.empty)
 	t.Logf("sent %v after the link came up", time.Since(up))
 	if d := l.layer.Drops(); d[pipeline.DropUnresolved] != 0 || !slices.Equal(w.sent, []uint64{1}) {
-		t.Errorf("drops %v, sent %v, discarded %v; want the frame sent", d, w.sent, w.discarded)
+		t.Errorf("drops %v, sent %v, released %v; want the frame sent", d, w.sent, w.released)
 	}
 }
 

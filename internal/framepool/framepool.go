@@ -2,8 +2,9 @@
 // keep their frames in Go memory, dataplane/afpacket and dataplane/udp:
 // frames of one size, and optionally a second set of larger frames,
 // allocated once, handed out without allocating, taken by Transmit and
-// put back, in the order they were taken, by Complete. A frame's ID is
-// its index: the small frames come first, then the large ones.
+// put back, in the order they were taken, by Complete, or kept by
+// Transmit past its completion until Release. A frame's ID is its index:
+// the small frames come first, then the large ones.
 package framepool
 
 import (
@@ -17,6 +18,7 @@ const (
 	stateFree  uint8 = iota // in the pool
 	stateOut                // allocated: the producer writes it
 	stateTaken              // taken by Transmit, not yet completed
+	stateKept               // kept by Transmit past its completion, until Release
 )
 
 // Pool is a sink's frames. Its methods may be called from any goroutine.
@@ -31,6 +33,7 @@ type Pool struct {
 	freeL  []uint32 // free large frames (a stack)
 	states []uint8  // per frame
 	taken  []uint32 // taken frames, in order, until Complete
+	kept   [2]int   // kept frames, small and large
 }
 
 // New returns a pool of small frames of size bytes and large frames of
@@ -130,7 +133,48 @@ func (p *Pool) Take(frames []pipeline.Frame) {
 	}
 }
 
-// Taken returns how many frames Take took since the last Complete.
+// Keep marks a frame, allocated and checked, taken by Transmit but kept
+// by the sink (a frame waiting for its next hop): Complete reports it as
+// it reports taken ones, but only Release puts it back. It reports false,
+// and takes nothing, when one in share of the frames of its size is kept
+// already.
+func (p *Pool) Keep(f pipeline.Frame, share int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	size, all := p.sizeOf(uint32(f.ID))
+	if p.kept[size] >= all/share {
+		return false
+	}
+	p.kept[size]++
+	p.states[f.ID] = stateKept
+	p.taken = append(p.taken, uint32(f.ID))
+	return true
+}
+
+// Release puts kept frames back; others are ignored.
+func (p *Pool) Release(frames []pipeline.Frame) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, f := range frames {
+		if f.ID < uint64(len(p.states)) && p.states[f.ID] == stateKept {
+			size, _ := p.sizeOf(uint32(f.ID))
+			p.kept[size]--
+			p.put(uint32(f.ID))
+		}
+	}
+}
+
+// sizeOf returns 0 for a small frame, 1 for a large one, and how many
+// frames of that size the pool has.
+func (p *Pool) sizeOf(id uint32) (size, all int) {
+	if int(id) < p.small {
+		return 0, p.small
+	}
+	return 1, len(p.states) - p.small
+}
+
+// Taken returns how many frames Take and Keep took since the last
+// Complete.
 func (p *Pool) Taken() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -138,7 +182,7 @@ func (p *Pool) Taken() int {
 }
 
 // Complete puts the frames Take took since the last call back in the
-// pool and returns how many there were.
+// pool and returns how many frames Take and Keep took.
 func (p *Pool) Complete() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()

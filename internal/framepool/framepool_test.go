@@ -1,6 +1,7 @@
 package framepool
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
@@ -138,5 +139,45 @@ func TestAllocs(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("%v allocations per cycle, want 0", allocs)
+	}
+}
+
+// TestKeep: a kept frame is reported by Complete like a taken one but
+// stays out of the pool, which neither Free nor a second Complete
+// changes, until Release puts it back; Release ignores frames that are
+// not kept. One in share of each size's frames may be kept at once.
+func TestKeep(t *testing.T) {
+	const share = 4
+	p := New(2*share, 64, share, 256)
+	frames := make([]pipeline.Frame, 2)
+	p.Alloc(frames)
+	if !p.Keep(frames[0], share) {
+		t.Fatal("Keep refused the first frame")
+	}
+	p.Take(frames[1:])
+	p.Free(frames[:1])
+	if n := p.Complete(); n != 2 {
+		t.Errorf("Complete: %d, want the kept frame and the taken one", n)
+	}
+	p.Release(frames[1:]) // back already
+	more := make([]pipeline.Frame, 2*share)
+	if n := p.Alloc(more); n != 2*share-1 || slices.Contains(ids(more[:n]), frames[0].ID) {
+		t.Errorf("with a frame kept: Alloc %d frames %v, want all but the kept one", n, ids(more[:n]))
+	}
+	if !p.Keep(more[0], share) || p.Keep(more[1], share) {
+		t.Error("Keep did not take a second small frame of 8, or took a third")
+	}
+	large, _ := p.AllocLarge()
+	if !p.Keep(large, share) {
+		t.Error("Keep refused a large frame")
+	}
+	p.Free(more)
+	p.Release([]pipeline.Frame{frames[0], more[0]})
+	p.Release(frames[:1])
+	if n := p.Alloc(more); n != 2*share {
+		t.Errorf("after Release: Alloc %d frames, want every small one, the kept one once", n)
+	}
+	if !p.Keep(more[0], share) || !p.Keep(more[1], share) {
+		t.Error("Keep refused small frames after Release")
 	}
 }

@@ -7,15 +7,15 @@
 // it probe). No static entries are needed.
 //
 // Lookup answers from a bounded cache: Resolved with the MAC address,
-// Pending while a resolution is under way (the caller holds or drops the
-// frame), or Failed when the kernel could not resolve the next hop
+// Pending while a resolution is under way (the caller queues the frame,
+// see internal/egress), or Failed when the kernel could not resolve the next hop
 // recently (the caller drops the frame and may answer the sender with
 // ICMP host unreachable, see internal/icmperr). A miss starts a
 // resolution in the background and returns at once. The resolver learns
 // the outcome, and every later change (a new MAC address, a failure, a
 // deleted neighbour), from the kernel's neighbour notifications
 // (RTNLGRP_NEIGH), not by polling; Changed tells the caller when to look
-// again at the frames it holds.
+// again at the frames it queued.
 //
 // The cache is bounded (Config.MaxEntries, clock eviction that spares the
 // destinations in use) and keeps copies, never netlink buffers. A
@@ -23,7 +23,11 @@
 // re-validated at most every Config.Revalidate: its route is asked again
 // and its neighbour marked used (NTF_USE), so that the kernel keeps
 // verifying it as if it carried the traffic; if its neighbour fails, it
-// is resolved again at once, as the kernel does for the next packet. A
+// is resolved again at once, as the kernel does for the next packet; if
+// the kernel deletes its neighbour (as it deletes a link's neighbours
+// when the link goes down), it is resolved again too, and Lookup answers
+// its last MAC address meanwhile, so that frames to it are not queued on
+// a link that is going down (the sink holds them until it is up). A
 // failed resolution is remembered for Config.FailedTTL. At most
 // Config.MaxPending resolutions are under way, run one at a time by a
 // single worker goroutine: a few netlink requests each, the waiting is

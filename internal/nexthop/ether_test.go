@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"net/netip"
 	"testing"
-	"time"
 
 	"github.com/gsoplane/gsoplane/internal/dirtybuf"
 )
@@ -34,8 +33,8 @@ func TestEther(t *testing.T) {
 	v6[0] = 0x60
 	copy(v6[24:40], []byte{0x20, 0x01, 0, 2, 15: 1})
 	eth := make([]byte, EtherLen)
-	if a := e.Header(eth, v4); a != Hold {
-		t.Fatalf("first packet: %v, want hold", a)
+	if a := e.Header(eth, v4); a != Queue {
+		t.Fatalf("first packet: %v, want queue", a)
 	}
 	resolve(r, addr(1), macA)
 	if a := e.Header(eth, v4); a != Send {
@@ -63,55 +62,23 @@ func TestEther(t *testing.T) {
 			t.Errorf("not an IP packet (% x): %v, want unreachable", bad, a)
 		}
 	}
-	if a := e.Header(eth, v6); a != Hold {
-		t.Errorf("IPv6 packet to a new destination: %v, want hold", a)
+	if a := e.Header(eth, v6); a != Queue {
+		t.Errorf("IPv6 packet to a new destination: %v, want queue", a)
 	}
 }
 
-// TestEtherHold: a pending destination holds the batch for HoldTime,
-// then its frames are dropped; holds draw on a bucket of HoldBurst that
-// refills at HoldShare percent of the time, a hold lasts no longer than
-// the credit the bucket has, and a destination that resolves early gives
-// back what it did not use; a failed one is unreachable.
-func TestEtherHold(t *testing.T) {
-	if HoldBurst != HoldTime {
-		t.Fatalf("the test takes the bucket to hold one HoldTime, not %v", HoldBurst)
-	}
+// TestEtherActions: a destination being resolved is queued for as long
+// as it is, a failed one is unreachable, and one a router does not
+// forward to is not routed.
+func TestEtherActions(t *testing.T) {
 	r := newTestResolver(t, Config{})
 	e := NewEther(r, [6]byte{})
-	start := time.Unix(1000, 0)
-	now := start
-	e.now = func() time.Time { return now }
 	eth := make([]byte, EtherLen)
-	step := func(d time.Duration, n int, want Action) {
-		t.Helper()
-		now = now.Add(d)
-		if a := e.Header(eth, ipv4To(addr(n))); a != want {
-			t.Errorf("at +%v, destination %d: %v, want %v", now.Sub(start), n, a, want)
+	for i := range 3 {
+		if a := e.Header(eth, ipv4To(addr(1))); a != Queue {
+			t.Errorf("lookup %d of a pending destination: %v, want queue", i, a)
 		}
 	}
-	step(0, 1, Hold)
-	step(HoldTime-1, 1, Hold)
-	step(1, 1, Drop)                     // the hold is over, and it took the whole bucket
-	refill := HoldTime * HoldShare / 100 // what came back during it
-	step(0, 2, Hold)                     // for as long as that lasts
-	step(0, 3, Drop)                     // the bucket is empty
-	step(refill-1, 2, Hold)
-	step(1, 2, Drop)
-	wait := 100 * time.Millisecond
-	credit := (refill + wait) * HoldShare / 100 // since the last hold began
-	step(wait, 4, Hold)
-	resolve(r, addr(4), macA)
-	step(credit/5, 4, Send) // resolved early: 4/5 of the hold back
-	if want := credit * 4 / 5; e.credit != want {
-		t.Errorf("credit after an early resolution: %v, want %v", e.credit, want)
-	}
-	step(0, 5, Hold) // with what is left in the bucket
-	step(e.holdEnd.Sub(now), 5, Drop)
-	e.Reset() // the link came back: the destination held before may be held again, for all of HoldTime
-	step(0, 5, Hold)
-	step(HoldTime-1, 5, Hold)
-	step(1, 5, Drop)
 	for _, dst := range []string{"224.0.0.22", "ff02::16", "169.254.1.1", "fe80::1", "127.0.0.1", "0.0.0.0"} {
 		pkt := ipv4To(netip.MustParseAddr("198.18.0.1"))
 		if a := netip.MustParseAddr(dst); a.Is6() {
@@ -131,33 +98,11 @@ func TestEtherHold(t *testing.T) {
 	if a := e.Header(eth, mld); a != Control {
 		t.Errorf("an MLD report: %v, want link control", a)
 	}
-	r.setHop(addr(1), addr(1))
-	r.settle(addr(1), neigh{kind: failed}, false)
-	step(0, 1, Unreachable)
-}
-
-// TestEtherWait: Wait returns when the resolver learns something, or when
-// the hold or d ends.
-func TestEtherWait(t *testing.T) {
-	r := newTestResolver(t, Config{})
-	e := NewEther(r, [6]byte{})
-	eth, pkt := make([]byte, EtherLen), ipv4To(addr(3))
-	if e.Header(eth, pkt) != Hold {
-		t.Fatal("want a hold")
-	}
-	start := time.Now()
-	e.Wait(time.Millisecond)
-	if d := time.Since(start); d < time.Millisecond {
-		t.Errorf("Wait(1ms) returned after %v", d)
-	}
-	go func() { time.Sleep(time.Millisecond); resolve(r, addr(3), macA) }()
-	start = time.Now()
-	e.Wait(time.Hour)
-	if d := time.Since(start); d >= HoldTime+time.Second {
-		t.Errorf("Wait returned after %v: past the hold", d)
-	}
-	if e.Header(eth, pkt) != Send {
-		t.Error("not resolved after the wait")
+	e.Header(eth, ipv4To(addr(2)))
+	r.setHop(addr(2), addr(2))
+	r.settle(addr(2), neigh{kind: failed}, false)
+	if a := e.Header(eth, ipv4To(addr(2))); a != Unreachable {
+		t.Errorf("a failed destination: %v, want unreachable", a)
 	}
 }
 

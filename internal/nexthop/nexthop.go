@@ -14,7 +14,7 @@ type State uint8
 
 const (
 	// Pending: the next hop is being resolved, or will be once fewer
-	// than Config.MaxPending resolutions are under way. Hold the frame
+	// than Config.MaxPending resolutions are under way. Queue the frame
 	// or drop it, and look again when Changed moves.
 	Pending State = iota
 	// Resolved: the MAC address is the next hop's.
@@ -148,7 +148,9 @@ func newResolver(cfg Config) *Resolver {
 // Lookup returns the MAC address of the next hop of packets to dst, and
 // whether it is Resolved, Pending or Failed. It never waits: a miss, or
 // a failure older than FailedTTL, starts a resolution in the background
-// and answers Pending. It allocates nothing when dst is cached.
+// and answers Pending. A resolved destination whose neighbour the kernel
+// deleted is resolved again, and answers its last MAC address as
+// Resolved meanwhile. It allocates nothing when dst is cached.
 func (r *Resolver) Lookup(dst netip.Addr) (mac [6]byte, st State) {
 	key := dst.Unmap()
 	switch {
@@ -175,14 +177,17 @@ func (r *Resolver) Lookup(dst netip.Addr) (mac [6]byte, st State) {
 	if e.state == Resolved && now >= e.until && !e.queued {
 		r.queueRecheck(e)
 	}
+	if e.stale {
+		return e.mac, Resolved
+	}
 	return e.mac, e.state
 }
 
 // Changed returns a number that changes whenever a lookup may answer
 // differently: a resolution succeeded or failed, a MAC address changed,
-// an entry was dropped. A caller holding frames for Pending
-// destinations looks them up again when it moves; reading it costs an
-// atomic load.
+// an entry was dropped, the link came up. A caller queuing frames for
+// Pending destinations looks them up again when it moves; reading it
+// costs an atomic load.
 func (r *Resolver) Changed() uint64 { return r.version.Load() }
 
 // closedChan is a channel that is always closed.
@@ -318,31 +323,43 @@ func (r *Resolver) apply(e *entry, n neigh, now int64) {
 		case Pending:
 			r.fail(e, now)
 		case Resolved: // resolve again, as the kernel does for the next packet
-			r.restart(e, now)
+			r.restart(e, now, false)
 		}
 		return
 	case gone:
-		if e.state != Resolved {
-			return
+		if e.state == Resolved {
+			r.restart(e, now, true)
 		}
-		r.tab.remove(e)
+		return
 	default:
 		return
 	}
 	r.bump()
 }
 
-// restart resolves a resolved entry again: its neighbour failed, or was
-// deleted (the kernel says FAILED before it deletes), and only a
-// resolution that fails makes it Failed. Without room for one it fails
-// at once.
-func (r *Resolver) restart(e *entry, now int64) {
-	if !r.canStart() {
+// restart resolves a resolved entry again: its neighbour failed, and
+// only a resolution that fails makes it Failed; or the kernel deleted
+// it (stale), as it deletes a link's neighbours when the link goes down
+// (neigh_flush_dev) or an administrator does: Lookup then answers its
+// MAC address as resolved while it is resolved again, as the kernel
+// sends to a stale neighbour while it verifies it. Without room for a
+// resolution a failed entry fails at once, and a deleted one is dropped
+// (the next lookup resolves it).
+func (r *Resolver) restart(e *entry, now int64, stale bool) {
+	switch {
+	case !r.canStart() && stale:
+		r.tab.remove(e)
+		r.bump()
+		return
+	case !r.canStart():
 		r.fail(e, now)
 		return
 	}
 	r.tab.setState(e, Pending)
-	e.mac, e.until = [6]byte{}, now+r.cfg.Timeout.Milliseconds()
+	e.stale, e.until = stale, now+r.cfg.Timeout.Milliseconds()
+	if !stale {
+		e.mac = [6]byte{}
+	}
 	r.stats.Started++
 	r.jobs <- job{key: e.dst} // there is room: every sender holds r.mu
 	r.bump()
@@ -410,15 +427,17 @@ func (r *Resolver) advance(now int64) {
 // neighbours: a failure then is forgotten, and a resolution under way
 // starts again with a fresh solicitation, since the kernel's was lost on
 // the down link and it would ask again only after retrans_time (1 s).
+// Changed moves: a caller that held back while the link was down looks
+// again.
 func (r *Resolver) LinkUp() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now, forgot := r.now(), false
+	now := r.now()
+	defer r.bump()
 	r.tab.all(func(e *entry) {
 		switch e.state {
 		case Failed:
 			r.tab.remove(e)
-			forgot = true
 		case Pending:
 			select {
 			case r.jobs <- job{key: e.dst, renew: true}:
@@ -427,9 +446,6 @@ func (r *Resolver) LinkUp() {
 			}
 		}
 	})
-	if forgot {
-		r.bump()
-	}
 }
 
 // resync follows lost notifications: resolved entries are re-validated

@@ -108,8 +108,9 @@ func TestStates(t *testing.T) {
 	}
 }
 
-// TestDeleted: a deleted neighbour drops resolved entries (the next
-// lookup resolves again) but keeps failures and resolutions under way.
+// TestDeleted: a deleted neighbour has resolved entries resolved again,
+// answering their MAC address meanwhile, and keeps failures and
+// resolutions under way; a resolution that fails makes them Failed.
 func TestDeleted(t *testing.T) {
 	r := newTestResolver(t, Config{})
 	a, b := addr(1), addr(2)
@@ -118,13 +119,22 @@ func TestDeleted(t *testing.T) {
 	r.settle(a, neigh{kind: usable, mac: macA}, false)
 	r.Lookup(b)
 	r.setHop(b, b)
+	jobs(r)
+	v := r.Changed()
 	r.settle(a, neigh{kind: gone}, false)
 	r.settle(b, neigh{kind: gone}, false)
-	if st := lookupState(r, a); st != Pending || r.Stats().Misses != 3 {
-		t.Errorf("deleted resolved neighbour: %v, stats %+v; want a miss", st, r.Stats())
+	if js := jobs(r); len(js) != 1 || js[0] != (job{key: a}) || r.Changed() == v {
+		t.Errorf("deleted resolved neighbour: jobs %v, Changed moved %v; want it resolved again", js, r.Changed() != v)
 	}
-	if st := lookupState(r, b); st != Pending || r.Stats().Hits != 1 {
+	if mac, st := r.Lookup(a); st != Resolved || mac != macA || r.Stats().Pending != 2 {
+		t.Errorf("deleted resolved neighbour: %v %v, stats %+v; want its MAC while resolved again", mac, st, r.Stats())
+	}
+	if st := lookupState(r, b); st != Pending {
 		t.Errorf("deleted neighbour under resolution: %v; want still pending", st)
+	}
+	r.settle(a, neigh{kind: failed}, true)
+	if st := lookupState(r, a); st != Failed {
+		t.Errorf("deleted neighbour whose resolution failed: %v, want failed", st)
 	}
 }
 
@@ -243,7 +253,7 @@ func TestLinkUp(t *testing.T) {
 		t.Errorf("LinkUp queued %v, want the resolution under way renewed", js)
 	}
 	if r.Changed() == v {
-		t.Error("a failure was forgotten, but Changed did not move")
+		t.Error("the link came up, but Changed did not move")
 	}
 	if mac, st := r.Lookup(done); st != Resolved || mac != macA {
 		t.Errorf("resolved entry after LinkUp: %v %v", mac, st)

@@ -10,6 +10,7 @@ type entry struct {
 	mac    [6]byte
 	state  State
 	static bool  // the kernel's neighbour is permanent or needs no resolution: never probe it
+	stale  bool  // Pending, its neighbour deleted by the kernel: mac is still used (see Resolver.restart)
 	used   bool  // looked up since the clock hand last passed
 	queued bool  // a re-validation is queued
 	until  int64 // ms: Pending: fail then; Failed: forget then; Resolved: re-validate when used
@@ -99,10 +100,12 @@ func (t *table) remove(e *entry) {
 	t.free = append(t.free, i)
 }
 
-// setState changes an entry's state, keeping count of the Pending ones.
+// setState changes an entry's state, keeping count of the Pending ones;
+// an entry that is no longer Pending is not stale.
 func (t *table) setState(e *entry, s State) {
 	if e.state == Pending {
 		t.pending--
+		e.stale = false
 	}
 	if s == Pending {
 		t.pending++
