@@ -6,8 +6,8 @@ package main
 //
 //	kernel        nothing: the streams run between the veth's addresses
 //	tunnel        gsoplane's dataplane/tunnel, plaintext, configured as
-//	              the README's recipe is (a name, the local and the peer's
-//	              addresses: every default)
+//	              docs/embedding.md's recipe is (a name, the local and
+//	              the peer's addresses: every default)
 //	tunnel-peers  the same with Config.Peers: the peer and a second one
 //	              (an address on the veth's subnet that nobody has), on an
 //	              unconnected socket, each packet routed by its inner
@@ -170,7 +170,7 @@ type gsoTunnel struct {
 	done   chan error
 }
 
-// openGsoTunnel opens the README recipe's tunnel: every default.
+// openGsoTunnel opens the tunnel of docs/embedding.md's recipe: every default.
 func openGsoTunnel(ns *netlab.NS, local, peer netip.Addr) (tunnelEnd, error) {
 	return runTunnel(ns, func() (*tunnel.Tunnel, error) {
 		return tunnel.Open(tunnel.Config{

@@ -23,18 +23,22 @@ func recipe(t *testing.T, path, title string) string {
 	return b
 }
 
-// TestDocsQuickStart runs docs/udpfwd.md's quick start as written, with
-// bash, from the repository's root: it builds udpfwd, makes the two
-// namespaces, starts udpfwd, pings, runs iperf3 both ways and UDP,
-// scrapes the metrics, stops udpfwd and cleans up.
+// TestDocsQuickStart checks that the README's udpfwd quick start is an
+// excerpt of docs/udpfwd.md's, and runs docs/udpfwd.md's quick start as
+// written, with bash, from the repository's root: it builds udpfwd,
+// makes the two namespaces, starts udpfwd, pings, runs iperf3 both ways
+// and UDP, scrapes the metrics, stops udpfwd and cleans up.
 func TestDocsQuickStart(t *testing.T) {
+	script := recipe(t, "../../docs/udpfwd.md", "### Quick start in two network namespaces")
+	if err := docrecipe.Excerpt(recipe(t, "../../README.md", "### Run udpfwd"), script); err != nil {
+		t.Errorf("the README's udpfwd quick start is no excerpt of docs/udpfwd.md's: %v", err)
+	}
 	requireRoot(t)
 	for _, tool := range []string{"ip", "ethtool", "iperf3", "ping", "curl", "bash"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("the quick start needs %s (scripts/test-deps installs it as root)", tool)
 		}
 	}
-	script := recipe(t, "../../docs/udpfwd.md", "### Quick start in two network namespaces")
 	for _, ns := range []string{"gsoA", "gsoB"} {
 		if _, err := os.Stat("/run/netns/" + ns); err == nil {
 			t.Skipf("namespace %s exists (a quick start of someone's own?): the recipe would take it over, and its clean-up remove it", ns)

@@ -27,3 +27,17 @@ func TestBlock(t *testing.T) {
 		}
 	}
 }
+
+func TestExcerpt(t *testing.T) {
+	recipe := "func main() {\n\tx := 1\n\n\tif x > 0 {\n\t\tprint(x)\n\t}\n}\n"
+	for _, ok := range []string{"", "x := 1\n", "\tx := 1\n\tif x > 0 {\n", "x := 1\n\nprint(x)\n}\n", "func main() {\n}"} {
+		if err := Excerpt(ok, recipe); err != nil {
+			t.Errorf("Excerpt(%q) = %v, want nil", ok, err)
+		}
+	}
+	for _, bad := range []string{"x := 2\n", "print(x)\nx := 1\n", "x := 1\nx := 1\n", "x :=\n"} {
+		if err := Excerpt(bad, recipe); err == nil {
+			t.Errorf("Excerpt(%q) = nil, want an error", bad)
+		}
+	}
+}

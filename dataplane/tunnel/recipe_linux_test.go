@@ -15,15 +15,23 @@ import (
 	"github.com/gsoplane/gsoplane/internal/netlab"
 )
 
-// TestREADMETunnel builds the README's tunnel program as written, runs
-// one in each namespace of a pair, gives the TUN devices their addresses
-// as the README says, moves TCP both ways through them (SHA-256
-// compared), stops them with SIGTERM and checks that they stopped
-// promptly, said what they did and warned about nothing. With two
-// queues, four streams at once arrive in order (no segment out of order
-// at a receiver while the TUN devices dropped nothing).
-func TestREADMETunnel(t *testing.T) {
-	bin := buildRecipe(t, "../../README.md", "### A VPN tunnel")
+// TestTunnelRecipe checks that the README's tunnel quick start is an
+// excerpt of docs/embedding.md's tunnel program, builds that program as
+// written, runs one in each namespace of a pair, gives the TUN devices
+// their addresses as the doc says, moves TCP both ways through them
+// (SHA-256 compared), stops them with SIGTERM and checks that they
+// stopped promptly, said what they did and warned about nothing. With
+// two queues, four streams at once arrive in order (no segment out of
+// order at a receiver while the TUN devices dropped nothing).
+func TestTunnelRecipe(t *testing.T) {
+	src, err := docrecipe.Block("../../docs/embedding.md", "## A VPN tunnel", "go")
+	netlab.Must(t, err)
+	excerpt, err := docrecipe.Block("../../README.md", "### Embed a VPN tunnel", "go")
+	netlab.Must(t, err)
+	if err := docrecipe.Excerpt(excerpt, src); err != nil {
+		t.Errorf("the README's tunnel quick start is no excerpt of docs/embedding.md's program: %v", err)
+	}
+	bin := buildRecipe(t, src)
 	for _, queues := range []int{1, 2} {
 		t.Run(fmt.Sprint("queues=", queues), func(t *testing.T) { runRecipe(t, bin, queues) })
 	}
@@ -74,12 +82,10 @@ func runRecipe(t *testing.T, bin string, queues int) {
 	}
 }
 
-// buildRecipe compiles the go block under title in the markdown file
-// path, as written, inside this module, and returns the binary.
-func buildRecipe(t *testing.T, path, title string) string {
+// buildRecipe compiles the program src, a recipe as written, inside
+// this module, and returns the binary.
+func buildRecipe(t *testing.T, src string) string {
 	t.Helper()
-	src, err := docrecipe.Block(path, title, "go")
-	netlab.Must(t, err)
 	dir, err := os.MkdirTemp(".", "recipe-")
 	netlab.Must(t, err)
 	t.Cleanup(func() { os.RemoveAll(dir) })
