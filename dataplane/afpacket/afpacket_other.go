@@ -75,3 +75,4 @@ func (*Sink) HostControl() uint64                     { return 0 }
 func (*Sink) Complete() (int, error)                  { return 0, errNotSupported }
 func (*Sink) Wait(time.Duration) error                { return errNotSupported }
 func (*Sink) Close()                                  {}
+func (*Sink) Backlog() <-chan struct{}                { return nil }

@@ -84,6 +84,7 @@ func (*Sink) HostControl() uint64                     { return 0 }
 func (*Sink) Complete() (int, error)                  { return 0, errNotSupported }
 func (*Sink) Wait(time.Duration) error                { return errNotSupported }
 func (*Sink) Close()                                  {}
+func (*Sink) Backlog() <-chan struct{}                { return nil }
 func (*Generator) Send() (int, error)                 { return 0, errNotSupported }
 func (*Generator) Wait(time.Duration) error           { return errNotSupported }
 func (*Generator) Stats() Stats                       { return Stats{} }
