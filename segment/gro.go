@@ -18,28 +18,6 @@ type CoalescerConfig struct {
 	MaxBatch int
 }
 
-// CoalesceStats are cumulative counters. Every packet given to Coalesce is
-// counted once in Packets and once in exactly one of Merged, Unmerged or
-// the pass-through reasons.
-type CoalesceStats struct {
-	Packets      uint64 // packets given to Coalesce
-	SuperPackets uint64 // super-packets written: merges of two or more packets
-	Merged       uint64 // packets that went into super-packets, their first included
-	Unmerged     uint64 // mergeable packets that found nothing to merge with
-	Flushes      uint64 // super-packets still open when their batch ended (cut by the batch, not by a rule)
-
-	// Packets passed through unchanged, by reason.
-	NotTCPUDP   uint64 // neither TCP nor UDP
-	BadChecksum uint64 // IPv4 header or transport checksum does not verify
-	NoChecksum  uint64 // UDP checksum field zero
-	IPOptions   uint64 // IPv4 options, or a Hop-by-Hop Options header that is not first
-	Fragment    uint64 // IPv4 fragment (MF, offset or the reserved flag) or IPv6 Fragment header
-	Flags       uint64 // TCP SYN, RST, URG or CWR, or PSH/FIN with no merge to end
-	NoPayload   uint64 // TCP or UDP without payload (pure ACKs)
-	Disabled    uint64 // TCP or UDP while that kind of merge is switched off
-	Malformed   uint64 // truncated or inconsistent lengths; passed on for the receiving host to judge
-}
-
 // A Coalescer merges received packets into super-packets; see Coalesce.
 // It is not safe for concurrent use.
 //
@@ -111,9 +89,9 @@ type CoalesceStats struct {
 // come back counting up: a virtio-net header cannot carry the kernel's
 // SKB_GSO_TCP_FIXEDID.
 type Coalescer struct {
-	hdrSize  int
-	tcp, udp bool
-	stats    CoalesceStats
+	hdrSize int
+	rules   groRules
+	stats   CoalesceStats
 
 	pkts  []groPacket // per input packet of the current batch
 	items []groItem   // output packets of the current batch, in order
@@ -134,8 +112,7 @@ func NewCoalescer(cfg CoalescerConfig) (*Coalescer, error) {
 	n := cfg.MaxBatch
 	return &Coalescer{
 		hdrSize: cfg.HeaderSize,
-		tcp:     cfg.TCP,
-		udp:     cfg.UDP,
+		rules:   groRules{tcp: cfg.TCP, udp: cfg.UDP},
 		pkts:    make([]groPacket, n),
 		items:   make([]groItem, 0, n),
 		flows:   newGROTable(n),
@@ -146,11 +123,11 @@ func NewCoalescer(cfg CoalescerConfig) (*Coalescer, error) {
 
 // SetTCP switches merging of TCP segments on or off, for example when the
 // TUN device refuses a TSO write. It takes effect at the next Coalesce.
-func (c *Coalescer) SetTCP(on bool) { c.tcp = on }
+func (c *Coalescer) SetTCP(on bool) { c.rules.tcp = on }
 
 // SetUDP switches merging of UDP datagrams on or off, for example when the
 // TUN device refuses a USO write. It takes effect at the next Coalesce.
-func (c *Coalescer) SetUDP(on bool) { c.udp = on }
+func (c *Coalescer) SetUDP(on bool) { c.rules.udp = on }
 
 // Stats returns the cumulative counters.
 func (c *Coalescer) Stats() CoalesceStats { return c.stats }
@@ -204,20 +181,22 @@ func (c *Coalescer) check(bufs [][]byte, sizes []int, offset int) error {
 func (c *Coalescer) add(i int, b []byte) {
 	p := &c.pkts[i]
 	*p = groPacket{b: b, next: -1}
-	if why := c.classify(p); why != passNone {
+	if why := c.rules.classify(p); why != passNone {
 		c.passThrough(i, why)
 		return
 	}
 	f := c.flows.claim(c.pkts, i)
 	if f.item >= 0 && c.items[f.item].open {
 		it := &c.items[f.item]
-		switch c.merge(it, i) {
+		switch it.merge(c.pkts, i) {
 		case mergeDone:
 			return
 		case mergeBadPacket:
 			it.open = false
 			c.passThrough(i, passBadChecksum)
 			return
+		case mergeBadFirst:
+			c.stats.BadChecksum++
 		}
 		it.open = false
 	}
@@ -255,7 +234,7 @@ func (c *Coalescer) finish(bufs [][]byte, sizes []int, offset int) [][][]byte {
 		if it.count == 1 {
 			clear(vh)
 		} else {
-			c.complete(it, vh)
+			it.complete(&c.pkts[it.head], vh)
 			for j := c.pkts[it.head].next; j >= 0; j = c.pkts[j].next {
 				p := &c.pkts[j]
 				iov = append(iov, p.b[p.hdrLen:])

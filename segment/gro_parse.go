@@ -6,18 +6,6 @@ import (
 	"github.com/gsoplane/gsoplane/internal/iphdr"
 )
 
-// TCP flags GRO looks at, besides those in split.go.
-const (
-	tcpSYN = 0x02
-	tcpRST = 0x04
-	tcpURG = 0x20
-)
-
-const (
-	ipv4DF   = 0x4000
-	ipv4Evil = 0x8000 // the reserved flag
-)
-
 // groKind is what a mergeable packet is: TCP or UDP, over IPv4 or IPv6.
 type groKind uint8
 
@@ -87,12 +75,17 @@ func (r passReason) counter(s *CoalesceStats) *uint64 {
 	return &s.Malformed
 }
 
+// groRules say what a Coalescer merges.
+type groRules struct {
+	tcp, udp bool // merge TCP, UDP
+}
+
 // classify parses p.b and says why it cannot merge, or passNone. It fills
 // in p's layout and, whenever the ports can be read, its flow, so that a
 // packet passed through can still close its flow's merge. It checks what
 // the kernel checks before it looks for a flow to merge with; the
 // transport checksum is verified only once the packet has a partner.
-func (c *Coalescer) classify(p *groPacket) passReason {
+func (r groRules) classify(p *groPacket) passReason {
 	var proto uint8
 	var why passReason
 	var ok bool
@@ -107,7 +100,7 @@ func (c *Coalescer) classify(p *groPacket) passReason {
 	if !ok {
 		return why
 	}
-	if l4 := c.parseL4(p, proto); why == passNone {
+	if l4 := r.parseL4(p, proto); why == passNone {
 		why = l4
 	}
 	return why
@@ -174,9 +167,9 @@ func (p *groPacket) parseIPv6() (proto uint8, why passReason, ok bool) {
 
 // parseL4 checks the transport header. Whatever else is wrong with it, a
 // TCP or UDP packet whose ports can be read has a flow.
-func (c *Coalescer) parseL4(p *groPacket, proto uint8) passReason {
+func (r groRules) parseL4(p *groPacket, proto uint8) passReason {
 	switch {
-	case proto == protoTCP && !c.tcp, proto == protoUDP && !c.udp:
+	case proto == protoTCP && !r.tcp, proto == protoUDP && !r.udp:
 		return passDisabled
 	case proto != protoTCP && proto != protoUDP:
 		return passNotTCPUDP
