@@ -16,6 +16,14 @@ type CoalescerConfig struct {
 	// MaxBatch is the most packets one Coalesce call takes; the
 	// Coalescer's tables are sized from it once.
 	MaxBatch int
+	// IPChecked promises that every packet Coalesce is given has an IP
+	// header already checked as a router checks it (RFC 1812 5.2.2): a
+	// whole fixed header, a length equal to the packet's and, for IPv4,
+	// a correct header checksum; Coalesce then does not verify the IPv4
+	// header checksum again. A packet that breaks the promise is taken
+	// as if its checksum were right: it may be merged, and a
+	// super-packet's header checksum is always computed afresh.
+	IPChecked bool
 }
 
 // A Coalescer merges received packets into super-packets; see Coalesce.
@@ -29,11 +37,11 @@ type CoalescerConfig struct {
 //     does not join closes the flow's merge, so no flow is reordered; if
 //     it may merge, it starts the next one.
 //   - IPv4: no options (IHL 5), no fragment bits (MF, offset, the reserved
-//     flag), a valid header checksum, a total length equal to the packet's;
-//     TTL, TOS (ECN bits included: a CE mark ends a merge) and DF equal to
-//     the first packet's; IDs one more per packet or, decided at the second
-//     packet, all equal (the kernel's ip_fixedid, with or without DF since
-//     6.18).
+//     flag), a valid header checksum (taken on trust with IPChecked), a
+//     total length equal to the packet's; TTL, TOS (ECN bits included: a
+//     CE mark ends a merge) and DF equal to the first packet's; IDs one
+//     more per packet or, decided at the second packet, all equal (the
+//     kernel's ip_fixedid, with or without DF since 6.18).
 //   - IPv6: a payload length equal to the packet's; the first 32 bits
 //     (traffic class with its ECN bits, flow label), next header and hop
 //     limit equal; Hop-by-Hop Options (first only), Routing and
@@ -112,7 +120,7 @@ func NewCoalescer(cfg CoalescerConfig) (*Coalescer, error) {
 	n := cfg.MaxBatch
 	return &Coalescer{
 		hdrSize: cfg.HeaderSize,
-		rules:   groRules{tcp: cfg.TCP, udp: cfg.UDP},
+		rules:   groRules{tcp: cfg.TCP, udp: cfg.UDP, ipChecked: cfg.IPChecked},
 		pkts:    make([]groPacket, n),
 		items:   make([]groItem, 0, n),
 		flows:   newGROTable(n),

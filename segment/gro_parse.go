@@ -75,9 +75,10 @@ func (r passReason) counter(s *CoalesceStats) *uint64 {
 	return &s.Malformed
 }
 
-// groRules say what a Coalescer merges.
+// groRules say what a Coalescer merges and what its caller vouches for.
 type groRules struct {
-	tcp, udp bool // merge TCP, UDP
+	tcp, udp  bool // merge TCP, UDP
+	ipChecked bool // CoalescerConfig.IPChecked
 }
 
 // classify parses p.b and says why it cannot merge, or passNone. It fills
@@ -91,7 +92,7 @@ func (r groRules) classify(p *groPacket) passReason {
 	var ok bool
 	switch iphdr.Version(p.b) {
 	case 4:
-		proto, why, ok = p.parseIPv4()
+		proto, why, ok = p.parseIPv4(r.ipChecked)
 	case 6:
 		proto, why, ok = p.parseIPv6()
 	default:
@@ -107,9 +108,10 @@ func (r groRules) classify(p *groPacket) passReason {
 }
 
 // parseIPv4 mirrors inet_gro_receive: only a 20-byte header with a valid
-// checksum, no fragment bits and a total length equal to the packet's
-// merges. ok reports whether the transport header can be found.
-func (p *groPacket) parseIPv4() (proto uint8, why passReason, ok bool) {
+// checksum (not verified again if checked), no fragment bits and a total
+// length equal to the packet's merges. ok reports whether the transport
+// header can be found.
+func (p *groPacket) parseIPv4(checked bool) (proto uint8, why passReason, ok bool) {
 	b := p.b
 	if !iphdr.Whole(b) {
 		return 0, passMalformed, false
@@ -125,7 +127,7 @@ func (p *groPacket) parseIPv4() (proto uint8, why passReason, ok bool) {
 		why = passFragment
 	case ihl != ipv4MinLen:
 		why = passIPOptions
-	case !ipv4HeaderOK(b):
+	case !checked && !ipv4HeaderOK(b):
 		why = passBadChecksum
 	}
 	return b[9], why, true

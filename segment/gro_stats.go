@@ -12,7 +12,7 @@ type CoalesceStats struct {
 
 	// Packets passed through unchanged, by reason.
 	NotTCPUDP   uint64 // neither TCP nor UDP
-	BadChecksum uint64 // IPv4 header or transport checksum does not verify
+	BadChecksum uint64 // IPv4 header (verified unless IPChecked) or transport checksum does not verify
 	NoChecksum  uint64 // UDP checksum field zero
 	IPOptions   uint64 // IPv4 options, or a Hop-by-Hop Options header that is not first
 	Fragment    uint64 // IPv4 fragment (MF, offset or the reserved flag) or IPv6 Fragment header
