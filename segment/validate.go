@@ -279,6 +279,12 @@ func checkTransport(pkt []byte, h Header, l *Layout) error {
 	if !l.needsCsum {
 		return nil
 	}
+	return checkCsum(pkt, h, l)
+}
+
+// checkCsum checks where the virtio-net header says a partial checksum
+// is, and fills in CsumStart and CsumOffset.
+func checkCsum(pkt []byte, h Header, l *Layout) error {
 	start, off := int(h.CsumStart), int(h.CsumOffset)
 	if start+off+2 > len(pkt) {
 		return invalid(ruleCsumRange, "csum_start %d + csum_offset %d + 2 beyond %d bytes", start, off, len(pkt))
