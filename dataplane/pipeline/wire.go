@@ -66,7 +66,7 @@ type WireStats struct {
 // as an AF_XDP socket on the link of a host whose NIC does TSO, or a
 // jumbo-frame link: each packet gets the virtio-net header that makes the
 // forwarder cut it to the egress MTU the way Linux forwards
-// (segment.ForWire: TCP to the flow's MSS, IPv4 UDP without DF into
+// (segment.Segmenter.ForWire: TCP to the flow's MSS, IPv4 UDP without DF into
 // fragments), and a packet a router must refuse instead is answered and
 // counted. The forwarder cuts it, or hands it whole to an OffloadSink
 // whose NIC segments its kind, as Linux hands a GRO packet to a TSO
