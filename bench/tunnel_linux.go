@@ -112,10 +112,8 @@ func (t *tunnelTrial) start(open openTunnelEnd) (err error) {
 			}
 		}
 	}
-	if w, ok := t.endA().(interface {
-		waitHandshake(*netlab.NS, netip.Addr) error
-	}); ok {
-		if err := w.waitHandshake(t.p.A, dstB); err != nil {
+	if w, ok := t.endA().(wgDevice); ok {
+		if err := w.waitHandshake(t.p.A, dstB, t.ends[1].(wgDevice)); err != nil {
 			return err
 		}
 	}
