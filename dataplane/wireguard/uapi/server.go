@@ -1,0 +1,159 @@
+//go:build unix
+
+package uapi
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// SocketDir is where wg(8) looks for the sockets of userspace devices.
+const SocketDir = "/var/run/wireguard"
+
+// SocketPath returns the path of the socket of interface iface, where
+// wg(8) looks for it.
+func SocketPath(iface string) (string, error) {
+	if iface == "" || len(iface) > 15 || strings.ContainsAny(iface, "/\x00") || iface == "." || iface == ".." {
+		return "", fmt.Errorf("uapi: %q is no interface name", iface)
+	}
+	return filepath.Join(SocketDir, iface+".sock"), nil
+}
+
+// A Server serves a Handler on a unix stream socket.
+type Server struct {
+	h    *Handler
+	l    *net.UnixListener
+	path string
+	file os.FileInfo // the socket file, removed on Close if still there
+
+	slots chan struct{} // one per connection served
+	done  chan struct{} // closed by Close
+	once  sync.Once
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+}
+
+// Listen makes the socket at path for h's clients: its directory is
+// made (0755) if missing, the socket is root's if the caller is root,
+// 0600, and appears whole (bound and set up elsewhere in the directory,
+// then renamed into place). A socket file there that nobody listens on
+// (left by a process that is gone) is replaced; one that answers is an
+// error.
+func Listen(path string, h *Handler) (*Server, error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("uapi: %w", err)
+	}
+	if c, err := net.Dial("unix", path); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("uapi: %s is in use", path)
+	}
+	tmp, err := os.MkdirTemp(dir, ".uapi-")
+	if err != nil {
+		return nil, fmt.Errorf("uapi: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	bound := filepath.Join(tmp, "s")
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: bound, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("uapi: %w", err)
+	}
+	l.SetUnlinkOnClose(false)
+	var fi os.FileInfo
+	if err = os.Chmod(bound, 0o600); err == nil {
+		if err = os.Rename(bound, path); err == nil {
+			fi, err = os.Lstat(path)
+		}
+	}
+	if err != nil {
+		l.Close()
+		return nil, fmt.Errorf("uapi: %w", err)
+	}
+	s := &Server{
+		h: h, l: l, path: path, file: fi,
+		slots: make(chan struct{}, h.lim.Conns),
+		done:  make(chan struct{}),
+		conns: make(map[net.Conn]struct{}),
+	}
+	return s, nil
+}
+
+// Serve answers clients until Close, and then returns nil: up to
+// Limits.Conns at once (the others wait to be accepted), each connection
+// closed Limits.Timeout after it was accepted.
+func (s *Server) Serve() error {
+	for {
+		select {
+		case s.slots <- struct{}{}:
+		case <-s.done:
+			return nil
+		}
+		c, err := s.l.Accept()
+		if err != nil {
+			<-s.slots
+			select {
+			case <-s.done:
+				return nil
+			default:
+			}
+			return fmt.Errorf("uapi: %w", err)
+		}
+		if !s.track(c, true) {
+			c.Close()
+			return nil
+		}
+		s.wg.Go(func() {
+			defer func() { <-s.slots }()
+			defer s.track(c, false)
+			c.SetDeadline(time.Now().Add(s.h.lim.Timeout))
+			s.h.Handle(c)
+		})
+	}
+}
+
+// track adds c to the connections served (false: the server is closed)
+// or removes and closes it.
+func (s *Server) track(c net.Conn, add bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !add {
+		delete(s.conns, c)
+		c.Close()
+		return true
+	}
+	select {
+	case <-s.done:
+		return false
+	default:
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+// Close stops the server: it closes the socket and the connections,
+// waits for their operations to end, and removes the socket file if it
+// is still the one Listen made.
+func (s *Server) Close() error {
+	var err error
+	s.once.Do(func() {
+		s.mu.Lock()
+		close(s.done)
+		for c := range s.conns {
+			c.Close()
+		}
+		s.mu.Unlock()
+		err = s.l.Close()
+		s.wg.Wait()
+		if fi, lerr := os.Lstat(s.path); lerr == nil && os.SameFile(fi, s.file) {
+			err = errors.Join(err, os.Remove(s.path))
+		}
+	})
+	return err
+}
