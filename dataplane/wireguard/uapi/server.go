@@ -48,8 +48,13 @@ type Server struct {
 // error.
 func Listen(path string, h *Handler) (*Server, error) {
 	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("uapi: %w", err)
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		if err = os.MkdirAll(dir, 0o755); err == nil {
+			err = os.Chmod(dir, 0o755) // whatever the umask
+		}
+		if err != nil {
+			return nil, fmt.Errorf("uapi: %w", err)
+		}
 	}
 	if c, err := net.Dial("unix", path); err == nil {
 		c.Close()
