@@ -140,7 +140,8 @@ func (d *Device) SetPrivateKey(k Key) {
 	d.id.Store(id)
 	peers := make([]*Peer, 0, len(d.peers))
 	for _, p := range d.peers {
-		p.static.Store(id.staticWith(&p.cfg.PublicKey))
+		st, _ := id.staticWith(&p.cfg.PublicKey) // of no small order: AddPeer checked
+		p.static.Store(st)
 		peers = append(peers, p)
 	}
 	d.mu.Unlock()
@@ -201,9 +202,6 @@ func (d *Device) Peers() []*Peer {
 // AddPeer adds a peer. Its public key must be new to the device and not
 // the device's own.
 func (d *Device) AddPeer(cfg PeerConfig) (*Peer, error) {
-	if _, err := dh(&smallOrderProbe, &cfg.PublicKey); err != nil {
-		return nil, errors.New("wireguard: a peer's public key of small order")
-	}
 	p := &Peer{
 		dev:       d,
 		cfg:       cfg,
@@ -221,7 +219,11 @@ func (d *Device) AddPeer(cfg PeerConfig) (*Peer, error) {
 	case d.peers[cfg.PublicKey] != nil:
 		return nil, errors.New("wireguard: a peer with that key exists")
 	}
-	p.static.Store(id.staticWith(&cfg.PublicKey))
+	st, err := id.staticWith(&cfg.PublicKey)
+	if err != nil {
+		return nil, errors.New("wireguard: a peer's public key of small order")
+	}
+	p.static.Store(st)
 	d.added++
 	p.added = d.added
 	d.peers[cfg.PublicKey] = p

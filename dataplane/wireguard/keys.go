@@ -212,7 +212,7 @@ func (d *Device) openRun(run []Packet, m int64) {
 			run[i].Reason = open(kp, run[i].Buf)
 		}
 	}
-	authentic, bytes, data := -1, 0, false
+	authentic, opened, data := -1, 0, false
 	kp.replay.mu.Lock()
 	for i := range run {
 		pkt := &run[i]
@@ -224,7 +224,7 @@ func (d *Device) openRun(run []Packet, m int64) {
 			continue
 		}
 		authentic = i
-		bytes += len(pkt.Buf)
+		opened += len(pkt.Buf)
 		pkt.Peer = e.peer
 		pkt.Reason = inner(pkt)
 		data = data || pkt.Reason != Keepalive
@@ -236,7 +236,7 @@ func (d *Device) openRun(run []Packet, m int64) {
 	p := e.peer
 	p.roam(run[authentic].Addr)
 	p.receivedAuth()
-	p.rxBytes.Add(uint64(bytes))
+	p.rxBytes.Add(uint64(opened))
 	if data {
 		p.receivedData(m)
 	}

@@ -49,15 +49,17 @@ type static struct {
 	shared [KeyLen]byte
 }
 
-// staticWith returns the static-static secret of id and public key pub
-// (of no small order); nil if id is (no private key).
-func (id *identity) staticWith(pub *Key) *static {
+// staticWith returns the static-static secret of id and public key pub;
+// nil if id is (no private key). It fails if pub is of small order.
+func (id *identity) staticWith(pub *Key) (*static, error) {
 	if id == nil {
-		return nil
+		_, err := dh(&smallOrderProbe, pub)
+		return nil, err
 	}
 	s := &static{id: id}
-	s.shared, _ = dh(&id.private, pub)
-	return s
+	var err error
+	s.shared, err = dh(&id.private, pub)
+	return s, err
 }
 
 // Public returns the public key of the private key k.

@@ -28,9 +28,9 @@
 //
 // A Handler configures a Device: the methods *wireguard.Device has (a
 // data path embeds it to apply the listen port and fwmark to its
-// sockets). The Handler keeps the peers' allowed IPs, and hands them all
-// to a Device that is also a Router after each set operation: cryptokey
-// routing is the data path's.
+// sockets). The Handler keeps the peers' allowed IPs (sorted), and hands
+// them all to a Device that is also a Router after each set operation:
+// cryptokey routing is the data path's.
 //
 // # Server
 //
@@ -38,7 +38,8 @@
 // 0600), replacing a stale socket file left by a process that is gone
 // and refusing one in use; Close removes it. Limits bound what a local
 // client may send: line length, peers and allowed IPs per set, the
-// connections served at once and how long each may last. The Server
+// connections served at once, the time to send operations and to read
+// each answer. The Server
 // builds on unix systems; the protocol (Handler, ParseSet, AppendGet) is
 // pure Go.
 package uapi

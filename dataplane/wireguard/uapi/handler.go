@@ -42,14 +42,14 @@ type Router interface {
 
 // A Handler answers get and set operations for a Device and keeps its
 // peers' allowed IPs: an allowed IP belongs to one peer, the last given
-// it. Its methods are safe for concurrent use; operations run one at a
-// time.
+// it; they are shown and handed on sorted. Its methods are safe for
+// concurrent use; operations run one at a time.
 type Handler struct {
 	dev Device
 	lim Limits
 
 	mu      sync.Mutex
-	allowed map[wireguard.Key][]netip.Prefix // in the order given
+	allowed map[wireguard.Key]map[netip.Prefix]struct{}
 	owner   map[netip.Prefix]wireguard.Key
 }
 
@@ -58,9 +58,14 @@ func NewHandler(dev Device, lim Limits) *Handler {
 	return &Handler{
 		dev:     dev,
 		lim:     lim.withDefaults(),
-		allowed: make(map[wireguard.Key][]netip.Prefix),
+		allowed: make(map[wireguard.Key]map[netip.Prefix]struct{}),
 		owner:   make(map[netip.Prefix]wireguard.Key),
 	}
+}
+
+// allowedIPs returns peer k's allowed IPs, sorted. h.mu is held.
+func (h *Handler) allowedIPs(k wireguard.Key) []netip.Prefix {
+	return slices.SortedFunc(maps.Keys(h.allowed[k]), netip.Prefix.Compare)
 }
 
 var errOperation = errors.New("uapi: not an operation (get=1 or set=1)")
@@ -114,7 +119,7 @@ func (h *Handler) State() *State {
 	d := h.dev
 	st := &State{PrivateKey: d.PrivateKey(), ListenPort: d.ListenPort(), Fwmark: d.Fwmark()}
 	for _, p := range d.Peers() {
-		got := Peer{PeerConfig: p.Config(), AllowedIPs: slices.Clone(h.allowed[p.PublicKey()])}
+		got := Peer{PeerConfig: p.Config(), AllowedIPs: h.allowedIPs(p.PublicKey())}
 		got.RxBytes, got.TxBytes = p.Transfer()
 		if t := p.LastHandshake(); !t.IsZero() {
 			got.LastHandshake = t.UnixNano()
@@ -139,9 +144,9 @@ func (h *Handler) Apply(s *Set) error {
 		}
 	}
 	if r, ok := h.dev.(Router); ok {
-		routes := maps.Clone(h.allowed)
-		for k, v := range routes {
-			routes[k] = slices.Clone(v)
+		routes := make(map[wireguard.Key][]netip.Prefix, len(h.allowed))
+		for k := range h.allowed {
+			routes[k] = h.allowedIPs(k)
 		}
 		if rerr := r.SetAllowedIPs(routes); rerr != nil && err == nil {
 			err = &Error{Errno: errnoOf(rerr, syscall.EINVAL), Err: rerr}
@@ -238,21 +243,21 @@ func (ps *PeerSet) config() wireguard.PeerConfig {
 // allow gives pfx to peer k, taking it from the peer that had it.
 func (h *Handler) allow(k wireguard.Key, pfx netip.Prefix) {
 	if o, ok := h.owner[pfx]; ok {
-		if o == k {
-			return
-		}
-		h.allowed[o] = slices.DeleteFunc(h.allowed[o], func(a netip.Prefix) bool { return a == pfx })
+		delete(h.allowed[o], pfx)
 		if len(h.allowed[o]) == 0 {
 			delete(h.allowed, o)
 		}
 	}
 	h.owner[pfx] = k
-	h.allowed[k] = append(h.allowed[k], pfx)
+	if h.allowed[k] == nil {
+		h.allowed[k] = make(map[netip.Prefix]struct{})
+	}
+	h.allowed[k][pfx] = struct{}{}
 }
 
 // drop takes every allowed IP from peer k.
 func (h *Handler) drop(k wireguard.Key) {
-	for _, pfx := range h.allowed[k] {
+	for pfx := range h.allowed[k] {
 		delete(h.owner, pfx)
 	}
 	delete(h.allowed, k)

@@ -173,7 +173,7 @@ func FuzzHandle(f *testing.F) {
 			if r.PeerByKey(k) == nil || len(pfxs) == 0 {
 				t.Fatalf("allowed IPs %v of %v, no peer", pfxs, k)
 			}
-			for _, pfx := range pfxs {
+			for pfx := range pfxs {
 				if h.owner[pfx] != k || pfx != pfx.Masked() {
 					t.Fatalf("%v of %v owned by %v", pfx, k, h.owner[pfx])
 				}

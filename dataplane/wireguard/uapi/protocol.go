@@ -21,7 +21,7 @@ type Limits struct {
 	Line       int           // the longest line, its newline included (default 512)
 	Peers      int           // public_key lines in one set (default 65536)
 	AllowedIPs int           // allowed_ip lines in one set (default 262144)
-	Timeout    time.Duration // a connection's longest life (Server; default 10 s)
+	Timeout    time.Duration // to send the operations, and to read each answer (Server; default 10 s)
 	Conns      int           // connections served at once (Server; default 8)
 }
 

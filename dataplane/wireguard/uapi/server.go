@@ -91,8 +91,9 @@ func Listen(path string, h *Handler) (*Server, error) {
 }
 
 // Serve answers clients until Close, and then returns nil: up to
-// Limits.Conns at once (the others wait to be accepted), each connection
-// closed Limits.Timeout after it was accepted.
+// Limits.Conns at once (the others wait to be accepted). A client has
+// Limits.Timeout from its connection to send its operations, and again
+// to read each answer (the time the Device takes is not counted).
 func (s *Server) Serve() error {
 	for {
 		select {
@@ -117,10 +118,21 @@ func (s *Server) Serve() error {
 		s.wg.Go(func() {
 			defer func() { <-s.slots }()
 			defer s.track(c, false)
-			c.SetDeadline(time.Now().Add(s.h.lim.Timeout))
-			s.h.Handle(c)
+			c.SetReadDeadline(time.Now().Add(s.h.lim.Timeout))
+			s.h.Handle(deadlined{c, s.h.lim.Timeout})
 		})
 	}
+}
+
+// deadlined is a connection whose every write has Timeout to finish.
+type deadlined struct {
+	net.Conn
+	timeout time.Duration
+}
+
+func (c deadlined) Write(b []byte) (int, error) {
+	c.SetWriteDeadline(time.Now().Add(c.timeout))
+	return c.Conn.Write(b)
 }
 
 // track adds c to the connections served (false: the server is closed)

@@ -88,7 +88,7 @@ func newPublic(t *testing.T) wireguard.Key {
 }
 
 // TestWg drives a core device with wg(8): wg set, show, showconf,
-// setconf and addconf, checking what the device holds and what wg
+// setconf, addconf and syncconf, checking what the device holds and what wg
 // prints, a handshake's time and bytes included.
 func TestWg(t *testing.T) {
 	d := newWgDevice(t)
@@ -181,5 +181,12 @@ func TestWg(t *testing.T) {
 	}
 	if !slices.Equal(d.routes[pub1], []netip.Prefix{netip.MustParsePrefix("10.0.0.2/32"), netip.MustParsePrefix("fd00::2/128")}) || len(d.routes) != 2 {
 		t.Errorf("routes %v", d.routes)
+	}
+
+	// syncconf removes what the file does not have.
+	d.wg("syncconf", "%s", file(t, fmt.Sprintf("[Interface]\nPrivateKey = %s\n\n[Peer]\nPublicKey = %s\nAllowedIPs = 10.0.0.2/32\n", priv, pub1)))
+	if ps := d.Peers(); len(ps) != 1 || ps[0].PublicKey() != pub1 ||
+		!slices.Equal(d.routes[pub1], []netip.Prefix{netip.MustParsePrefix("10.0.0.2/32")}) || len(d.routes) != 1 {
+		t.Errorf("after syncconf: %v, routes %v", ps, d.routes)
 	}
 }
