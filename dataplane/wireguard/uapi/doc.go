@@ -36,7 +36,9 @@
 //
 // Listen makes the socket as wg(8) expects it (directory 0755, socket
 // 0600), replacing a stale socket file left by a process that is gone
-// and refusing one in use; Close removes it. Limits bound what a local
+// and refusing one in use; Close removes it, and Serve ends
+// (ErrSocketRemoved) when another removes it, upon which the protocol
+// asks a userspace device to exit. Limits bound what a local
 // client may send: line length, peers and allowed IPs per set, the
 // connections served at once, the time to send operations and to read
 // each answer. The Server

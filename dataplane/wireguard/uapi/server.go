@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -25,6 +26,11 @@ func SocketPath(iface string) (string, error) {
 	return filepath.Join(SocketDir, iface+".sock"), nil
 }
 
+// ErrSocketRemoved is what Serve returns when the socket file was
+// removed or replaced: the protocol asks a userspace device to exit
+// then.
+var ErrSocketRemoved = errors.New("uapi: the socket file was removed")
+
 // A Server serves a Handler on a unix stream socket.
 type Server struct {
 	h    *Handler
@@ -38,6 +44,8 @@ type Server struct {
 	wg    sync.WaitGroup
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
+
+	removed atomic.Bool // the socket file was
 }
 
 // Listen makes the socket at path for h's clients: its directory is
@@ -90,30 +98,34 @@ func Listen(path string, h *Handler) (*Server, error) {
 	return s, nil
 }
 
-// Serve answers clients until Close, and then returns nil: up to
-// Limits.Conns at once (the others wait to be accepted). A client has
-// Limits.Timeout from its connection to send its operations, and again
-// to read each answer (the time the Device takes is not counted).
+// Serve answers clients until Close, and then returns nil, or until
+// the socket file is removed or replaced (checked every second), and
+// then closes the server and returns ErrSocketRemoved. It serves up to
+// Limits.Conns clients at once (the others wait to be accepted). A
+// client has Limits.Timeout from its connection to send its operations,
+// and again to read each answer (the time the Device takes is not
+// counted).
 func (s *Server) Serve() error {
+	go s.watch()
 	for {
 		select {
 		case s.slots <- struct{}{}:
 		case <-s.done:
-			return nil
+			return s.stopped()
 		}
 		c, err := s.l.Accept()
 		if err != nil {
 			<-s.slots
 			select {
 			case <-s.done:
-				return nil
+				return s.stopped()
 			default:
 			}
 			return fmt.Errorf("uapi: %w", err)
 		}
 		if !s.track(c, true) {
 			c.Close()
-			return nil
+			return s.stopped()
 		}
 		s.wg.Go(func() {
 			defer func() { <-s.slots }()
@@ -121,6 +133,32 @@ func (s *Server) Serve() error {
 			c.SetReadDeadline(time.Now().Add(s.h.lim.Timeout))
 			s.h.Handle(deadlined{c, s.h.lim.Timeout})
 		})
+	}
+}
+
+// stopped is what Serve returns once the server is closed.
+func (s *Server) stopped() error {
+	if s.removed.Load() {
+		return ErrSocketRemoved
+	}
+	return nil
+}
+
+// watch closes the server when its socket file is removed or replaced.
+func (s *Server) watch() {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-t.C:
+		}
+		if fi, err := os.Lstat(s.path); err != nil || !os.SameFile(fi, s.file) {
+			s.removed.Store(true)
+			s.Close()
+			return
+		}
 	}
 }
 

@@ -23,7 +23,7 @@ func serve(t *testing.T, path string, h *Handler) *Server {
 	go func() { done <- s.Serve() }()
 	t.Cleanup(func() {
 		s.Close()
-		if err := <-done; err != nil {
+		if err := <-done; err != nil && err != ErrSocketRemoved {
 			t.Errorf("serve: %v", err)
 		}
 	})
@@ -109,6 +109,28 @@ func TestServerSocket(t *testing.T) {
 	s.Close()
 	if got := ask(t, path, "get=1\n\n"); got != "fwmark=3\nerrno=0\n\n" {
 		t.Fatalf("get from the other server: %q", got)
+	}
+}
+
+// TestServerSocketRemoved: Serve ends when its socket file is removed.
+func TestServerSocketRemoved(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "wg0.sock")
+	s, err := Listen(path, NewHandler(newRouter(t), Limits{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	done := make(chan error, 1)
+	go func() { done <- s.Serve() }()
+	ask(t, path, "get=1\n\n")
+	os.Remove(path)
+	select {
+	case err := <-done:
+		if err != ErrSocketRemoved {
+			t.Fatalf("serve: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("still serving 30 s after its socket file was removed")
 	}
 }
 
