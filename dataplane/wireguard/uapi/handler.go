@@ -32,6 +32,8 @@ type Device interface {
 	RemovePeer(*wireguard.Peer)
 }
 
+var _ Device = (*wireguard.Device)(nil)
+
 // A Router is a Device that routes by its peers' allowed IPs (cryptokey
 // routing): after each set operation, the Handler hands it every peer's
 // allowed IPs (a peer without any is left out). An error fails the

@@ -14,15 +14,19 @@ import (
 	"github.com/gsoplane/gsoplane/dataplane/wireguard"
 )
 
-// router is a core device that takes the allowed IPs, and refuses a
-// listen port of 1.
+// router is a core device that takes the allowed IPs (or refuses them
+// with its refusal), and refuses a listen port of 1.
 type router struct {
 	*wireguard.Device
-	routes map[wireguard.Key][]netip.Prefix
-	sets   int
+	routes  map[wireguard.Key][]netip.Prefix
+	sets    int
+	refusal error
 }
 
 func (r *router) SetAllowedIPs(m map[wireguard.Key][]netip.Prefix) error {
+	if r.refusal != nil {
+		return r.refusal
+	}
 	r.routes, r.sets = m, r.sets+1
 	return nil
 }
@@ -132,6 +136,11 @@ func TestHandler(t *testing.T) {
 	}
 	if got := do(t, h, "get=1\n\n"); got != "private_key="+hexKey(key(4))+"\nlisten_port=51820\nfwmark=7\nerrno=0\n\n" {
 		t.Fatalf("get: %q", got)
+	}
+	// The router's refusal is the operation's.
+	r.refusal = syscall.ENOSPC
+	if got := do(t, h, "set=1\npublic_key="+p1+"\nallowed_ip=0.0.0.0/0\n\n"); got != errnoLine(syscall.ENOSPC) {
+		t.Fatalf("refused routes: %q", got)
 	}
 }
 

@@ -95,10 +95,9 @@ func errnoOf(err error, def syscall.Errno) syscall.Errno {
 
 var errLineTooLong = errors.New("line too long")
 
-// readLine returns the next line without its newline. A line longer
-// than max is an error; its rest is skipped (so that the operation's
-// end can still be found).
-// io.EOF: the client closed between lines.
+// readLine returns the next line without its newline, or io.EOF if
+// the client closed between lines. A line longer than max is an error;
+// its rest is skipped (so that the operation's end can still be found).
 func readLine(r *bufio.Reader, max int) ([]byte, error) {
 	line, err := r.ReadSlice('\n')
 	switch {
