@@ -41,7 +41,6 @@
 // asks a userspace device to exit. Limits bound what a local
 // client may send: line length, peers and allowed IPs per set, the
 // connections served at once, the time to send operations and to read
-// each answer. The Server
-// builds on unix systems; the protocol (Handler, ParseSet, AppendGet) is
-// pure Go.
+// each answer. The Server is Linux's (Listen fails elsewhere); the
+// protocol (Handler, ParseSet, AppendGet) is pure Go.
 package uapi

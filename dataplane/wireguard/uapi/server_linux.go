@@ -1,5 +1,3 @@
-//go:build unix
-
 package uapi
 
 import (
@@ -8,28 +6,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 )
-
-// SocketDir is where wg(8) looks for the sockets of userspace devices.
-const SocketDir = "/var/run/wireguard"
-
-// SocketPath returns the path of the socket of interface iface, where
-// wg(8) looks for it.
-func SocketPath(iface string) (string, error) {
-	if iface == "" || len(iface) > 15 || strings.ContainsAny(iface, "/\x00") || iface == "." || iface == ".." {
-		return "", fmt.Errorf("uapi: %q is no interface name", iface)
-	}
-	return filepath.Join(SocketDir, iface+".sock"), nil
-}
-
-// ErrSocketRemoved is what Serve returns when the socket file was
-// removed or replaced: the protocol asks a userspace device to exit
-// then.
-var ErrSocketRemoved = errors.New("uapi: the socket file was removed")
 
 // A Server serves a Handler on a unix stream socket.
 type Server struct {
