@@ -183,6 +183,11 @@ func TestWg(t *testing.T) {
 		t.Errorf("routes %v", d.routes)
 	}
 
+	// A change the device refuses: wg reads the errno.
+	if out, err := exec.Command(d.tool, "set", d.name, "listen-port", "1").CombinedOutput(); err == nil || !strings.Contains(string(out), "Address already in use") {
+		t.Errorf("wg set listen-port 1: %v, %s", err, out)
+	}
+
 	// syncconf removes what the file does not have.
 	d.wg("syncconf", "%s", file(t, fmt.Sprintf("[Interface]\nPrivateKey = %s\n\n[Peer]\nPublicKey = %s\nAllowedIPs = 10.0.0.2/32\n", priv, pub1)))
 	if ps := d.Peers(); len(ps) != 1 || ps[0].PublicKey() != pub1 ||
