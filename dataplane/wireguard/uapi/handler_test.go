@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,17 +19,27 @@ import (
 // with its refusal), and refuses a listen port of 1.
 type router struct {
 	*wireguard.Device
+	mu      sync.Mutex // a Server's goroutine sets the routes
 	routes  map[wireguard.Key][]netip.Prefix
 	sets    int
 	refusal error
 }
 
 func (r *router) SetAllowedIPs(m map[wireguard.Key][]netip.Prefix) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.refusal != nil {
 		return r.refusal
 	}
 	r.routes, r.sets = m, r.sets+1
 	return nil
+}
+
+// table returns the routes last set.
+func (r *router) table() map[wireguard.Key][]netip.Prefix {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.routes
 }
 
 func (r *router) SetListenPort(port uint16) error {

@@ -112,8 +112,8 @@ func TestWg(t *testing.T) {
 		c2 != (wireguard.PeerConfig{PublicKey: pub2, Endpoint: netip.MustParseAddrPort("[2001:db8::3]:7")}) {
 		t.Fatalf("peers %+v\n%+v", c1, c2)
 	}
-	if !slices.Equal(d.routes[pub2], []netip.Prefix{netip.MustParsePrefix("10.0.1.0/24")}) {
-		t.Fatalf("routes %v", d.routes)
+	if !slices.Equal(d.table()[pub2], []netip.Prefix{netip.MustParsePrefix("10.0.1.0/24")}) {
+		t.Fatalf("routes %v", d.table())
 	}
 
 	// A handshake with the first peer, in process.
@@ -179,8 +179,8 @@ func TestWg(t *testing.T) {
 		priv, priv.Public(), pub3, pub1, psk); got != want {
 		t.Errorf("after setconf, addconf and set, wg show dump:\n%s\nwant\n%s", got, want)
 	}
-	if !slices.Equal(d.routes[pub1], []netip.Prefix{netip.MustParsePrefix("10.0.0.2/32"), netip.MustParsePrefix("fd00::2/128")}) || len(d.routes) != 2 {
-		t.Errorf("routes %v", d.routes)
+	if !slices.Equal(d.table()[pub1], []netip.Prefix{netip.MustParsePrefix("10.0.0.2/32"), netip.MustParsePrefix("fd00::2/128")}) || len(d.table()) != 2 {
+		t.Errorf("routes %v", d.table())
 	}
 
 	// A change the device refuses: wg reads the errno.
@@ -191,7 +191,7 @@ func TestWg(t *testing.T) {
 	// syncconf removes what the file does not have.
 	d.wg("syncconf", "%s", file(t, fmt.Sprintf("[Interface]\nPrivateKey = %s\n\n[Peer]\nPublicKey = %s\nAllowedIPs = 10.0.0.2/32\n", priv, pub1)))
 	if ps := d.Peers(); len(ps) != 1 || ps[0].PublicKey() != pub1 ||
-		!slices.Equal(d.routes[pub1], []netip.Prefix{netip.MustParsePrefix("10.0.0.2/32")}) || len(d.routes) != 1 {
-		t.Errorf("after syncconf: %v, routes %v", ps, d.routes)
+		!slices.Equal(d.table()[pub1], []netip.Prefix{netip.MustParsePrefix("10.0.0.2/32")}) || len(d.table()) != 1 {
+		t.Errorf("after syncconf: %v, routes %v", ps, d.table())
 	}
 }
