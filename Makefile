@@ -68,6 +68,7 @@ FUZZ_TARGETS = ./segment:FuzzSplit ./segment:FuzzValidate ./segment:FuzzCoalesce
 	./dataplane/udp:FuzzReceiverHeaders \
 	./dataplane/wireguard:FuzzInitiation ./dataplane/wireguard:FuzzResponse \
 	./dataplane/wireguard:FuzzCookieReply ./dataplane/wireguard:FuzzData \
+	./dataplane/wireguard/uapi:FuzzHandle \
 	./dataplane/xsk:FuzzReceiveChains ./dataplane/xsk:FuzzXDPProgram
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
