@@ -71,7 +71,24 @@ type rowSpec struct {
 	// copies is how many times the row's path copies a super-packet's
 	// payload (docs/bench-json.md); nil for a row that forwards nothing.
 	copies *int
-	start  func(ctx context.Context) (trial, error)
+	// product marks the row of the gateway as shipped (GatewayConfig's
+	// zero value, or the package's defaults): the scenario's headline.
+	product bool
+	start   func(ctx context.Context) (trial, error)
+}
+
+// asProduct is r marked as the product's row.
+func (r rowSpec) asProduct() rowSpec {
+	r.product = true
+	return r
+}
+
+// label is the row's name as tables show it: the product's marked.
+func (r rowSpec) label() string {
+	if r.product {
+		return r.name + " (product)"
+	}
+	return r.name
 }
 
 // The copies of a super-packet's payload on the bench's paths, the
@@ -92,6 +109,10 @@ const (
 	// AF_PACKET's recvmmsg) and the TUN write into an skb; GRO merges
 	// with a vectored write, no copy.
 	returnCopies = 2
+	// floorCopies: the floor rows (floor_linux.go): a read into the
+	// floor's buffer (TUN read, packet socket receive) and the kernel's
+	// copy into an skb (packet socket send, TUN write), each way.
+	floorCopies = 2
 	// peerCopies: a peer's TUN writer (wireguard-go's coalescing
 	// Device.Write) or reader (its Read, Tailscale's GSOSplit) copies the
 	// packets once more, into its own buffers.
