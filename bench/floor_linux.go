@@ -209,8 +209,9 @@ func (f *floor) closeFDs() error {
 // socket's offsets (counted from the Ethernet header), writes the
 // Ethernet header and sends the frame whole (the second copy).
 func tunToPacket(tunFD, pkt int, eth [floorEth]byte) pump {
+	var iov iovecs
 	return func(buf, hdr []byte) (bool, error) {
-		n, err := unix.Readv(tunFD, [][]byte{hdr, buf[floorPkt:]})
+		n, err := vecIO(unix.SYS_READV, tunFD, iov.set(hdr, buf[floorPkt:]))
 		if err != nil || n <= floorTUNHdr {
 			return false, err
 		}
@@ -228,6 +229,7 @@ func tunToPacket(tunFD, pkt int, eth [floorEth]byte) pump {
 // dst into the TUN behind its header converted to the TUN's offsets (the
 // second copy); other frames are the host's.
 func packetToTUN(pkt, tunFD int, dst netip.Prefix) pump {
+	var iov iovecs
 	return func(buf, hdr []byte) (bool, error) {
 		n, err := unix.Read(pkt, buf)
 		if err != nil || !floorMatch(buf[:max(n, 0)], dst) {
@@ -235,7 +237,7 @@ func packetToTUN(pkt, tunFD int, dst netip.Prefix) pump {
 		}
 		clear(hdr)
 		vnetShift(hdr[:floorVnet], buf[:floorVnet], -floorEth)
-		_, err = unix.Writev(tunFD, [][]byte{hdr, buf[floorPkt:n]})
+		_, err = vecIO(unix.SYS_WRITEV, tunFD, iov.set(hdr, buf[floorPkt:n]))
 		return err == nil, err
 	}
 }
@@ -253,6 +255,21 @@ func packetToPacket(in, out int, dst netip.Prefix, eth [floorEth]byte) pump {
 		_, err = unix.Write(out, buf[:n])
 		return err == nil, err
 	}
+}
+
+// iovecs are iovecs kept from call to call.
+type iovecs []unix.Iovec
+
+// set points the iovecs at pieces, none of them empty, and returns them.
+func (v *iovecs) set(pieces ...[]byte) []unix.Iovec {
+	*v = (*v)[:0]
+	for _, p := range pieces {
+		var e unix.Iovec
+		e.Base = &p[0]
+		e.SetLen(len(p))
+		*v = append(*v, e)
+	}
+	return *v
 }
 
 // floorMatch reports whether frame (behind its virtio-net header) is an

@@ -1,0 +1,42 @@
+package main
+
+// The floor's one use of unsafe: the address of its iovecs and message
+// header for the kernel, kept from call to call (unix.Readv, unix.Writev
+// and unix.SendmsgBuffers allocate theirs each time, which would charge
+// the floor a garbage collector the gateway does not have).
+
+import (
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// vecIO runs readv(2) or writev(2) (trap) on fd with v, which must not be
+// empty, blocking.
+func vecIO(trap uintptr, fd int, v []unix.Iovec) (int, error) {
+	n, _, errno := unix.Syscall(trap, uintptr(fd), uintptr(unsafe.Pointer(&v[0])), uintptr(len(v)))
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(n), nil
+}
+
+// setMsgIov points h at v and ctl (its control message, if any).
+func setMsgIov(h *unix.Msghdr, v []unix.Iovec, ctl []byte) {
+	h.Iov = &v[0]
+	h.SetIovlen(len(v))
+	h.Control, h.Controllen = nil, 0
+	if len(ctl) > 0 {
+		h.Control = &ctl[0]
+		h.SetControllen(len(ctl))
+	}
+}
+
+// msgIO runs sendmsg(2) or recvmsg(2) (trap) on fd with h, blocking.
+func msgIO(trap uintptr, fd int, h *unix.Msghdr) (int, error) {
+	n, _, errno := unix.Syscall(trap, uintptr(fd), uintptr(unsafe.Pointer(h)), 0)
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(n), nil
+}
