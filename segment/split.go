@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 	"sync/atomic"
+
+	"github.com/gsoplane/gsoplane/internal/copycount"
 )
 
 // TCP flags the segmenter rewrites.
@@ -148,6 +150,7 @@ func checkBufs(l Layout, n int, bufs [][]byte, sizes []int, offset int) error {
 // accepts). out may be longer than pkt: nothing past len(pkt) is read.
 func (s *Segmenter) passThrough(pkt []byte, l Layout, out []byte) int {
 	out = out[:len(pkt)]
+	copycount.Add(out, pkt)
 	if !l.needsCsum || l.partial(s.Partial) {
 		return copy(out, pkt)
 	}
@@ -189,6 +192,7 @@ func (s *Segmenter) splitL4(pkt []byte, l Layout, first int, bufs [][]byte, size
 		start := i * step
 		end := min(start+step, l.payloadLen)
 		out := bufs[b][offset : offset+hl+end-start]
+		copycount.Add(out, pkt)
 		copy(out[:hl], pkt[:hl])
 		var acc uint64
 		if partial {
@@ -383,6 +387,7 @@ func (s *Segmenter) splitUFO(pkt []byte, l Layout, first int, bufs [][]byte, siz
 		start := i * l.mss
 		end := min(start+l.mss, data)
 		out := bufs[b][offset : offset+hl+end-start]
+		copycount.Add(out, pkt)
 		copy(out[hl:], pkt[l.l3Len+start:l.l3Len+end]) // first: may move in place
 		copy(out[:l.l3Len], pkt[:l.l3Len])
 		if l.ipv6 {
