@@ -28,7 +28,7 @@ import (
 
 func ingressRows() []rowSpec {
 	return []rowSpec{
-		ingressTCPRow("packet", false, ingressPacket(dataplane.PacketGSOAuto)).copying(forwardCopies + chainCopies),
+		ingressTCPRow("packet", false, ingressPacket(dataplane.PacketGSOAuto)).copying(inPlaceCopies + wireCopies),
 		ingressTCPRow("floor", false, func(l *lab) (dataplaneUnderTest, error) { return startIngressFloor(l) }).copying(floorCopies),
 		ingressTCPRow("xdp", false, func(l *lab) (dataplaneUnderTest, error) {
 			g, err := startGateway(l, ingressConfig(dataplane.PortXDP, dataplane.XDPModeGeneric, nil))
@@ -36,8 +36,8 @@ func ingressRows() []rowSpec {
 				return nil, err
 			}
 			return gwDataplane{gateway: g}, nil
-		}).copying(forwardCopies + chainCopies),
-		ingressTCPRow("packet-cut", false, ingressPacket(dataplane.PacketGSOPartial)).copying(forwardCopies + chainCopies),
+		}).copying(forwardCopies + wireCopies + chainCopies),
+		ingressTCPRow("packet-cut", false, ingressPacket(dataplane.PacketGSOPartial)).copying(forwardCopies + wireCopies),
 		ingressTCPRow("kernel", true, func(l *lab) (dataplaneUnderTest, error) {
 			return nil, errors.Join(l.A.Sysctl("net/ipv4/ip_forward", "1"), l.RouteKernel())
 		}).copying(kernelCopies),

@@ -93,7 +93,9 @@ func (r rowSpec) label() string {
 
 // The copies of a super-packet's payload on the bench's paths, the
 // sender's own copy into its socket and the receiver's out of it not
-// counted (docs/bench-json.md).
+// counted (docs/bench-json.md). User space's copies are checked by the
+// TestCopies tests (dataplane, dataplane/tunnel; internal/copycount),
+// the kernel's are those of the system calls the path makes.
 const (
 	// kernelCopies: the kernel hands its skbs on from socket to socket.
 	kernelCopies = 0
@@ -102,7 +104,7 @@ const (
 	// into an skb (AF_PACKET's sendmmsg, AF_XDP copy-mode transmit).
 	forwardCopies = 3
 	// inPlaceCopies: AF_PACKET handing the NIC whole super-packets reads
-	// each from the TUN straight into the frame it is sent from
+	// each from its source straight into the frame it is sent from
 	// (pipeline.Stats.InPlace), then the kernel's copy into an skb.
 	inPlaceCopies = 2
 	// returnCopies: the port's receive (AF_XDP copy mode into the UMEM,
@@ -117,10 +119,12 @@ const (
 	// Device.Write) or reader (its Read, Tailscale's GSOSplit) copies the
 	// packets once more, into its own buffers.
 	peerCopies = 1
-	// chainCopies: a packet from a wire is copied once more before it
-	// is cut or sent whole: an AF_XDP multi-buffer chain from its UMEM
-	// frames into one buffer, an AF_PACKET receive into the forwarder's
-	// buffer.
+	// wireCopies: a packet from a wire (an ingress port) is copied once
+	// more, by pipeline.WireSource, into the buffer it is cut from or
+	// sent whole from (a large frame, where the sink lends one).
+	wireCopies = 1
+	// chainCopies: an AF_XDP multi-buffer chain is gathered from its
+	// UMEM frames into one buffer before that.
 	chainCopies = 1
 )
 

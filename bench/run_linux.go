@@ -167,7 +167,7 @@ var scenarios = map[string]scenarioDef{
 			"  1500-byte segment, ~44 per super-packet the kernel row sends as one), ~15% the forwarder (WireSource read, cut, copy).",
 			"Where the time goes (perf, packet row): half the gateway is sendmmsg on gw-a (the copy into a new skb, and gw-b's receive,",
 			"  which the veth runs in the sender's softirq), a quarter recvmmsg on gw-c (the copy out of C's skb), a fifth Go's memmove",
-			"  (WireSource into the forwarder's buffer, then into the sink's large frame): four copies per super-packet, the kernel none.",
+			"  (WireSource into the sink's large frame): three copies per super-packet (TestCopies counts user space's), the kernel none.",
 		},
 	},
 	"tunnel": {
