@@ -40,3 +40,25 @@ func msgIO(trap uintptr, fd int, h *unix.Msghdr) (int, error) {
 	}
 	return int(n), nil
 }
+
+// putUDPSegment writes into ctl (unix.CmsgSpace(2) bytes) a UDP_SEGMENT
+// control message of size.
+func putUDPSegment(ctl []byte, size uint16) {
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&ctl[0]))
+	h.Level, h.Type = unix.SOL_UDP, unix.UDP_SEGMENT
+	h.SetLen(unix.CmsgLen(2))
+	*(*uint16)(unsafe.Pointer(&ctl[unix.CmsgLen(0)])) = size
+}
+
+// udpGROSize returns the segment size of a UDP_GRO control message, the
+// first of ctl, or 0 if it is none.
+func udpGROSize(ctl []byte) int {
+	if len(ctl) < unix.CmsgLen(4) {
+		return 0
+	}
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&ctl[0]))
+	if h.Level != unix.SOL_UDP || h.Type != unix.UDP_GRO {
+		return 0
+	}
+	return int(*(*int32)(unsafe.Pointer(&ctl[unix.CmsgLen(0)])))
+}

@@ -115,6 +115,11 @@ const (
 	// floor's buffer (TUN read, packet socket receive) and the kernel's
 	// copy into an skb (packet socket send, TUN write), each way.
 	floorCopies = 2
+	// tunnelCopies: through a tunnel, end to end: the sender's TUN read,
+	// its cut into datagrams, sendmmsg's copy; the receiver's recvmmsg
+	// and its TUN write (GRO merges with a vectored write). Seal and
+	// Open work in place.
+	tunnelCopies = forwardCopies + returnCopies
 	// peerCopies: a peer's TUN writer (wireguard-go's coalescing
 	// Device.Write) or reader (its Read, Tailscale's GSOSplit) copies the
 	// packets once more, into its own buffers.

@@ -173,7 +173,7 @@ var scenarios = map[string]scenarioDef{
 	"tunnel": {
 		name: "tunnel",
 		title: func(o options) string {
-			return "tunnel: a VPN's data path between two namespaces over a veth of MTU 1500, one TCP stream each way at once — gsoplane's Tunnel (one peer, and routed among several) vs wireguard-go's plumbing (plaintext), examples/vpn vs a wireguard-go device (encrypted), the kernel alone"
+			return "tunnel: a VPN's data path between two namespaces over a veth of MTU 1500, one TCP stream each way at once — gsoplane's Tunnel (the product; one peer, and routed among several) vs the floor vs wireguard-go's plumbing (plaintext), examples/vpn vs a wireguard-go device (encrypted), the kernel alone"
 		},
 		rows:   func(o options) []rowSpec { return tunnelRows() },
 		ratios: func(rows []*rowResult, o options) []ratio { return tunnelRatios(rows) },
@@ -181,7 +181,12 @@ var scenarios = map[string]scenarioDef{
 			"Mbit/s = both streams' bytes read by their receivers; A→B and B→A each stream's; retrans = both senders' tcpi_total_retrans;",
 			"dgrams/send and dgrams/recv = UDP datagrams per system call, both ends: sendmmsg and recvmmsg for gsoplane's rows,",
 			"  Bind.Send and ReceiveFunc calls for wg-plumbing (each one sendmmsg or recvmmsg); a wireguard-go device does not say.",
-			"busy cores/Gbit = the whole machine's busy cores (both ends, senders, receivers, the kernel) per Gbit/s moved; gw cores/Gbit the gateway's own.",
+			"busy cores/Gbit = the whole machine's busy cores (both ends, senders, receivers, the kernel) per Gbit/s moved; gw cores/Gbit",
+			"  the two tunnel ends' own (the bench process less its stream threads).",
+			"floor = the least a userspace tunnel costs here (floortunnel_linux.go): each end a TUN device as the Tunnel opens it",
+			"  (inner MTU 1456) and a connected UDP socket, one blocking thread each way: a super-packet read and sent as its",
+			"  segments in one UDP_SEGMENT message (headers beside the payload, by iovecs), a UDP_GRO batch written into the TUN",
+			"  as one super-packet; plaintext, no framing, no checksum summed: two copies each way.",
 			"tunnel = dataplane/tunnel with every default, configured exactly as the README's recipe (TestREADMETunnel runs the",
 			"  recipe itself as written): readme/tunnel is 1 by construction. Inner MTU 1456 (16-byte header), wg-plumbing 1472",
 			"  (no header), vpn 1440 (header and tag), wg-device 1420 (wg-quick's).",

@@ -59,6 +59,8 @@ var targets = []target{
 		aim: "the AF_XDP ingress port at least half the kernel's forwarding"},
 	{scenario: "ingress", key: "packet/kernel", threshold: 0.7,
 		aim: "AF_PACKET ingress, super-packets leaving whole, at least 0.7× the kernel's forwarding"},
+	{scenario: "tunnel", key: "tunnel/floor", threshold: 0.95,
+		aim: "the plaintext Tunnel within 5% of the floor's throughput (TUN ⇄ UDP_SEGMENT and UDP_GRO sockets)"},
 	{scenario: "tunnel", key: "tunnel/wg-plumbing A→B", threshold: 1.3,
 		aim: "the plaintext Tunnel 1.3× wireguard-go's own plumbing, A→B"},
 	{scenario: "tunnel", key: "tunnel/wg-plumbing B→A", threshold: 1.3,
