@@ -93,7 +93,8 @@ func (f *floor) run(p pump, n *atomic.Uint64) {
 			switch {
 			case err == nil && ok:
 				n.Add(1)
-			case err == nil, errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EINTR), errors.Is(err, unix.ENOBUFS):
+			case err == nil, errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EINTR), errors.Is(err, unix.ENOBUFS),
+				errors.Is(err, unix.ECONNREFUSED): // the tunnel's peer end not open yet
 			case f.stopping.Load():
 				return
 			default:

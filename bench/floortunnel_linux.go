@@ -185,7 +185,7 @@ func (t *tunnelFloor) tunToUDP(tunFD, sock int) pump {
 		pkt := buf[:n-tunnelFloorHdr]
 		mss := int(binary.LittleEndian.Uint16(hdr[4:]))
 		hl, ok := tcp4HeaderLen(pkt)
-		if hdr[1] != unix.VIRTIO_NET_HDR_GSO_TCPV4 || !ok || mss == 0 || len(pkt) <= hl+mss {
+		if hdr[1]&^unix.VIRTIO_NET_HDR_GSO_ECN != unix.VIRTIO_NET_HDR_GSO_TCPV4 || !ok || mss == 0 || len(pkt) <= hl+mss {
 			return false, t.send(sock, &msg, &iov, nil, 1, pkt)
 		}
 		payload := pkt[hl:]
