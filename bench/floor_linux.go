@@ -40,6 +40,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
+	"github.com/gsoplane/gsoplane/dataplane/afpacket"
 	"github.com/gsoplane/gsoplane/dataplane/tun"
 	"github.com/gsoplane/gsoplane/internal/netlab"
 )
@@ -348,9 +349,11 @@ func openFloorTUN(name string) (int, error) {
 
 // floorPacketSocket opens a blocking packet socket on dev with the
 // AF_PACKET port's options (SOCK_RAW, ETH_P_ALL, PACKET_VNET_HDR,
-// PACKET_QDISC_BYPASS, PACKET_IGNORE_OUTGOING, the port's default
-// buffers), in the calling thread's namespace. A receive times out now
-// and then, for the thread to notice a stop.
+// PACKET_QDISC_BYPASS, PACKET_IGNORE_OUTGOING, the port's default receive
+// buffer; a send buffer of 4 MiB, where the port sizes its own to its
+// frames: the floor sends one frame at a time), in the calling thread's
+// namespace. A receive times out now and then, for the thread to notice
+// a stop.
 func floorPacketSocket(dev string) (int, error) {
 	ifi, err := net.InterfaceByName(dev)
 	if err != nil {
@@ -365,7 +368,7 @@ func floorPacketSocket(dev string) (int, error) {
 		{unix.SOL_PACKET, unix.PACKET_QDISC_BYPASS, 1},
 		{unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1},
 		{unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 4 << 20},
-		{unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 4 << 20},
+		{unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, afpacket.DefaultRcvBuf},
 	} {
 		if err == nil {
 			err = unix.SetsockoptInt(fd, o.level, o.opt, o.v)
