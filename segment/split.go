@@ -1,6 +1,10 @@
 package segment
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+
+	"github.com/gsoplane/gsoplane/internal/copycount"
+)
 
 // Split validates pkt with h and writes its segments into bufs, segment i
 // at bufs[i][offset:offset+sizes[i]], with full software checksums: it is
@@ -90,6 +94,7 @@ func checkBufs(l Layout, n int, bufs [][]byte, sizes []int, offset int) error {
 // accepts). out may be longer than pkt: nothing past len(pkt) is read.
 func (s *Segmenter) passThrough(pkt []byte, l Layout, out []byte) int {
 	out = out[:len(pkt)]
+	copycount.Add(out, pkt)
 	if !l.needsCsum || l.partial(s.Partial) {
 		return copy(out, pkt)
 	}
@@ -131,6 +136,7 @@ func (s *Segmenter) splitL4(pkt []byte, l Layout, first int, bufs [][]byte, size
 		start := i * step
 		end := min(start+step, l.payloadLen)
 		out := bufs[b][offset : offset+hl+end-start]
+		copycount.Add(out, pkt)
 		copy(out[:hl], pkt[:hl])
 		var acc uint64
 		if partial {
@@ -325,6 +331,7 @@ func (s *Segmenter) splitUFO(pkt []byte, l Layout, first int, bufs [][]byte, siz
 		start := i * l.mss
 		end := min(start+l.mss, data)
 		out := bufs[b][offset : offset+hl+end-start]
+		copycount.Add(out, pkt)
 		copy(out[hl:], pkt[l.l3Len+start:l.l3Len+end]) // first: may move in place
 		copy(out[:l.l3Len], pkt[:l.l3Len])
 		if l.ipv6 {

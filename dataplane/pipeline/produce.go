@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gsoplane/gsoplane/internal/copycount"
 	"github.com/gsoplane/gsoplane/segment"
 	"github.com/gsoplane/gsoplane/txqueue"
 )
@@ -242,6 +243,7 @@ func (p *producer) whole(ctx context.Context, pkt []byte, l segment.Layout, flow
 	f.Header = l.GSOHeader()
 	if !inPlace {
 		f.Len = copy(f.Buf[headroom:], pkt)
+		copycount.Add(f.Buf[headroom:headroom+f.Len], pkt)
 	}
 	st.segmented(segs)
 	if cfg.Hook != nil && !cfg.Hook(f.Buf[headroom:headroom+f.Len]) {

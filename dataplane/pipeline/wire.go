@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gsoplane/gsoplane/internal/copycount"
 	"github.com/gsoplane/gsoplane/internal/iphdr"
 	"github.com/gsoplane/gsoplane/segment"
 )
@@ -201,6 +202,7 @@ func (w *WireSource) from(i int) segment.Header {
 func (w *WireSource) prepare(buf, pkt []byte, from segment.Header) int {
 	mtu := int(w.mtu.Load())
 	p := buf[segment.HeaderSize : segment.HeaderSize+copy(buf[segment.HeaderSize:], pkt)]
+	copycount.Add(p, pkt)
 	if w.cfg.Clamp && segment.Clamp(p, min(mtu, w.ingressMTU(mtu))) {
 		w.clamped.Add(1)
 	}
