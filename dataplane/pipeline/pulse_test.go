@@ -110,8 +110,10 @@ func TestForwarderPulses(t *testing.T) {
 	go func() { done <- f.Run(context.Background()) }()
 	sink := f.Pulses()[1]
 	checkWedge(t, func() pipeline.Pulse { return f.Pulses()[0] }, g, func() { src <- tcpSuperPacket(4000) })
-	if now := f.Pulses()[1]; !now.Alive(sink) {
-		t.Errorf("the sink loop's pulse %d after %d: not alive", now, sink)
+	for deadline := time.Now().Add(10 * time.Second); !f.Pulses()[1].Alive(sink); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) { // the loop may not have started when sink was read
+			t.Fatalf("the sink loop's pulse %d after %d: not alive", f.Pulses()[1], sink)
+		}
 	}
 	close(src)
 	if err := <-done; err == nil {
