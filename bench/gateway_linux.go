@@ -79,24 +79,27 @@ func (gw *gateway) extra() map[string]float64 {
 	case dataplane.PortXDP:
 		var kicks uint64
 		for _, x := range st.Port.Sockets {
-			kicks += x.Kicks
+			kicks += x.Counter("kicks")
 		}
 		m["xsk_kicks_per_super_packet"] = per(kicks)
 	case dataplane.PortPacket:
-		var p dataplane.SocketStats
+		var rx, tx uint64
+		sum := map[string]uint64{}
 		for _, x := range st.Port.Sockets {
-			p.TX, p.TXCalls, p.TXSuper, p.TXPartial, p.TXBusy = p.TX+x.TX, p.TXCalls+x.TXCalls, p.TXSuper+x.TXSuper, p.TXPartial+x.TXPartial, p.TXBusy+x.TXBusy
-			p.RX, p.RXCalls, p.RXSuper, p.RXKernelDrop = p.RX+x.RX, p.RXCalls+x.RXCalls, p.RXSuper+x.RXSuper, p.RXKernelDrop+x.RXKernelDrop
+			rx, tx = rx+x.RX, tx+x.TX
+			for _, c := range x.Counters {
+				sum[c.Name] += c.Value
+			}
 		}
-		m["packet_sendmmsg_per_super_packet"] = per(p.TXCalls)
-		m["packet_tx_frames"] = float64(p.TX)
-		m["packet_tx_super"] = float64(p.TXSuper)
-		m["packet_tx_partial"] = float64(p.TXPartial)
-		m["packet_tx_busy"] = float64(p.TXBusy)
-		m["packet_rx_frames"] = float64(p.RX)
-		m["packet_rx_super"] = float64(p.RXSuper)
-		m["packet_rx_per_recvmmsg"] = float64(p.RX) / float64(max(p.RXCalls, 1))
-		m["packet_rx_kernel_drops"] = float64(p.RXKernelDrop)
+		m["packet_sendmmsg_per_super_packet"] = per(sum["tx_calls"])
+		m["packet_tx_frames"] = float64(tx)
+		m["packet_tx_super"] = float64(sum["tx_super"])
+		m["packet_tx_partial"] = float64(sum["tx_partial"])
+		m["packet_tx_busy"] = float64(sum["tx_busy"])
+		m["packet_rx_frames"] = float64(rx)
+		m["packet_rx_super"] = float64(sum["rx_super"])
+		m["packet_rx_per_recvmmsg"] = float64(rx) / float64(max(sum["rx_calls"], 1))
+		m["packet_rx_kernel_drops"] = float64(sum["rx_kernel_drop"])
 	}
 	return m
 }

@@ -44,7 +44,7 @@ func gatewayLinkFlap(t *testing.T, port labPort) {
 	st := lab.g.Stats()
 	var retried uint64
 	for _, s := range st.Port.Sockets {
-		retried += s.KickRetries + s.TXBusy
+		retried += s.Counter("kick_retry") + s.Counter("tx_busy")
 	}
 	t.Logf("NIC %+v, forward drops %v, kicks or sends retried %d, %d of %d super-packets offloaded in place", st.NIC, st.Forward.Drops, retried, st.Forward.InPlace, st.Forward.Offloaded)
 	if st.NIC.Downs != 1 || !st.NIC.Up {

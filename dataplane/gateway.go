@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gsoplane/gsoplane/dataplane/afpacket"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/dataplane/tun"
 	"github.com/gsoplane/gsoplane/dataplane/xsk"
@@ -154,7 +155,7 @@ type XDPOptions struct {
 	// DisableTXChecksum makes the port compute every checksum itself (an
 	// ablation). By default, on a kernel with AF_XDP TX metadata (Linux
 	// 6.11) and in copy mode, segments leave with partial checksums that
-	// the kernel or the NIC completes (SocketStats.TXCsumOffload).
+	// the kernel or the NIC completes (SocketStats counter tx_csum_offload).
 	DisableTXChecksum bool
 }
 
@@ -329,55 +330,19 @@ type PortStats struct {
 }
 
 // SocketStats are the counters of one socket of a port, AF_XDP or
-// AF_PACKET (PortStats.Kind); a counter the other kind keeps stays 0.
+// AF_PACKET (PortStats.Kind): the three they share, and the others by
+// name as the port names them (xsk.Stats.AppendCounters,
+// afpacket.Stats.AppendCounters).
 type SocketStats struct {
 	RX        uint64 // packets received (an AF_XDP multi-buffer chain counts once)
 	TX        uint64 // frames handed to the kernel
 	Completed uint64 // frames the kernel reported sent (AF_PACKET: once it has copied them, so TX)
-
-	// AF_XDP: sendto/recvfrom wakeups; those that got EAGAIN, EBUSY,
-	// ENOBUFS, EINTR or ENETDOWN (retried later); those that failed
-	// otherwise; non-blocking calls made while waiting to run the NAPI
-	// poll (XDPOptions.BusyPoll); frame addresses refused and bad ring
-	// entries.
-	Kicks, KickRetries, KickErrors, BusyPolls, BadFrames uint64
-	// AF_XDP multi-buffer receive: chains of two frames or more (counted
-	// in RX too); chains dropped as too long, or as broken (a bad
-	// descriptor, shorter than an Ethernet header).
-	RXMultiBuffer, RXChainTooLong, RXChainBroken uint64
-	// AF_XDP: frames sent with a partial checksum that the kernel or the
-	// NIC completes (XDPOptions.DisableTXChecksum).
-	TXCsumOffload uint64
-	// AF_XDP, from the kernel (XDP_STATISTICS): packets dropped for other
-	// reasons (e.g. too big for a frame), invalid RX descriptors, packets
-	// dropped for a full RX ring, times the fill ring was empty when a
-	// packet came, invalid TX descriptors, times the TX ring was empty on
-	// a wakeup.
-	RXDropped, RXInvalid, RXRingFull, RXFillEmpty, TXInvalid, TXRingEmpty uint64
-	// AF_XDP, from the XDP program of the socket's queue: frames for the
-	// routed prefixes passed to the kernel instead of the socket, as
-	// longer than a socket takes, sent to another host's unicast MAC
-	// address, or to a broadcast or multicast one; and IP frames of any
-	// destination whose version is not that of the EtherType.
-	Oversize, OtherHost, NotUnicast, VersionMismatch uint64
-
-	// AF_PACKET: the socket's system calls, bytes and offloads.
-	RXBytes, TXBytes uint64 // Ethernet bytes received and sent
-	RXCalls, TXCalls uint64 // recvmmsg and sendmmsg calls
-	RXSuper          uint64 // received frames with a GSO type: the kernel's GRO merged them
-	TXSuper          uint64 // transmitted frames with a GSO type: the NIC segments them
-	TXPartial        uint64 // transmitted frames with a partial checksum
-	TXBusy           uint64 // sends cut short by a full send buffer, device queue or a link down, retried
-	KernelPackets    uint64 // packets the kernel had for the socket, the dropped ones included
-	// AF_PACKET drops.
-	RXMalformed  uint64 // received frames not IPv4/IPv6, with the wrong EtherType or shorter than their headers
-	RXTruncated  uint64 // received frames larger than a receive buffer
-	RXHeader     uint64 // received packets the kernel could not describe with a virtio-net header
-	RXKernelDrop uint64 // packets the kernel dropped before the socket saw them, its receive buffer full
-	TXUnresolved uint64 // frames to transmit whose next hop did not resolve
-	TXNotRouted  uint64 // frames to transmit to an address a router does not forward
-	TXRefused    uint64 // frames the kernel refused to transmit
+	Counters  []frame.Counter
 }
+
+// Counter returns the value of the counter called name, 0 if the port
+// keeps none of that name.
+func (s SocketStats) Counter(name string) uint64 { return frame.Lookup(s.Counters, name) }
 
 // NICStats is the NIC as the gateway last saw it.
 type NICStats struct {

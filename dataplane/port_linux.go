@@ -270,25 +270,11 @@ func (n *nic) stats() PortStats {
 // xskSocketStats maps an AF_XDP socket's counters, with its queue's XDP
 // program counters.
 func xskSocketStats(x xsk.Stats) SocketStats {
-	return SocketStats{
-		RX: x.RX, TX: x.TX, Completed: x.Completed,
-		Kicks: x.Kicks, KickRetries: x.KickRetries, KickErrors: x.KickErrors, BusyPolls: x.BusyPolls, BadFrames: x.BadFrames,
-		RXMultiBuffer: x.RXMultiBuffer, RXChainTooLong: x.RXChainTooLong, RXChainBroken: x.RXChainBroken,
-		TXCsumOffload: x.TXCsumOffload,
-		RXDropped:     x.RXDropped, RXInvalid: x.RXInvalid, RXRingFull: x.RXRingFull, RXFillEmpty: x.RXFillEmpty,
-		TXInvalid: x.TXInvalid, TXRingEmpty: x.TXRingEmpty,
-		Oversize: x.Oversize, OtherHost: x.OtherHost, NotUnicast: x.NotUnicast, VersionMismatch: x.VersionMismatch,
-	}
+	return SocketStats{RX: x.RX, TX: x.TX, Completed: x.Completed, Counters: x.AppendCounters(nil)}
 }
 
 // packetSocketStats maps an AF_PACKET socket's counters. A frame is
 // complete once the kernel has copied it.
 func packetSocketStats(p afpacket.Stats) SocketStats {
-	return SocketStats{
-		RX: p.RX, TX: p.TX, Completed: p.TX,
-		RXBytes: p.RXBytes, TXBytes: p.TXBytes, RXCalls: p.RXCalls, TXCalls: p.TXCalls,
-		RXSuper: p.RXSuper, TXSuper: p.TXSuper, TXPartial: p.TXPartial, TXBusy: p.TXBusy, KernelPackets: p.KernelPackets,
-		RXMalformed: p.Drops.Invalid, RXTruncated: p.Drops.Truncated, RXHeader: p.Drops.Header, RXKernelDrop: p.Drops.Kernel,
-		TXUnresolved: p.Drops.Unresolved, TXNotRouted: p.Drops.NotRouted, TXRefused: p.Drops.Refused,
-	}
+	return SocketStats{RX: p.RX, TX: p.TX, Completed: p.TX, Counters: p.AppendCounters(nil)}
 }

@@ -473,17 +473,20 @@ func (w *wireRun) counters() map[string]uint64 {
 	}
 	for _, x := range st.Port.Sockets {
 		m["port.rx"] += x.RX
-		m["xsk.RXDropped"] += x.RXDropped
-		m["xsk.RXInvalid"] += x.RXInvalid
-		m["xdp.Oversize"] += x.Oversize
-		m["xdp.OtherHost"] += x.OtherHost
-		m["xdp.NotUnicast"] += x.NotUnicast
-		m["xdp.VersionMismatch"] += x.VersionMismatch
-		m["packet.KernelPackets"] += x.KernelPackets
-		m["packet.Invalid"] += x.RXMalformed
-		m["packet.Truncated"] += x.RXTruncated
-		m["packet.Header"] += x.RXHeader
-		m["packet.Kernel"] += x.RXKernelDrop
+		if st.Port.Kind == PortPacket {
+			m["packet.KernelPackets"] += x.Counter("kernel_packets")
+			m["packet.Invalid"] += x.Counter("rx_invalid")
+			m["packet.Truncated"] += x.Counter("rx_truncated")
+			m["packet.Header"] += x.Counter("rx_header")
+			m["packet.Kernel"] += x.Counter("rx_kernel_drop")
+			continue
+		}
+		m["xsk.RXDropped"] += x.Counter("rx_dropped")
+		m["xsk.RXInvalid"] += x.Counter("rx_invalid")
+		m["xdp.Oversize"] += x.Counter("pass_oversize")
+		m["xdp.OtherHost"] += x.Counter("pass_other_host")
+		m["xdp.NotUnicast"] += x.Counter("pass_not_unicast")
+		m["xdp.VersionMismatch"] += x.Counter("pass_version_mismatch")
 	}
 	kc, err := wireKernel(w.lab.A)
 	netlab.Must(w.t, err)

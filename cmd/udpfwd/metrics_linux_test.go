@@ -8,6 +8,7 @@ import (
 
 	"github.com/gsoplane/gsoplane/dataplane"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/xsk"
 )
 
 // TestCollector checks the exported values against a known snapshot:
@@ -25,7 +26,7 @@ func TestCollector(t *testing.T) {
 	s.Return.GRO.NoPayload, s.Return.Refused, s.Return.BigTCP = 3, 1, 5
 	s.Budget.Limit, s.Budget.InFlight, s.Budget.Stalls, s.Budget.StallTime = 1<<20, 4352, 4, 2*time.Second
 	s.Queue.Pending, s.Queue.PeakHeld = 3, 40
-	s.Port.Sockets = []dataplane.SocketStats{{RX: 5}, {RX: 6, RXRingFull: 2, OtherHost: 7}}
+	s.Port.Sockets = []dataplane.SocketStats{{RX: 5}, {RX: 6, Counters: xsk.Stats{RXRingFull: 2, OtherHost: 7, Kicks: 9}.AppendCounters(nil)}}
 	s.NIC = dataplane.NICStats{Up: true, MTU: 1400, MTUChanges: 1, TUNMTU: 1400, SendMTU: 1400, MACChanges: 3, Downs: 2, Attached: true, Detaches: 1, Reattaches: 1}
 	s.Replies = pipeline.ReplyStats{Sent: 4, Limited: 2, Silent: 1}
 
@@ -62,6 +63,7 @@ func TestCollector(t *testing.T) {
 		`udpfwd_drops_total{direction="tun_to_nic",reason="unresolved"}`:          3,
 		`udpfwd_drops_total{direction="nic_to_tun",reason="write_error"}`:         1,
 		`udpfwd_xsk_events_total{device="nic",event="rx_ring_full",queue="1"}`:    2,
+		`udpfwd_xsk_events_total{device="nic",event="kicks",queue="1"}`:           9,
 		`udpfwd_budget_limit_bytes`:                                               1 << 20,
 		`udpfwd_budget_in_use_bytes`:                                              4352,
 		`udpfwd_producer_stalls_total{cause="budget"}`:                            4,

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/internal/ethernet"
 	"github.com/gsoplane/gsoplane/internal/prefix"
@@ -271,4 +272,27 @@ type Stats struct {
 	// From the kernel (PACKET_STATISTICS, accumulated: the kernel clears
 	// its counters on every read).
 	KernelPackets uint64 // packets the kernel had for the socket, the dropped ones included
+}
+
+// AppendCounters appends the counters but RX and TX to dst, by name
+// (docs/udpfwd.md: udpfwd_packet_events_total), and returns it.
+func (s Stats) AppendCounters(dst []frame.Counter) []frame.Counter {
+	return append(dst,
+		frame.Counter{Name: "rx_bytes", Value: s.RXBytes},
+		frame.Counter{Name: "rx_calls", Value: s.RXCalls},
+		frame.Counter{Name: "rx_super", Value: s.RXSuper},
+		frame.Counter{Name: "tx_bytes", Value: s.TXBytes},
+		frame.Counter{Name: "tx_calls", Value: s.TXCalls},
+		frame.Counter{Name: "tx_super", Value: s.TXSuper},
+		frame.Counter{Name: "tx_partial", Value: s.TXPartial},
+		frame.Counter{Name: "tx_busy", Value: s.TXBusy},
+		frame.Counter{Name: "rx_invalid", Value: s.Drops.Invalid},
+		frame.Counter{Name: "rx_truncated", Value: s.Drops.Truncated},
+		frame.Counter{Name: "rx_header", Value: s.Drops.Header},
+		frame.Counter{Name: "rx_kernel_drop", Value: s.Drops.Kernel},
+		frame.Counter{Name: "tx_unresolved", Value: s.Drops.Unresolved},
+		frame.Counter{Name: "tx_not_routed", Value: s.Drops.NotRouted},
+		frame.Counter{Name: "tx_refused", Value: s.Drops.Refused},
+		frame.Counter{Name: "kernel_packets", Value: s.KernelPackets},
+	)
 }

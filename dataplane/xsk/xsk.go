@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/internal/prefix"
 )
@@ -318,4 +319,30 @@ type Stats struct {
 	OtherHost       uint64 // sent to another host's unicast MAC address (the kernel drops them)
 	NotUnicast      uint64 // sent to a broadcast or multicast MAC address
 	VersionMismatch uint64 // any destination: IP version not that of the EtherType (the kernel drops them)
+}
+
+// AppendCounters appends the counters but RX, TX and Completed to dst,
+// by name (docs/udpfwd.md: udpfwd_xsk_events_total), and returns it.
+func (s Stats) AppendCounters(dst []frame.Counter) []frame.Counter {
+	return append(dst,
+		frame.Counter{Name: "kicks", Value: s.Kicks},
+		frame.Counter{Name: "kick_retry", Value: s.KickRetries},
+		frame.Counter{Name: "kick_error", Value: s.KickErrors},
+		frame.Counter{Name: "busy_poll", Value: s.BusyPolls},
+		frame.Counter{Name: "bad_frame", Value: s.BadFrames},
+		frame.Counter{Name: "rx_multi_buffer", Value: s.RXMultiBuffer},
+		frame.Counter{Name: "rx_chain_too_long", Value: s.RXChainTooLong},
+		frame.Counter{Name: "rx_chain_broken", Value: s.RXChainBroken},
+		frame.Counter{Name: "tx_csum_offload", Value: s.TXCsumOffload},
+		frame.Counter{Name: "rx_dropped", Value: s.RXDropped},
+		frame.Counter{Name: "rx_invalid", Value: s.RXInvalid},
+		frame.Counter{Name: "rx_ring_full", Value: s.RXRingFull},
+		frame.Counter{Name: "rx_fill_ring_empty", Value: s.RXFillEmpty},
+		frame.Counter{Name: "tx_invalid", Value: s.TXInvalid},
+		frame.Counter{Name: "tx_ring_empty", Value: s.TXRingEmpty},
+		frame.Counter{Name: "pass_oversize", Value: s.Oversize},
+		frame.Counter{Name: "pass_other_host", Value: s.OtherHost},
+		frame.Counter{Name: "pass_not_unicast", Value: s.NotUnicast},
+		frame.Counter{Name: "pass_version_mismatch", Value: s.VersionMismatch},
+	)
 }

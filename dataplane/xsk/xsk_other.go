@@ -81,6 +81,7 @@ func (*Sink) Free([]pipeline.Frame)                   {}
 func (*Sink) Transmit([]pipeline.Frame) (int, error)  { return 0, errNotSupported }
 func (*Sink) Drops() pipeline.Drops                   { return pipeline.Drops{} }
 func (*Sink) HostControl() uint64                     { return 0 }
+func (*Sink) Backlog() <-chan struct{}                { return nil }
 func (*Sink) Complete() (int, error)                  { return 0, errNotSupported }
 func (*Sink) Wait(time.Duration) error                { return errNotSupported }
 func (*Sink) Close()                                  {}
