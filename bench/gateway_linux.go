@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/gsoplane/gsoplane/dataplane"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 )
 
@@ -61,7 +62,7 @@ func (gw *gateway) counters(c *counters) {
 	// Not the host's own link-local traffic into the TUN (MLD reports,
 	// router solicitations), which a router does not forward: it is
 	// not the measured traffic, and it comes at random times.
-	c.Drops = st.Forward.Drops.Total() - st.Forward.Drops[pipeline.DropNotRouted] + st.Return.Drops.Total()
+	c.Drops = st.Forward.Drops.Total() - st.Forward.Drops[frame.DropNotRouted] + st.Return.Drops.Total()
 	c.RetPackets, c.RetWrites = st.Return.Packets, st.Return.Writes
 	c.BudgetInFlight, c.BudgetLimit = st.Budget.InFlight, st.Budget.Limit
 }

@@ -18,7 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/dataplane/afpacket"
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/xsk"
 	"github.com/gsoplane/gsoplane/internal/netlab"
 )
@@ -180,7 +180,7 @@ func TestGatewayUnresolved(t *testing.T) {
 	}
 	st := lab.g.Stats()
 	t.Logf("host unreachable after %v; drops %v, ICMP %+v", took, st.Forward.Drops, st.Replies)
-	if st.Forward.Drops[pipeline.DropUnresolved] == 0 || st.Replies.Sent == 0 {
+	if st.Forward.Drops[frame.DropUnresolved] == 0 || st.Replies.Sent == 0 {
 		t.Errorf("drops %v, ICMP %+v: want unresolved drops and host unreachable sent", st.Forward.Drops, st.Replies)
 	}
 	netlab.Must(t, lab.stop())
@@ -191,7 +191,7 @@ func TestGatewayUnresolved(t *testing.T) {
 // the sinks took was sent or dropped by them, once.
 func checkSinkBalance(t *testing.T, st GatewayStats) {
 	t.Helper()
-	sinkDrops := st.Forward.Drops[pipeline.DropUnresolved] + st.Forward.Drops[pipeline.DropNotRouted] + st.Forward.HostControl
+	sinkDrops := st.Forward.Drops[frame.DropUnresolved] + st.Forward.Drops[frame.DropNotRouted] + st.Forward.HostControl
 	if st.Port.Sent+sinkDrops != st.Forward.Transmitted {
 		t.Errorf("sent %d + dropped or discarded by the sinks %d != taken by the sinks %d: a frame lost or counted twice", st.Port.Sent, sinkDrops, st.Forward.Transmitted)
 	}
@@ -236,7 +236,7 @@ func gatewayMTU(t *testing.T, port labPort) {
 	}
 	st := lab.g.Stats()
 	t.Logf("NIC %+v, drops %v, ICMP %+v", st.NIC, st.Forward.Drops, st.Replies)
-	if st.Forward.Drops[pipeline.DropTooBig] < 2 || st.Replies.Sent < 2 {
+	if st.Forward.Drops[frame.DropTooBig] < 2 || st.Replies.Sent < 2 {
 		t.Errorf("drops %v, ICMP %+v: want the datagrams dropped as too big and answered", st.Forward.Drops, st.Replies)
 	}
 	setMTU(lab.A, netlab.NICA, 1500)
@@ -484,7 +484,7 @@ func gatewayJumbo(t *testing.T, cfg GatewayConfig, want int) {
 	}
 	s := lab.g.Stats()
 	t.Logf("NIC %+v, drops %v, ICMP %+v", s.NIC, s.Forward.Drops, s.Replies)
-	if s.Forward.Drops[pipeline.DropTooBig] < 2 || s.Replies.Sent < 2 || s.Forward.Drops[pipeline.DropOversize] != 0 {
+	if s.Forward.Drops[frame.DropTooBig] < 2 || s.Replies.Sent < 2 || s.Forward.Drops[frame.DropOversize] != 0 {
 		t.Errorf("drops %v, ICMP %+v: want the datagrams dropped as too big (not oversize) and answered", s.Forward.Drops, s.Replies)
 	}
 }

@@ -17,11 +17,11 @@ import (
 
 // ErrInvalidConfig is wrapped by every error about a configuration the
 // gateway, the pipeline or a port refused before any system call.
-var ErrInvalidConfig = pipeline.ErrInvalidConfig
+var ErrInvalidConfig = frame.ErrInvalidConfig
 
 // ErrNotSupported is wrapped by the error OpenGateway returns on a system
 // without the gateway (any but Linux); it wraps errors.ErrUnsupported.
-var ErrNotSupported = pipeline.ErrNotSupported
+var ErrNotSupported = frame.ErrNotSupported
 
 // ErrTUNGone is wrapped by the error Run returns when the gateway's TUN
 // device was deleted from outside while it ran.
@@ -29,7 +29,7 @@ var ErrTUNGone = tun.ErrDeviceGone
 
 // ErrNoDevice is wrapped by the error OpenGateway returns when the NIC or
 // the ingress device does not exist in the caller's network namespace.
-var ErrNoDevice = pipeline.ErrNoDevice
+var ErrNoDevice = frame.ErrNoDevice
 
 // ErrZeroCopy is wrapped by the error OpenGateway returns when
 // XDPOptions.ZeroCopy is XDPZeroCopyOn and the NIC's driver does not take
@@ -85,7 +85,7 @@ type GatewayConfig struct {
 	// TCP super-packets (and UDP ones when the TUN device took the USO
 	// offloads) before they are written into the TUN: one write per
 	// packet instead of one per super-packet (an ablation). GRO needs the
-	// inside's writer to be a pipeline.VectorWriter (a TUN queue is).
+	// inside's writer to be a frame.VectorWriter (a TUN queue is).
 	DisableGRO bool
 	// OnDetach is what the gateway does when its XDP program is detached
 	// from outside: attach it again (the default) or stop.
@@ -285,11 +285,11 @@ const (
 // Host is the inside of a gateway when it is not a TUN device opened by
 // the gateway: a benchmark's or a VPN's own reader and writer.
 type Host struct {
-	Source pipeline.Source // super-packets, virtio-net header first
+	Source frame.Source // super-packets, virtio-net header first
 	// Writer takes the returning packets, virtio-net header first; with
 	// GRO (unless GatewayConfig.DisableGRO) it must be a
-	// pipeline.VectorWriter.
-	Writer     pipeline.Writer
+	// frame.VectorWriter.
+	Writer     frame.Writer
 	HeaderSize int // virtio-net header size of both
 	Batch      int // packets per Source.Read; 0: the pipeline's default
 	// Close unblocks a Source.Read in progress; the gateway calls it when
@@ -366,21 +366,21 @@ const UMEMFrameSize = xsk.DefaultFrameSize
 // UMEMFrames is the number of UMEM frames, half of them for TX, of each
 // AF_XDP socket a gateway with a fixed budget of that many truesize bytes
 // opens: enough TX frames to hold the budget plus one burst
-// (pipeline.BurstSegments). Without a fixed budget (0) it is
+// (frame.BurstSegments). Without a fixed budget (0) it is
 // xsk.DefaultNumFrames.
 func UMEMFrames(budget int) int {
 	if budget <= 0 {
 		return xsk.DefaultNumFrames
 	}
 	size := txqueue.Truesize(UMEMFrameSize)
-	tx := (budget+size-1)/size + pipeline.BurstSegments
+	tx := (budget+size-1)/size + frame.BurstSegments
 	return min(2*tx, xsk.MaxNumFrames)
 }
 
 // BudgetRange returns the range of a fixed GatewayConfig.Budget: from one
-// burst (pipeline.BurstSegments) of default-sized frames to what the most
+// burst (frame.BurstSegments) of default-sized frames to what the most
 // AF_XDP TX frames hold besides one.
 func BudgetRange() (lo, hi int64) {
 	size := int64(txqueue.Truesize(UMEMFrameSize))
-	return pipeline.BurstSegments * size, (xsk.MaxNumFrames/2 - pipeline.BurstSegments) * size
+	return frame.BurstSegments * size, (xsk.MaxNumFrames/2 - frame.BurstSegments) * size
 }

@@ -25,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/dataplane/afpacket"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/internal/netlab"
 )
@@ -208,7 +209,7 @@ func (lab *gwLab) settledStats() GatewayStats {
 // those to multicast and link-local addresses, which a router does not
 // forward (the host's own MLD reports and router solicitations are not
 // even drops: Stats.HostControl).
-func lost(d pipeline.Drops) uint64 { return d.Total() - d[pipeline.DropNotRouted] }
+func lost(d frame.Drops) uint64 { return d.Total() - d[frame.DropNotRouted] }
 
 // TestGatewayTCP moves SHA-256-checked TCP streams both ways, over IPv4
 // and IPv6, through each NIC port: AF_XDP, and AF_PACKET in each GSO

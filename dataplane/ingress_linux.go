@@ -9,6 +9,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/segment"
 )
@@ -63,7 +64,7 @@ func (g *Gateway) openIngress(cfg GatewayConfig, log *slog.Logger) error {
 func (g *Gateway) wireLanes(cfg GatewayConfig, p *path, wc pipeline.WireConfig, mss *pipeline.MSSTable, from, to *nic) error {
 	k := min(len(from.lanes), len(to.lanes))
 	for j := range k {
-		var rs []pipeline.Receiver
+		var rs []frame.Receiver
 		for i := j; i < len(from.lanes); i += k {
 			rs = append(rs, from.lanes[i].recv)
 		}

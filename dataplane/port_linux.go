@@ -7,7 +7,7 @@ import (
 	"net"
 
 	"github.com/gsoplane/gsoplane/dataplane/afpacket"
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/xsk"
 	"github.com/gsoplane/gsoplane/internal/ethernet"
 	"github.com/gsoplane/gsoplane/internal/ethtool"
@@ -27,11 +27,11 @@ type nicPort interface {
 
 // nicSink is what the gateway needs of a port's sink.
 type nicSink interface {
-	pipeline.Sink
-	SetReplier(r pipeline.Replier)
+	frame.Sink
+	SetReplier(r frame.Replier)
 	SetLinkUp(up bool)
 	SetMAC(mac net.HardwareAddr)
-	Drops() pipeline.Drops
+	Drops() frame.Drops
 	HostControl() uint64
 	Close()
 }
@@ -51,7 +51,7 @@ type nic struct {
 
 // lane is one queue of the NIC port.
 type lane struct {
-	recv      pipeline.Receiver
+	recv      frame.Receiver
 	frameSize int // of a TX frame, for truesize
 	frames    int // TX frames: the most segments in flight
 	newSink   func() (nicSink, error)
@@ -244,7 +244,7 @@ func packetFrames(budget int) int {
 		return 0
 	}
 	size := txqueue.Truesize(afpacket.MinFrameSize)
-	return min((budget+size-1)/size+pipeline.BurstSegments, afpacket.MaxFrames)
+	return min((budget+size-1)/size+frame.BurstSegments, afpacket.MaxFrames)
 }
 
 // stats returns the counters of the port's sockets.

@@ -49,7 +49,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/tun"
 	"github.com/gsoplane/gsoplane/dataplane/xsk"
 	"github.com/gsoplane/gsoplane/internal/netlab"
@@ -459,7 +459,7 @@ func (w *wireRun) counters() map[string]uint64 {
 		"return.packets": r.Packets, "return.writes": r.Writes,
 		"return.supers": r.SuperPackets, "return.refused": r.Refused,
 	}
-	for i := range pipeline.NumDropReasons {
+	for i := range frame.NumDropReasons {
 		m["return.drop."+i.String()] = r.Drops[i]
 	}
 	g := r.GRO

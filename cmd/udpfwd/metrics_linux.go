@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gsoplane/gsoplane/dataplane"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 )
 
@@ -154,7 +155,7 @@ func (e emitter) ingress(s dataplane.GatewayStats) {
 		e.counter(descSegments, d.f.Segments, d.dir, e.port)
 		e.counter(descPackets, d.sent, d.dir, e.port)
 		e.counter(descBytes, d.f.Bytes, d.dir, e.port)
-		for _, r := range pipeline.ForwardDropReasons {
+		for _, r := range frame.ForwardDropReasons {
 			e.counter(descDrops, d.f.Drops[r], d.dir, r.String())
 		}
 	}
@@ -193,10 +194,10 @@ func (e emitter) gro(r pipeline.ReturnStats) {
 // drops exports both directions' drops in the pipeline's one vocabulary,
 // each with only the reasons that can happen in it.
 func (e emitter) drops(s dataplane.GatewayStats) {
-	for _, r := range pipeline.ForwardDropReasons {
+	for _, r := range frame.ForwardDropReasons {
 		e.counter(descDrops, s.Forward.Drops[r], toNIC, r.String())
 	}
-	for _, r := range pipeline.ReturnDropReasons {
+	for _, r := range frame.ReturnDropReasons {
 		e.counter(descDrops, s.Return.Drops[r], toTUN, r.String())
 	}
 }
@@ -277,7 +278,7 @@ func (e emitter) histograms(f pipeline.Stats) {
 	for i, b := range pipeline.SegmentBounds {
 		segBounds[i] = float64(b)
 	}
-	cut := f.Segments + f.Drops[pipeline.DropHook]
+	cut := f.Segments + f.Drops[frame.DropHook]
 	e.ch <- histogram(descSegsPerSP, segBounds, f.SegmentsPerRead[:], float64(cut))
 
 	latBounds := make([]float64, len(pipeline.LatencyBounds))

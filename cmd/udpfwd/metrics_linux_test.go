@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gsoplane/gsoplane/dataplane"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/dataplane/xsk"
 )
@@ -17,12 +18,12 @@ func TestCollector(t *testing.T) {
 	var s dataplane.GatewayStats
 	s.Forward.SuperPackets, s.Forward.Segments, s.Forward.Transmitted = 10, 95, 93
 	s.Port.Kind, s.Port.Sent, s.Port.Completed = dataplane.PortXDP, 90, 88 // Transmitted less the 3 unresolved
-	s.Forward.Drops[pipeline.DropHook] = 5
+	s.Forward.Drops[frame.DropHook] = 5
 	s.Forward.SegmentsPerRead[0], s.Forward.SegmentsPerRead[6], s.Forward.SegmentsPerRead[8] = 2, 7, 1 // 1, ≤64, >128
 	s.Forward.TxLatency[0], s.Forward.TxLatency[len(pipeline.LatencyBounds)] = 80, 10
 	s.Forward.TxLatencySum = 1500 * time.Millisecond
-	s.Forward.Drops[pipeline.DropUnresolved] = 3
-	s.Return.Packets, s.Return.Writes, s.Return.SuperPackets, s.Return.Drops[pipeline.DropWriteError] = 11, 4, 2, 1
+	s.Forward.Drops[frame.DropUnresolved] = 3
+	s.Return.Packets, s.Return.Writes, s.Return.SuperPackets, s.Return.Drops[frame.DropWriteError] = 11, 4, 2, 1
 	s.Return.GRO.NoPayload, s.Return.Refused, s.Return.BigTCP = 3, 1, 5
 	s.Budget.Limit, s.Budget.InFlight, s.Budget.Stalls, s.Budget.StallTime = 1<<20, 4352, 4, 2*time.Second
 	s.Queue.Pending, s.Queue.PeakHeld = 3, 40

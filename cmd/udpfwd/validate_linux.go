@@ -20,7 +20,7 @@ const (
 	maxDrainTimeout = 10 * time.Minute
 )
 
-// The fixed budget's range: from one burst of pipeline.BurstSegments
+// The fixed budget's range: from one burst of frame.BurstSegments
 // segments (the dataplane's Burst) to what the most TX frames hold
 // besides one.
 var minBudget, maxBudget = dataplane.BudgetRange()

@@ -13,7 +13,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/internal/egress"
 	"github.com/gsoplane/gsoplane/internal/port"
 )
@@ -54,7 +54,7 @@ func Open(cfg Config) (*Port, error) {
 	}
 	a := lnk.Attrs()
 	if len(a.HardwareAddr) != 6 || (a.EncapType != "" && a.EncapType != "ether") {
-		return nil, fmt.Errorf("afpacket: %w: %s is not an Ethernet interface (%s)", pipeline.ErrInvalidConfig, cfg.Ifname, a.EncapType)
+		return nil, fmt.Errorf("afpacket: %w: %s is not an Ethernet interface (%s)", frame.ErrInvalidConfig, cfg.Ifname, a.EncapType)
 	}
 	if cfg.Queues == 0 {
 		cfg.Queues = min(port.RXQueues(lnk), MaxQueues)

@@ -11,11 +11,12 @@
 // loop that works or waits for work from one that is wedged, for a
 // watchdog.
 //
-// Ports implement the interfaces: dataplane/tun (a Source and a Writer),
-// dataplane/xsk (a Sink and a Receiver on AF_XDP), dataplane/afpacket
-// (the same on AF_PACKET, with offloads), dataplane/udp (a Sink for
-// VPNs). A VPN embeds the pipeline with its own Source or Sink; the
-// package example shows one in memory.
+// The interfaces, the frames and the drop reasons are package frame's,
+// the contract the ports implement: dataplane/tun (a Source and a
+// Writer), dataplane/xsk (a Sink and a Receiver on AF_XDP),
+// dataplane/afpacket (the same on AF_PACKET, with offloads),
+// dataplane/udp (a Sink for VPNs). A VPN embeds the pipeline with its own
+// Source or Sink; the package example shows one in memory.
 //
 // A packet the forwarder cannot send, it answers as a router does, through
 // a Replier: the ICMP Replier writes fragmentation needed or packet too
@@ -35,7 +36,7 @@
 // of more receive queues than its egress port has transmit queues.
 //
 // The package is pure Go with no system calls and builds on every OS. It
-// imports only segment, txqueue, internal/icmperr and internal/iphdr;
-// ports and the gateway (package dataplane) import it, never the other
-// way round.
+// imports only frame, segment, txqueue, internal/icmperr and
+// internal/iphdr; the gateway (package dataplane) and dataplane/tunnel
+// import it, the ports never do.
 package pipeline

@@ -4,13 +4,13 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 )
 
 // ErrNotSupported is the one not-supported sentinel, and it matches the
 // standard library's.
 func TestErrNotSupported(t *testing.T) {
-	if !errors.Is(pipeline.ErrNotSupported, errors.ErrUnsupported) {
-		t.Fatal("pipeline.ErrNotSupported does not wrap errors.ErrUnsupported")
+	if !errors.Is(frame.ErrNotSupported, errors.ErrUnsupported) {
+		t.Fatal("frame.ErrNotSupported does not wrap errors.ErrUnsupported")
 	}
 }

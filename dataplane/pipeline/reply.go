@@ -5,22 +5,10 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/internal/icmperr"
 	"github.com/gsoplane/gsoplane/internal/iphdr"
 )
-
-// A Replier answers the sender of a packet the dataplane drops, as a
-// router does. The forwarder and a WireSource call TooBig, a WireSource
-// TimeExceeded, a sink Unreachable; each may be called from several
-// goroutines and must not keep pkt.
-type Replier interface {
-	// Unreachable: the next hop of pkt did not resolve.
-	Unreachable(pkt []byte)
-	// TooBig: pkt, or each of its segments, exceeds the egress MTU.
-	TooBig(pkt []byte, mtu int)
-	// TimeExceeded: pkt arrived with a TTL (hop limit) of 1 or less.
-	TimeExceeded(pkt []byte)
-}
 
 // ReplyStats counts what an ICMP Replier did.
 type ReplyStats struct {
@@ -45,7 +33,7 @@ func (s *ReplyStats) Add(o ReplyStats) {
 // link: a router's address, not the host's own (the host drops a packet
 // from its own address as a martian).
 type ICMP struct {
-	w          Writer
+	w          frame.Writer
 	hdrSize    int
 	src4, src6 netip.Addr
 	lim        *icmperr.Limiter
@@ -60,7 +48,7 @@ type ICMP struct {
 // NewICMP returns an ICMP Replier writing to w, whose packets start with
 // a virtio-net header of hdrSize bytes (0 for none), from src4 (IPv4)
 // and src6 (IPv6); a family without a valid address is not answered.
-func NewICMP(w Writer, hdrSize int, src4, src6 netip.Addr) *ICMP {
+func NewICMP(w frame.Writer, hdrSize int, src4, src6 netip.Addr) *ICMP {
 	r := &ICMP{
 		w: w, hdrSize: hdrSize, src4: src4, src6: src6,
 		lim: icmperr.NewLimiter(icmperr.LinuxLimits(), 0, nil),

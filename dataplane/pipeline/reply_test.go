@@ -8,6 +8,7 @@ import (
 
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/internal/dirtybuf"
 	"github.com/gsoplane/gsoplane/segment"
@@ -55,10 +56,10 @@ func TestForwarderMTU(t *testing.T) {
 		t.Fatalf("Run = %v", err)
 	}
 	st := f.Stats()
-	if st.Drops[pipeline.DropTooBig] != 1 || st.Segments != 1 || len(replies.mtus) != 1 || replies.mtus[0] != 1400 {
+	if st.Drops[frame.DropTooBig] != 1 || st.Segments != 1 || len(replies.mtus) != 1 || replies.mtus[0] != 1400 {
 		t.Errorf("drops %v, segments %d, TooBig MTUs %v: want the 1488-byte segments refused at MTU 1400, the 1040-byte packet sent", st.Drops, st.Segments, replies.mtus)
 	}
-	if _, err := pipeline.NewForwarder(pipeline.ForwarderConfig{Source: src, HeaderSize: segment.HeaderSize, Sink: sink, FrameSize: 2048, Queue: newQueue(t), MTU: -1}); !errors.Is(err, pipeline.ErrInvalidConfig) {
+	if _, err := pipeline.NewForwarder(pipeline.ForwarderConfig{Source: src, HeaderSize: segment.HeaderSize, Sink: sink, FrameSize: 2048, Queue: newQueue(t), MTU: -1}); !errors.Is(err, frame.ErrInvalidConfig) {
 		t.Errorf("MTU -1: %v, want ErrInvalidConfig", err)
 	}
 }

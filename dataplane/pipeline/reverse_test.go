@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/internal/dirtybuf"
 	"github.com/gsoplane/gsoplane/segment"
@@ -193,13 +194,13 @@ func TestReturnPathDirtyFrames(t *testing.T) {
 // TestReturnPathConfig: GRO needs a writer that takes vectors, and room
 // for the virtio-net header in front of every packet.
 func TestReturnPathConfig(t *testing.T) {
-	plain := struct{ pipeline.Writer }{&refusingWriter{}}
+	plain := struct{ frame.Writer }{&refusingWriter{}}
 	for name, cfg := range map[string]pipeline.ReturnConfig{
 		"GRO without vectors": {Receiver: &frameReceiver{}, Writer: plain, HeaderSize: segment.HeaderSize, TCP: true},
 		"bad header size":     {Receiver: &frameReceiver{}, Writer: plain, HeaderSize: 11},
 		"no receiver":         {Writer: plain, HeaderSize: segment.HeaderSize},
 	} {
-		if _, err := pipeline.NewReturnPath(cfg); !errors.Is(err, pipeline.ErrInvalidConfig) {
+		if _, err := pipeline.NewReturnPath(cfg); !errors.Is(err, frame.ErrInvalidConfig) {
 			t.Errorf("%s: %v, want ErrInvalidConfig", name, err)
 		}
 	}

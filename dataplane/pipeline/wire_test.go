@@ -12,6 +12,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/internal/dirtybuf"
 	"github.com/gsoplane/gsoplane/segment"
@@ -152,7 +153,7 @@ func TestWireSourceClamp(t *testing.T) {
 	if mss := int(opt[2])<<8 | int(opt[3]); mss != 1460 || src.Stats().Clamped != 1 {
 		t.Errorf("MSS option %d after clamping, want 1460 (clamped %d)", mss, src.Stats().Clamped)
 	}
-	if _, err := pipeline.NewWireSource(pipeline.WireConfig{Receiver: recv, MTU: 20}); !errors.Is(err, pipeline.ErrInvalidConfig) {
+	if _, err := pipeline.NewWireSource(pipeline.WireConfig{Receiver: recv, MTU: 20}); !errors.Is(err, frame.ErrInvalidConfig) {
 		t.Errorf("MTU 20: %v, want ErrInvalidConfig", err)
 	}
 }
@@ -335,7 +336,7 @@ func TestWireSourceKernelHeaders(t *testing.T) {
 	kernel := []segment.Header{{GSOType: segment.GSOTCPv4, GSOSize: 1200}, {GSOType: segment.GSOUDPL4, GSOSize: 1400}}
 	for _, c := range []struct {
 		name string
-		recv pipeline.Receiver
+		recv frame.Receiver
 		want []int // lengths of the packets sent
 	}{
 		{"header", &headerReceiver{frameReceiver{batches: [][][]byte{frames}}, kernel}, append(repeat(10, 40+1200), repeat(10, 28+1400)...)},
@@ -356,7 +357,7 @@ func TestWireSourceKernelHeaders(t *testing.T) {
 
 // forwardAll runs a forwarder from src into a memory sink until the
 // source's receiver runs out (net.ErrClosed) and returns the sink.
-func forwardAll(t *testing.T, src pipeline.Source) *memSink {
+func forwardAll(t *testing.T, src frame.Source) *memSink {
 	t.Helper()
 	sink := newMemSink(256, 2048)
 	f, err := pipeline.NewForwarder(pipeline.ForwarderConfig{Source: src, HeaderSize: segment.HeaderSize, Sink: sink, FrameSize: 2048, Queue: newQueue(t), MTU: 1500})

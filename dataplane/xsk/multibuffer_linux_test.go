@@ -448,7 +448,7 @@ func TestXSKReturnPath64K(t *testing.T) {
 	}
 }
 
-// returnWriter is a pipeline.VectorWriter that keeps the packets it is
+// returnWriter is a frame.VectorWriter that keeps the packets it is
 // given, less their virtio-net header (which must be all zero), and ends
 // the return path after the first batch.
 type returnWriter struct {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/gsoplane/gsoplane/dataplane/frame"
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/internal/prefix"
 )
 
@@ -123,7 +122,7 @@ const maxIfNameLen = 15
 // xdpMaxPrefixes is the most redirect prefixes of one family.
 const xdpMaxPrefixes = 4096
 
-// Errors callers can act on (see also pipeline.ErrInvalidConfig).
+// Errors callers can act on (see also frame.ErrInvalidConfig).
 var (
 	// ErrAttached: another XDP program is attached to the interface.
 	// Open leaves it in place.
@@ -133,8 +132,8 @@ var (
 	ErrZeroCopy = errors.New("driver does not support AF_XDP zero-copy")
 	// ErrUnsupported: no AF_XDP sockets, on a kernel without
 	// CONFIG_XDP_SOCKETS or another operating system. It wraps
-	// pipeline.ErrNotSupported.
-	ErrUnsupported = fmt.Errorf("AF_XDP sockets %w", pipeline.ErrNotSupported)
+	// frame.ErrNotSupported.
+	ErrUnsupported = fmt.Errorf("AF_XDP sockets %w", frame.ErrNotSupported)
 	// ErrDetached: the XDP program is no longer attached to the interface:
 	// someone detached its BPF link from outside (bpftool link detach), or
 	// the interface went away.
@@ -230,7 +229,7 @@ type Config struct {
 // withDefaults fills in defaults and checks cfg without system calls.
 func (cfg Config) withDefaults() (Config, error) {
 	bad := func(format string, a ...any) (Config, error) {
-		return cfg, fmt.Errorf("xsk: port: %w: %s", pipeline.ErrInvalidConfig, fmt.Sprintf(format, a...))
+		return cfg, fmt.Errorf("xsk: port: %w: %s", frame.ErrInvalidConfig, fmt.Sprintf(format, a...))
 	}
 	cfg.FrameSize = cmp.Or(cfg.FrameSize, DefaultFrameSize)
 	cfg.NumFrames = cmp.Or(cfg.NumFrames, DefaultNumFrames)

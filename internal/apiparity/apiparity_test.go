@@ -1,7 +1,7 @@
 // Package apiparity_test keeps the module's public API the same on every
 // operating system, so that a program embedding the packages compiles
 // anywhere: on systems other than Linux the ports' constructors fail with
-// pipeline.ErrNotSupported, but every name they export is there.
+// frame.ErrNotSupported, but every name they export is there.
 package apiparity_test
 
 import (

@@ -28,7 +28,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/internal/iphdr"
 	"github.com/gsoplane/gsoplane/internal/nexthop"
 )
@@ -38,31 +38,31 @@ type Wire interface {
 	// Check returns how many frames from the front are the sink's own
 	// frames holding a packet that fits them, and the error about the
 	// first that is not.
-	Check(frames []pipeline.Frame) (int, error)
+	Check(frames []frame.Frame) (int, error)
 	// Packet returns the room for the Ethernet header of a checked
 	// frame and the IP packet behind it.
-	Packet(f pipeline.Frame) (eth, pkt []byte)
+	Packet(f frame.Frame) (eth, pkt []byte)
 	// Send hands frames, their Ethernet headers written, to the kernel
 	// and returns how many it took (sent, or refused and dropped) and
 	// whether the batch stops there (a full ring, send buffer or device
 	// queue); an error stops it too.
-	Send(frames []pipeline.Frame) (taken int, stop bool, err error)
+	Send(frames []frame.Frame) (taken int, stop bool, err error)
 	// Discard takes a frame dropped for want of a next hop: the sink's
 	// next Complete reports it like a sent one, so that its charge is
 	// released.
-	Discard(f pipeline.Frame)
+	Discard(f frame.Frame)
 	// Keep takes a frame for the link layer, if the sink can spare it:
 	// the sink's next Complete reports it like a sent one, so that its
 	// charge is released, but the frame stays out of the sink's free
 	// frames until SendKept or Release gives it back. A sink keeps so
 	// few of its frames that the forwarder always finds enough for a
 	// super-packet; it reports false, and takes nothing, for one more.
-	Keep(f pipeline.Frame) bool
+	Keep(f frame.Frame) bool
 	// SendKept is Send for kept frames: they go back to the free frames
 	// once gone, and no Complete reports them again.
-	SendKept(frames []pipeline.Frame) (taken int, stop bool, err error)
+	SendKept(frames []frame.Frame) (taken int, stop bool, err error)
 	// Release gives back a kept frame that is dropped.
-	Release(f pipeline.Frame)
+	Release(f frame.Frame)
 }
 
 // Queue bounds: the frames waiting for their next hop, per destination
@@ -108,25 +108,25 @@ type Config struct {
 type Layer struct {
 	neigh  *nexthop.Resolver
 	ether  *nexthop.Ether
-	reply  pipeline.Replier
+	reply  frame.Replier
 	counts *Counts
 	down   atomic.Bool             // see SetLinkUp
 	relink atomic.Bool             // the link is coming up: the queue is to be looked at again
 	mac    atomic.Pointer[[6]byte] // a new source address from SetMAC, for the next Transmit
 
-	queue   []queued         // kept frames waiting for their next hop, oldest first; cap: the bound in all
-	ready   []pipeline.Frame // flush's frames to send
-	flushed uint64           // the resolver's Changed when the queue was last looked at
-	unsent  bool             // the last flush left frames to send
-	retry   *time.Timer      // signals retried after retryWait, see Backlog
-	armed   atomic.Bool      // retry is running
+	queue   []queued      // kept frames waiting for their next hop, oldest first; cap: the bound in all
+	ready   []frame.Frame // flush's frames to send
+	flushed uint64        // the resolver's Changed when the queue was last looked at
+	unsent  bool          // the last flush left frames to send
+	retry   *time.Timer   // signals retried after retryWait, see Backlog
+	armed   atomic.Bool   // retry is running
 	retried chan struct{}
 }
 
 // queued is a kept frame and its destination.
 type queued struct {
 	dst netip.Addr
-	f   pipeline.Frame
+	f   frame.Frame
 }
 
 // New returns the link layer of a sink on the interface cfg describes.
@@ -149,7 +149,7 @@ func New(cfg Config) (*Layer, error) {
 	}
 	l := &Layer{
 		neigh: n, ether: nexthop.NewEther(n, [6]byte(cfg.MAC)), counts: cfg.Counts,
-		queue: make([]queued, 0, max(1, cfg.Frames/QueueShare)), ready: make([]pipeline.Frame, 0, max(1, cfg.Frames/QueueShare)),
+		queue: make([]queued, 0, max(1, cfg.Frames/QueueShare)), ready: make([]frame.Frame, 0, max(1, cfg.Frames/QueueShare)),
 		retried: make(chan struct{}, 1),
 	}
 	l.retry = time.AfterFunc(time.Hour, func() {
@@ -178,7 +178,7 @@ func (l *Layer) Close(w Wire) {
 
 // SetReplier sets who answers the senders of packets whose next hop
 // failed to resolve (nil: nobody). Call it before the sink is used.
-func (l *Layer) SetReplier(r pipeline.Replier) { l.reply = r }
+func (l *Layer) SetReplier(r frame.Replier) { l.reply = r }
 
 // SetLinkUp says whether the link is up; while it is down Transmit
 // takes nothing, and the queued frames wait. When it comes up again, the
@@ -205,9 +205,9 @@ func (l *Layer) SetMAC(mac net.HardwareAddr) {
 }
 
 // Drops returns the drops by reason: DropUnresolved and DropNotRouted.
-func (l *Layer) Drops() pipeline.Drops {
-	var d pipeline.Drops
-	d[pipeline.DropUnresolved], d[pipeline.DropNotRouted] = l.counts.Unresolved.Load(), l.counts.NotRouted.Load()
+func (l *Layer) Drops() frame.Drops {
+	var d frame.Drops
+	d[frame.DropUnresolved], d[frame.DropNotRouted] = l.counts.Unresolved.Load(), l.counts.NotRouted.Load()
 	return d
 }
 
@@ -223,7 +223,7 @@ func (l *Layer) HostControl() uint64 { return l.counts.HostControl.Load() }
 // next hop failed dropped. It stops early when w stops, at the first
 // frame w's Check refuses (with its error), and takes nothing while the
 // link is down.
-func (l *Layer) Transmit(frames []pipeline.Frame, w Wire) (int, error) {
+func (l *Layer) Transmit(frames []frame.Frame, w Wire) (int, error) {
 	if mac := l.mac.Swap(nil); mac != nil {
 		l.ether.SetSource(*mac)
 	}
@@ -278,7 +278,7 @@ func (l *Layer) stale() bool { return len(l.queue) > 0 && l.neigh.Changed() != l
 // not to be sent, and returns how many it wrote and what to do with that
 // one; Send if none, or if the queue is stale before it (a frame sent
 // now could pass those queued for its next hop).
-func (l *Layer) headers(frames []pipeline.Frame, w Wire) (int, nexthop.Action) {
+func (l *Layer) headers(frames []frame.Frame, w Wire) (int, nexthop.Action) {
 	for i, f := range frames {
 		if l.stale() {
 			return i, nexthop.Send
@@ -294,7 +294,7 @@ func (l *Layer) headers(frames []pipeline.Frame, w Wire) (int, nexthop.Action) {
 // others queued for its destination: if QueueLen are, the oldest of them
 // is dropped; if the queue is full or the sink cannot spare the frame,
 // the frame is.
-func (l *Layer) enqueue(f pipeline.Frame, w Wire) {
+func (l *Layer) enqueue(f frame.Frame, w Wire) {
 	dst := dstOf(f, w)
 	n, oldest := 0, -1
 	for i, q := range l.queue {
@@ -347,7 +347,7 @@ func (l *Layer) flush(w Wire) (stop bool, err error) {
 }
 
 // dstOf returns the destination of a frame's packet.
-func dstOf(f pipeline.Frame, w Wire) netip.Addr {
+func dstOf(f frame.Frame, w Wire) netip.Addr {
 	_, pkt := w.Packet(f)
 	dst, _ := iphdr.Dst(pkt)
 	return dst
@@ -356,7 +356,7 @@ func dstOf(f pipeline.Frame, w Wire) netip.Addr {
 // drop counts a frame dropped for want of a next hop and, if the
 // resolution failed (a), answers its sender; the caller gives the frame
 // back to w.
-func (l *Layer) drop(f pipeline.Frame, a nexthop.Action, w Wire) {
+func (l *Layer) drop(f frame.Frame, a nexthop.Action, w Wire) {
 	if a == nexthop.Unreachable && l.reply != nil {
 		_, pkt := w.Packet(f)
 		l.reply.Unreachable(pkt)

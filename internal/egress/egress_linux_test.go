@@ -13,7 +13,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/internal/netlab"
 	"github.com/gsoplane/gsoplane/internal/nexthop"
 )
@@ -84,7 +84,7 @@ type wire struct {
 
 var errBad = errors.New("bad frame")
 
-func (w *wire) Check(frames []pipeline.Frame) (int, error) {
+func (w *wire) Check(frames []frame.Frame) (int, error) {
 	for i, f := range frames {
 		if f.ID == w.bad {
 			return i, errBad
@@ -93,11 +93,11 @@ func (w *wire) Check(frames []pipeline.Frame) (int, error) {
 	return len(frames), nil
 }
 
-func (w *wire) Packet(f pipeline.Frame) (eth, pkt []byte) {
+func (w *wire) Packet(f frame.Frame) (eth, pkt []byte) {
 	return f.Buf[:nexthop.EtherLen], f.Buf[nexthop.EtherLen : nexthop.EtherLen+f.Len]
 }
 
-func (w *wire) Send(frames []pipeline.Frame) (int, bool, error) {
+func (w *wire) Send(frames []frame.Frame) (int, bool, error) {
 	if w.stop {
 		frames = frames[:1]
 	}
@@ -107,7 +107,7 @@ func (w *wire) Send(frames []pipeline.Frame) (int, bool, error) {
 	return len(frames), w.stop, nil
 }
 
-func (w *wire) SendKept(frames []pipeline.Frame) (int, bool, error) {
+func (w *wire) SendKept(frames []frame.Frame) (int, bool, error) {
 	for _, f := range frames {
 		if !slices.Contains(w.kept, f.ID) || slices.Contains(w.released, f.ID) {
 			panic("SendKept of a frame not kept")
@@ -116,9 +116,9 @@ func (w *wire) SendKept(frames []pipeline.Frame) (int, bool, error) {
 	return w.Send(frames)
 }
 
-func (w *wire) Discard(f pipeline.Frame) { w.discarded = append(w.discarded, f.ID) }
+func (w *wire) Discard(f frame.Frame) { w.discarded = append(w.discarded, f.ID) }
 
-func (w *wire) Keep(f pipeline.Frame) bool {
+func (w *wire) Keep(f frame.Frame) bool {
 	if w.keepMax > 0 && len(w.kept)-len(w.released) >= w.keepMax { // nothing sent kept here
 		return false
 	}
@@ -126,26 +126,26 @@ func (w *wire) Keep(f pipeline.Frame) bool {
 	return true
 }
 
-func (w *wire) Release(f pipeline.Frame) { w.released = append(w.released, f.ID) }
+func (w *wire) Release(f frame.Frame) { w.released = append(w.released, f.ID) }
 
 // frames returns a frame per destination, IDs from 1, each an IPv4
 // header (an invalid Addr: a packet that is not IP).
-func frames(dsts ...netip.Addr) []pipeline.Frame {
-	fs := make([]pipeline.Frame, len(dsts))
+func frames(dsts ...netip.Addr) []frame.Frame {
+	fs := make([]frame.Frame, len(dsts))
 	for i, dst := range dsts {
 		buf := make([]byte, nexthop.EtherLen+20)
 		if dst.IsValid() {
 			buf[nexthop.EtherLen] = 0x45
 			copy(buf[nexthop.EtherLen+16:], dst.AsSlice())
 		}
-		fs[i] = pipeline.Frame{Buf: buf, Len: 20, ID: uint64(i + 1)}
+		fs[i] = frame.Frame{Buf: buf, Len: 20, ID: uint64(i + 1)}
 	}
 	return fs
 }
 
 // transmit transmits fs until all are taken, for at most two seconds;
 // it returns the error that stopped it.
-func (l *lab) transmit(t *testing.T, w *wire, fs []pipeline.Frame) error {
+func (l *lab) transmit(t *testing.T, w *wire, fs []frame.Frame) error {
 	t.Helper()
 	for deadline := time.Now().Add(2 * time.Second); len(fs) > 0; {
 		n, err := l.layer.Transmit(fs, w)
@@ -209,13 +209,13 @@ func TestTransmit(t *testing.T) {
 	if want := []uint64{2, 4}; !slices.Equal(w.discarded, want) || len(w.kept) != 0 {
 		t.Errorf("discarded %v, kept %v, want %v dropped", w.discarded, w.kept, want)
 	}
-	for _, f := range []pipeline.Frame{fs[0], fs[2], fs[4]} {
+	for _, f := range []frame.Frame{fs[0], fs[2], fs[4]} {
 		if eth := f.Buf[:nexthop.EtherLen]; !bytes.Equal(eth[:6], l.peerMAC) || !bytes.Equal(eth[6:12], l.mac) || eth[12] != 0x08 || eth[13] != 0 {
 			t.Errorf("frame %d: Ethernet header % x, want %v from %v, IPv4", f.ID, eth, l.peerMAC, l.mac)
 		}
 	}
 	d := l.layer.Drops()
-	if d[pipeline.DropNotRouted] != 1 || d[pipeline.DropUnresolved] != 1 || replies.n.Load() != 1 {
+	if d[frame.DropNotRouted] != 1 || d[frame.DropUnresolved] != 1 || replies.n.Load() != 1 {
 		t.Errorf("drops %v, replies %d; want 1 not routed, 1 unresolved (answered)", d, replies.n.Load())
 	}
 
@@ -258,7 +258,7 @@ func TestQueue(t *testing.T) {
 	}
 	l.drain(t, w, l.empty)
 	t.Logf("dropped after %v", time.Since(start))
-	if d := l.layer.Drops(); d[pipeline.DropUnresolved] != 2 || !slices.Equal(w.released, []uint64{1, 3}) || replies.n.Load() != 2 {
+	if d := l.layer.Drops(); d[frame.DropUnresolved] != 2 || !slices.Equal(w.released, []uint64{1, 3}) || replies.n.Load() != 2 {
 		t.Errorf("drops %v, released %v, replies %d; want the frames to nobody dropped as unresolved, and answered", d, w.released, replies.n.Load())
 	}
 }
@@ -290,7 +290,7 @@ func TestQueueLate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if !slices.Equal(w.sent[:4], []uint64{3, 1, 2, 4}) || len(w.released) != 0 || l.layer.Drops() != (pipeline.Drops{}) {
+	if !slices.Equal(w.sent[:4], []uint64{3, 1, 2, 4}) || len(w.released) != 0 || l.layer.Drops() != (frame.Drops{}) {
 		t.Errorf("sent %v, released %v, drops %v; want 1 and 2 sent once resolved, before the next one", w.sent, w.released, l.layer.Drops())
 	}
 }
@@ -322,7 +322,7 @@ func TestQueueBounds(t *testing.T) {
 			w.released, w.discarded, last, len(w.kept), len(dsts), w.sent)
 	}
 	l.layer.Close(w)
-	if d := l.layer.Drops(); d[pipeline.DropUnresolved] != uint64(len(dsts)) || len(w.released)+len(w.discarded) != len(dsts) {
+	if d := l.layer.Drops(); d[frame.DropUnresolved] != uint64(len(dsts)) || len(w.released)+len(w.discarded) != len(dsts) {
 		t.Errorf("after Close: drops %v, released %d, discarded %d; want all %d dropped", d, len(w.released), len(w.discarded), len(dsts))
 	}
 
@@ -391,7 +391,7 @@ func TestLinkFlap(t *testing.T) {
 	up := time.Now()
 	l.drain(t, w, l.empty)
 	t.Logf("sent %v after the link came up", time.Since(up))
-	if d := l.layer.Drops(); d[pipeline.DropUnresolved] != 0 || !slices.Equal(w.sent, []uint64{1}) {
+	if d := l.layer.Drops(); d[frame.DropUnresolved] != 0 || !slices.Equal(w.sent, []uint64{1}) {
 		t.Errorf("drops %v, sent %v, released %v; want the frame sent", d, w.sent, w.released)
 	}
 }

@@ -10,7 +10,7 @@ package framepool
 import (
 	"sync"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 )
 
 // Frame states.
@@ -70,35 +70,35 @@ func (p *Pool) Frame(id uint32) []byte {
 }
 
 // Alloc takes free small frames into frames and returns how many.
-func (p *Pool) Alloc(frames []pipeline.Frame) int {
+func (p *Pool) Alloc(frames []frame.Frame) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := min(len(frames), len(p.free))
 	for i := range n {
 		id := p.free[len(p.free)-1-i]
 		p.states[id] = stateOut
-		frames[i] = pipeline.Frame{Buf: p.Frame(id), ID: uint64(id)}
+		frames[i] = frame.Frame{Buf: p.Frame(id), ID: uint64(id)}
 	}
 	p.free = p.free[:len(p.free)-n]
 	return n
 }
 
 // AllocLarge takes a free large frame; false when none is free.
-func (p *Pool) AllocLarge() (pipeline.Frame, bool) {
+func (p *Pool) AllocLarge() (frame.Frame, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.freeL) == 0 {
-		return pipeline.Frame{}, false
+		return frame.Frame{}, false
 	}
 	id := p.freeL[len(p.freeL)-1]
 	p.freeL = p.freeL[:len(p.freeL)-1]
 	p.states[id] = stateOut
-	return pipeline.Frame{Buf: p.Frame(id), ID: uint64(id)}, true
+	return frame.Frame{Buf: p.Frame(id), ID: uint64(id)}, true
 }
 
 // Free puts allocated frames back; frames that are not allocated (free,
 // taken, or not the pool's) are ignored.
-func (p *Pool) Free(frames []pipeline.Frame) {
+func (p *Pool) Free(frames []frame.Frame) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, f := range frames {
@@ -110,7 +110,7 @@ func (p *Pool) Free(frames []pipeline.Frame) {
 
 // Allocated returns how many frames from the front are allocated frames
 // holding 1 to their size less headroom bytes of packet (Frame.Len).
-func (p *Pool) Allocated(frames []pipeline.Frame, headroom int) int {
+func (p *Pool) Allocated(frames []frame.Frame, headroom int) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i, f := range frames {
@@ -124,7 +124,7 @@ func (p *Pool) Allocated(frames []pipeline.Frame, headroom int) int {
 
 // Take marks frames, allocated and checked, taken by Transmit, sent or
 // dropped: Free ignores them until Complete puts them back.
-func (p *Pool) Take(frames []pipeline.Frame) {
+func (p *Pool) Take(frames []frame.Frame) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, f := range frames {
@@ -138,7 +138,7 @@ func (p *Pool) Take(frames []pipeline.Frame) {
 // it reports taken ones, but only Release puts it back. It reports false,
 // and takes nothing, when one in share of the frames of its size is kept
 // already.
-func (p *Pool) Keep(f pipeline.Frame, share int) bool {
+func (p *Pool) Keep(f frame.Frame, share int) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	size, all := p.sizeOf(uint32(f.ID))
@@ -152,7 +152,7 @@ func (p *Pool) Keep(f pipeline.Frame, share int) bool {
 }
 
 // Release puts kept frames back; others are ignored.
-func (p *Pool) Release(frames []pipeline.Frame) {
+func (p *Pool) Release(frames []frame.Frame) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, f := range frames {

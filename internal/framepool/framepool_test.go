@@ -4,10 +4,10 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 )
 
-func ids(frames []pipeline.Frame) []uint64 {
+func ids(frames []frame.Frame) []uint64 {
 	out := make([]uint64, len(frames))
 	for i, f := range frames {
 		out[i] = f.ID
@@ -19,11 +19,11 @@ func ids(frames []pipeline.Frame) []uint64 {
 // them, each its own memory of its size, until none is free.
 func TestAlloc(t *testing.T) {
 	p := New(3, 64, 2, 256)
-	frames := make([]pipeline.Frame, 4)
+	frames := make([]frame.Frame, 4)
 	if n := p.Alloc(frames); n != 3 || frames[0].ID != 0 || frames[1].ID != 1 || frames[2].ID != 2 {
 		t.Fatalf("Alloc: %d frames %v, want 0, 1, 2", n, ids(frames[:n]))
 	}
-	large := make([]pipeline.Frame, 0, 3)
+	large := make([]frame.Frame, 0, 3)
 	for f, ok := p.AllocLarge(); ok; f, ok = p.AllocLarge() {
 		large = append(large, f)
 	}
@@ -55,10 +55,10 @@ func TestAlloc(t *testing.T) {
 // foreign IDs.
 func TestFree(t *testing.T) {
 	p := New(4, 64, 0, 0)
-	frames := make([]pipeline.Frame, 4)
+	frames := make([]frame.Frame, 4)
 	p.Alloc(frames)
 	p.Take(frames[:1])
-	p.Free([]pipeline.Frame{frames[0], frames[1], frames[1], {ID: 99}})
+	p.Free([]frame.Frame{frames[0], frames[1], frames[1], {ID: 99}})
 	if n := p.Alloc(frames[:4]); n != 1 || frames[0].ID != 1 {
 		t.Fatalf("after Free: Alloc %d frames %v, want frame 1 alone", n, ids(frames[:n]))
 	}
@@ -74,19 +74,19 @@ func TestFree(t *testing.T) {
 // the headroom, and stops at the first that is not.
 func TestAllocated(t *testing.T) {
 	p := New(2, 64, 1, 256)
-	frames := make([]pipeline.Frame, 2)
+	frames := make([]frame.Frame, 2)
 	p.Alloc(frames)
 	large, _ := p.AllocLarge()
 	frames[0].Len, frames[1].Len, large.Len = 54, 1, 246
 	for _, c := range []struct {
 		name   string
-		frames []pipeline.Frame
+		frames []frame.Frame
 		want   int
 	}{
-		{"allocated", []pipeline.Frame{frames[0], frames[1], large}, 3},
-		{"too long", []pipeline.Frame{frames[0], {ID: 1, Len: 55}}, 1},
-		{"empty", []pipeline.Frame{{ID: 1}}, 0},
-		{"foreign", []pipeline.Frame{frames[0], {ID: 3, Len: 1}}, 1},
+		{"allocated", []frame.Frame{frames[0], frames[1], large}, 3},
+		{"too long", []frame.Frame{frames[0], {ID: 1, Len: 55}}, 1},
+		{"empty", []frame.Frame{{ID: 1}}, 0},
+		{"foreign", []frame.Frame{frames[0], {ID: 3, Len: 1}}, 1},
 	} {
 		if got := p.Allocated(c.frames, 10); got != c.want {
 			t.Errorf("%s: %d, want %d", c.name, got, c.want)
@@ -106,9 +106,9 @@ func TestAllocated(t *testing.T) {
 // twice but back in the pool once, and frees them in the order taken.
 func TestComplete(t *testing.T) {
 	p := New(3, 64, 0, 0)
-	frames := make([]pipeline.Frame, 3)
+	frames := make([]frame.Frame, 3)
 	p.Alloc(frames)
-	p.Take([]pipeline.Frame{frames[2], frames[0]})
+	p.Take([]frame.Frame{frames[2], frames[0]})
 	p.Take(frames[2:])
 	if n := p.Taken(); n != 3 {
 		t.Errorf("Taken: %d, want 3", n)
@@ -127,13 +127,13 @@ func TestComplete(t *testing.T) {
 // TestAllocs cycles frames through the pool without allocating.
 func TestAllocs(t *testing.T) {
 	p := New(64, 64, 1, 256)
-	frames := make([]pipeline.Frame, 64)
+	frames := make([]frame.Frame, 64)
 	allocs := testing.AllocsPerRun(100, func() {
 		n := p.Alloc(frames)
 		f, _ := p.AllocLarge()
 		p.Free(frames[n/2 : n])
 		p.Take(frames[:n/2])
-		p.Take([]pipeline.Frame{f})
+		p.Take([]frame.Frame{f})
 		p.Allocated(frames[:n/2], 0)
 		p.Complete()
 	})
@@ -149,7 +149,7 @@ func TestAllocs(t *testing.T) {
 func TestKeep(t *testing.T) {
 	const share = 4
 	p := New(2*share, 64, share, 256)
-	frames := make([]pipeline.Frame, 2)
+	frames := make([]frame.Frame, 2)
 	p.Alloc(frames)
 	if !p.Keep(frames[0], share) {
 		t.Fatal("Keep refused the first frame")
@@ -160,7 +160,7 @@ func TestKeep(t *testing.T) {
 		t.Errorf("Complete: %d, want the kept frame and the taken one", n)
 	}
 	p.Release(frames[1:]) // back already
-	more := make([]pipeline.Frame, 2*share)
+	more := make([]frame.Frame, 2*share)
 	if n := p.Alloc(more); n != 2*share-1 || slices.Contains(ids(more[:n]), frames[0].ID) {
 		t.Errorf("with a frame kept: Alloc %d frames %v, want all but the kept one", n, ids(more[:n]))
 	}
@@ -172,7 +172,7 @@ func TestKeep(t *testing.T) {
 		t.Error("Keep refused a large frame")
 	}
 	p.Free(more)
-	p.Release([]pipeline.Frame{frames[0], more[0]})
+	p.Release([]frame.Frame{frames[0], more[0]})
 	p.Release(frames[:1])
 	if n := p.Alloc(more); n != 2*share {
 		t.Errorf("after Release: Alloc %d frames, want every small one, the kept one once", n)

@@ -8,7 +8,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/internal/ethtool"
 )
 
@@ -24,7 +24,7 @@ func Interface(who, ifname string) (netlink.Link, error) {
 	}
 	lnk, err := netlink.LinkByName(ifname)
 	if errors.As(err, new(netlink.LinkNotFoundError)) {
-		return nil, fmt.Errorf("%s: interface %q: %w", who, ifname, pipeline.ErrNoDevice)
+		return nil, fmt.Errorf("%s: interface %q: %w", who, ifname, frame.ErrNoDevice)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: interface %q: %w", who, ifname, err)

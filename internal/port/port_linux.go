@@ -11,7 +11,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/internal/nsrun"
 	"github.com/gsoplane/gsoplane/internal/prefix"
 )
@@ -106,7 +106,7 @@ func (p *Port[S]) Unlock() { p.mu.Unlock() }
 func (p *Port[S]) SetRedirect(prefixes []netip.Prefix) error {
 	checked, err := prefix.Normalize(prefixes, p.cfg.MaxPrefixes)
 	if err != nil {
-		return fmt.Errorf("%s: %w: %v", p.cfg.Pkg, pipeline.ErrInvalidConfig, err)
+		return fmt.Errorf("%s: %w: %v", p.cfg.Pkg, frame.ErrInvalidConfig, err)
 	}
 	if !p.Lock() {
 		return p.cfg.ErrClosed

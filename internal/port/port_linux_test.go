@@ -13,7 +13,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/internal/netlab"
 )
 
@@ -107,7 +107,7 @@ func TestLifecycle(t *testing.T) {
 		t.Errorf("SetRedirect: %v, the program has %v", err, l.prog.prefixes)
 	}
 	three := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("11.0.0.0/8"), netip.MustParsePrefix("12.0.0.0/8")}
-	if err := l.port.SetRedirect(three); !errors.Is(err, pipeline.ErrInvalidConfig) {
+	if err := l.port.SetRedirect(three); !errors.Is(err, frame.ErrInvalidConfig) {
 		t.Errorf("SetRedirect of more than MaxPrefixes: %v", err)
 	}
 	l.port.StopReceive()
