@@ -1,4 +1,4 @@
-package pipeline_test
+package frame_test
 
 import (
 	"errors"
