@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/gsoplane/gsoplane/dataplane/xsk"
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 // TestPortChoice opens the gateway's NIC port on the reference veth

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 // bigTCPSize is the gso_max_size (and gro_max_size) of BIG TCP in

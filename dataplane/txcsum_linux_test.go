@@ -3,7 +3,7 @@ package dataplane
 import (
 	"testing"
 
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 // TestXDPTXChecksum: the AF_XDP port sends TCP segments with partial

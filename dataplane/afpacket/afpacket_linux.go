@@ -14,8 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/dataplane/frame"
-	"github.com/gsoplane/gsoplane/internal/egress"
-	"github.com/gsoplane/gsoplane/internal/port"
+	"github.com/gsoplane/gsoplane/dataplane/internal/egress"
+	"github.com/gsoplane/gsoplane/dataplane/internal/port"
 )
 
 // ethPAll is htons(ETH_P_ALL): the socket's protocol. A socket bound to
@@ -164,7 +164,7 @@ func (p *Port) Leftovers() int {
 	return p.filter.cls.leftovers
 }
 
-// ingressAttachment is the port's filter as internal/port drives it.
+// ingressAttachment is the port's filter as dataplane/internal/port drives it.
 type ingressAttachment struct{ f *filter }
 
 func (a ingressAttachment) SetPrefixes(prefixes []netip.Prefix) error {

@@ -70,7 +70,7 @@
 // from the sink's frames, stops the sink (EAGAIN, then a wait through
 // the Go runtime poller) while the kernel still holds that much truesize
 // of its packets: backpressure on top of the forwarder's budget. The
-// Ethernet destination comes from internal/nexthop. In the modes that
+// Ethernet destination comes from dataplane/internal/nexthop. In the modes that
 // hand super-packets whole (auto, offload) the sink lends its large
 // frames to the forwarder, which reads the TUN's super-packets straight
 // into them (frame.OffloadSink): a super-packet the NIC segments is

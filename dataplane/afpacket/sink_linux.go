@@ -14,10 +14,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/dataplane/frame"
-	"github.com/gsoplane/gsoplane/internal/egress"
+	"github.com/gsoplane/gsoplane/dataplane/internal/egress"
+	"github.com/gsoplane/gsoplane/dataplane/internal/framepool"
 	"github.com/gsoplane/gsoplane/internal/ethernet"
 	"github.com/gsoplane/gsoplane/internal/ethtool"
-	"github.com/gsoplane/gsoplane/internal/framepool"
 	"github.com/gsoplane/gsoplane/internal/mmsg"
 	"github.com/gsoplane/gsoplane/segment"
 )
@@ -50,7 +50,7 @@ type nic struct {
 // Transmit fills in: the header from Frame.Header (csum_start counted from
 // the Ethernet header, as packet sockets count it), the Ethernet
 // destination from the kernel's routing and neighbour tables
-// (internal/nexthop). Transmit sends a batch with one sendmmsg(2); a
+// (dataplane/internal/nexthop). Transmit sends a batch with one sendmmsg(2); a
 // frame is complete once the kernel has copied it, that is when sendmmsg
 // returned, and Complete reports the frames taken since its last call, in
 // order, and puts them back in the pool. The socket's send buffer holds
@@ -94,7 +94,7 @@ type Sink struct {
 // interface; mode says which offloads it uses (see GSOMode). It reads the
 // NIC's features now: make a new Sink after changing them. Call it in the
 // interface's network namespace: it starts a next-hop resolver there
-// (internal/nexthop: netlink sockets and goroutines). Close it when done
+// (dataplane/internal/nexthop: netlink sockets and goroutines). Close it when done
 // (the Socket belongs to its port).
 func NewSink(s *Socket, ifindex int, gateway netip.Addr, mode GSOMode) (*Sink, error) {
 	if mode < GSOModeAuto || mode > GSOModeFull {

@@ -17,7 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/dataplane/frame"
-	"github.com/gsoplane/gsoplane/internal/framepool"
+	"github.com/gsoplane/gsoplane/dataplane/internal/framepool"
 	"github.com/gsoplane/gsoplane/internal/iphdr"
 )
 

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/gsoplane/gsoplane/dataplane/frame"
-	"github.com/gsoplane/gsoplane/internal/port"
+	"github.com/gsoplane/gsoplane/dataplane/internal/port"
 )
 
 // Generator sends prebuilt frames from an AF_XDP socket as fast as the

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/gsoplane/gsoplane/dataplane/frame"
-	"github.com/gsoplane/gsoplane/internal/egress"
+	"github.com/gsoplane/gsoplane/dataplane/internal/egress"
 	"github.com/gsoplane/gsoplane/internal/ethernet"
 	"github.com/gsoplane/gsoplane/segment"
 )
@@ -25,8 +25,8 @@ const (
 // Sink is the forwarder's Sink on an AF_XDP socket: segments are cut
 // straight into UMEM frames behind room for an Ethernet header, which
 // Transmit fills in from the kernel's routing and neighbour tables
-// (internal/nexthop). A frame whose next hop is being resolved is
-// reported complete but kept (internal/egress), while the others go on,
+// (dataplane/internal/nexthop). A frame whose next hop is being resolved is
+// reported complete but kept (dataplane/internal/egress), while the others go on,
 // until its next hop resolves (it is sent) or fails (it is dropped and
 // counted, Unresolved, and its sender answered with host unreachable
 // through the Replier, if one is set): a neighbour that never answers

@@ -1,7 +1,7 @@
 // Package egress is the link layer the two NIC ports' sinks share,
 // dataplane/xsk (AF_XDP) and dataplane/afpacket (AF_PACKET): the
 // transmit loop around a sink's own sending, which writes each frame's
-// Ethernet header from its next hop (internal/nexthop), queues a frame
+// Ethernet header from its next hop (dataplane/internal/nexthop), queues a frame
 // whose next hop is being resolved while the others go on, takes
 // nothing while the link is down, and drops, counts by reason and
 // answers the senders of frames without a next hop.
@@ -29,8 +29,8 @@ import (
 	"time"
 
 	"github.com/gsoplane/gsoplane/dataplane/frame"
+	"github.com/gsoplane/gsoplane/dataplane/internal/nexthop"
 	"github.com/gsoplane/gsoplane/internal/iphdr"
-	"github.com/gsoplane/gsoplane/internal/nexthop"
 )
 
 // Wire is a sink's own side of the transmit loop.

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gsoplane/gsoplane/internal/kernels"
+	"github.com/gsoplane/gsoplane/internal/testing/kernels"
 )
 
 // binary is a binary built on the host for the guest.
@@ -48,7 +48,7 @@ func build(o *options) (*binaries, error) {
 		return nil, err
 	}
 	b := &binaries{root: root, kinit: filepath.Join(out, "kinit"), prebuilt: map[string]string{}}
-	if err := goBuild(root, "build", b.kinit, "./internal/kernels/cmd/kinit"); err != nil {
+	if err := goBuild(root, "build", b.kinit, "./internal/testing/kernels/cmd/kinit"); err != nil {
 		return nil, err
 	}
 	for _, p := range o.packages {

@@ -5,7 +5,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/gsoplane/gsoplane/internal/kernels"
+	"github.com/gsoplane/gsoplane/internal/testing/kernels"
 )
 
 // goCommand answers `go build -o OUT .` and `go test -c -o OUT .` run in a

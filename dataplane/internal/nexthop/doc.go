@@ -8,7 +8,7 @@
 //
 // Lookup answers from a bounded cache: Resolved with the MAC address,
 // Pending while a resolution is under way (the caller queues the frame,
-// see internal/egress), or Failed when the kernel could not resolve the next hop
+// see dataplane/internal/egress), or Failed when the kernel could not resolve the next hop
 // recently (the caller drops the frame and may answer the sender with
 // ICMP host unreachable, see internal/icmperr). A miss starts a
 // resolution in the background and returns at once. The resolver learns

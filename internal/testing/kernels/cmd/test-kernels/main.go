@@ -2,9 +2,9 @@
 // in QEMU guests, one per kernel of the matrix, and reports per kernel and
 // per package what passed, failed and skipped (`make test-kernels`).
 //
-//	go run ./internal/kernels/cmd/test-kernels                 # every kernel, every package
-//	go run ./internal/kernels/cmd/test-kernels -packages segment,dataplane/xsk -run 'XDP'
-//	go run ./internal/kernels/cmd/test-kernels -short -packages dataplane/xsk,dataplane/afpacket,dataplane/tun,dataplane/udp,segment
+//	go run ./internal/testing/kernels/cmd/test-kernels                 # every kernel, every package
+//	go run ./internal/testing/kernels/cmd/test-kernels -packages segment,dataplane/xsk -run 'XDP'
+//	go run ./internal/testing/kernels/cmd/test-kernels -short -packages dataplane/xsk,dataplane/afpacket,dataplane/tun,dataplane/udp,segment
 //
 // The kernels: Debian's cloud kernels (linux-image-cloud-amd64) of
 // debian12 (bookworm, Linux 6.1), debian13 (trixie, Linux 6.12) and
@@ -13,7 +13,7 @@
 // configuration of the cache's own and unpacked with `dpkg-deb -x` into the
 // cache directory; and host, the running kernel, when an image of it is
 // found (/boot/vmlinuz-RELEASE or /lib/modules/RELEASE/vmlinuz). The test binaries, the bench, udpfwd and
-// the guest's init (internal/kernels/cmd/kinit) are built without cgo,
+// the guest's init (internal/testing/kernels/cmd/kinit) are built without cgo,
 // packed with the kernel's network, virtio, crypto and library modules into
 // a gzip'd newc initramfs, and booted with qemu-system-x86_64: with KVM when
 // /dev/kvm exists, else under emulation (TCG, slow). The guest has two
@@ -46,7 +46,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gsoplane/gsoplane/internal/kernels"
+	"github.com/gsoplane/gsoplane/internal/testing/kernels"
 )
 
 // packages are the test binaries of the matrix: the privileged tests.

@@ -1,5 +1,5 @@
 // Command kinit is the init of the test-kernels guests: /init in the
-// initramfs that internal/kernels/cmd/test-kernels packs.
+// initramfs that internal/testing/kernels/cmd/test-kernels packs.
 //
 // It mounts what the tests need (proc, sysfs, devtmpfs, the BPF file
 // system, cgroup2, tmpfs on /tmp and /run), loads the kernel modules the

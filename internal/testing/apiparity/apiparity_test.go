@@ -23,7 +23,7 @@ import (
 )
 
 // root is the module's root directory, from this package's.
-const root = "../.."
+const root = "../../.."
 
 // others are the systems whose API must be Linux's.
 var others = []string{"darwin", "windows"}
@@ -283,7 +283,7 @@ func TestEmbedderBuilds(t *testing.T) {
 	goTool := filepath.Join(build.Default.GOROOT, "bin", "go")
 	for _, goos := range others {
 		t.Run(goos, func(t *testing.T) {
-			cmd := exec.Command(goTool, "build", "-o", t.TempDir(), "./internal/apiparity/testdata/embedder")
+			cmd := exec.Command(goTool, "build", "-o", t.TempDir(), "./internal/testing/apiparity/testdata/embedder")
 			cmd.Dir = root
 			cmd.Env = append(os.Environ(), "GOOS="+goos, "CGO_ENABLED=0")
 			if out, err := cmd.CombinedOutput(); err != nil {

@@ -14,8 +14,8 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/gsoplane/gsoplane/dataplane/frame"
-	"github.com/gsoplane/gsoplane/internal/netlab"
-	"github.com/gsoplane/gsoplane/internal/nexthop"
+	"github.com/gsoplane/gsoplane/dataplane/internal/nexthop"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 var (

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gsoplane/gsoplane/internal/kernels"
+	"github.com/gsoplane/gsoplane/internal/testing/kernels"
 )
 
 // qemuArgs is the command line that boots img with initrd: the serial

@@ -149,7 +149,7 @@ func TestTopologyOnNICs(t *testing.T) {
 // TestProbesMatchREADME: the README's requirements table gives each
 // probed feature the release its probe names.
 func TestProbesMatchREADME(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../../README.md")
 	Must(t, err)
 	for _, p := range Probes {
 		var row string
