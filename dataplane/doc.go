@@ -29,6 +29,7 @@
 //	                    reasons: the contract the ports implement
 //	dataplane/pipeline  Hook, Forwarder, ReturnPath, WireSource, Stats:
 //	                    the forwarding engine, pure Go, any OS
+//	dataplane/icmp      the Replier: ICMP errors for what the gateway drops
 //	dataplane/tun       the TUN port (IFF_VNET_HDR, multi-queue, offloads)
 //	dataplane/xsk       the AF_XDP port: sockets, rings, the XDP program,
 //	                    its Sink and Receiver

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gsoplane/gsoplane/dataplane/afpacket"
 	"github.com/gsoplane/gsoplane/dataplane/frame"
+	"github.com/gsoplane/gsoplane/dataplane/icmp"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/dataplane/tun"
 	"github.com/gsoplane/gsoplane/dataplane/xsk"
@@ -68,7 +69,7 @@ type GatewayConfig struct {
 	// does not resolve, fragmentation needed or packet too big for a
 	// packet over the NIC's MTU). Not the TUN's own address, which the
 	// host would drop as a martian. Without one for a version, those
-	// errors are not sent (ReplyStats.Silent). With an ingress device,
+	// errors are not sent (icmp.Stats.Silent). With an ingress device,
 	// the default is its addresses, and the errors go through the host's
 	// stack (raw sockets), which routes them.
 	RouterAddrs []netip.Addr
@@ -307,7 +308,7 @@ type GatewayStats struct {
 	Queue   QueueStats           // summed over their queues
 	Port    PortStats            // the NIC's port
 	Ingress PortStats            // the ingress device's port (GatewayConfig.Ingress)
-	Replies pipeline.ReplyStats  // ICMP errors written into the TUN
+	Replies icmp.Stats           // ICMP errors written into the TUN
 	NIC     NICStats
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gsoplane/gsoplane/dataplane/afpacket"
 	"github.com/gsoplane/gsoplane/dataplane/frame"
+	"github.com/gsoplane/gsoplane/dataplane/icmp"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/dataplane/tun"
 	"github.com/gsoplane/gsoplane/dataplane/xsk"
@@ -35,7 +36,7 @@ type Gateway struct {
 	rets    []*pipeline.ReturnPath
 	budgets []*txqueue.Budget
 	queues  []*txqueue.Queue[frame.Frame]
-	reply   *pipeline.ICMP
+	reply   *icmp.Replier
 	mtu     mtuFollower
 	mon     *monitor
 }
@@ -215,7 +216,7 @@ func (g *Gateway) open(cfg GatewayConfig) error {
 // queue, and a return path from each NIC queue into the inside.
 func (g *Gateway) wireInside(cfg GatewayConfig) error {
 	n := g.nic
-	g.reply = pipeline.NewICMP(g.inside[0].w, g.headerSize(), routerAddr(cfg, true), routerAddr(cfg, false))
+	g.reply = icmp.NewReplier(g.inside[0].w, g.headerSize(), routerAddr(cfg, true), routerAddr(cfg, false))
 	if len(g.inside) > len(n.lanes) {
 		return fmt.Errorf("dataplane: %w: %d TUN queues, %d NIC queues", ErrInvalidConfig, len(g.inside), len(n.lanes))
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/gsoplane/gsoplane/dataplane/frame"
+	"github.com/gsoplane/gsoplane/dataplane/icmp"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/segment"
 )
@@ -42,7 +43,7 @@ func (g *Gateway) openIngress(cfg GatewayConfig, log *slog.Logger) error {
 	if g.raw, err = openRaw(); err != nil {
 		return err
 	}
-	g.reply = pipeline.NewICMP(g.raw, 0, firstOf(routers, true), firstOf(routers, false))
+	g.reply = icmp.NewReplier(g.raw, 0, firstOf(routers, true), firstOf(routers, false))
 	nicMTU := g.mon.stats().MTU
 	mss := pipeline.NewMSSTable(pipeline.MSSConfig{})
 	// Each direction drops what claims a source on the side it goes to

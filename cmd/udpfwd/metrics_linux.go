@@ -7,6 +7,7 @@ import (
 
 	"github.com/gsoplane/gsoplane/dataplane"
 	"github.com/gsoplane/gsoplane/dataplane/frame"
+	"github.com/gsoplane/gsoplane/dataplane/icmp"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 )
 
@@ -219,7 +220,7 @@ func (e emitter) sockets(dev string, p dataplane.PortStats) {
 }
 
 // icmp exports the ICMP errors the gateway answered with.
-func (e emitter) icmp(r pipeline.ReplyStats) {
+func (e emitter) icmp(r icmp.Stats) {
 	e.counter(descICMP, r.Sent, "sent")
 	e.counter(descICMP, r.Limited, "rate_limited")
 	e.counter(descICMP, r.Silent, "silent")

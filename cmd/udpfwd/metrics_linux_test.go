@@ -8,6 +8,7 @@ import (
 
 	"github.com/gsoplane/gsoplane/dataplane"
 	"github.com/gsoplane/gsoplane/dataplane/frame"
+	"github.com/gsoplane/gsoplane/dataplane/icmp"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/dataplane/xsk"
 )
@@ -29,7 +30,7 @@ func TestCollector(t *testing.T) {
 	s.Queue.Pending, s.Queue.PeakHeld = 3, 40
 	s.Port.Sockets = []dataplane.SocketStats{{RX: 5}, {RX: 6, Counters: xsk.Stats{RXRingFull: 2, OtherHost: 7, Kicks: 9}.AppendCounters(nil)}}
 	s.NIC = dataplane.NICStats{Up: true, MTU: 1400, MTUChanges: 1, TUNMTU: 1400, SendMTU: 1400, MACChanges: 3, Downs: 2, Attached: true, Detaches: 1, Reattaches: 1}
-	s.Replies = pipeline.ReplyStats{Sent: 4, Limited: 2, Silent: 1}
+	s.Replies = icmp.Stats{Sent: 4, Limited: 2, Silent: 1}
 
 	rec := httptest.NewRecorder()
 	newHTTPServer(newRegistry(&statsCollector{stats: func() dataplane.GatewayStats { return s }, port: "xdp", backpressure: true}), func() error { return nil }, false, slog.New(slog.DiscardHandler)).

@@ -19,11 +19,11 @@
 // Source or Sink; the package example shows one in memory.
 //
 // A packet the forwarder cannot send, it answers as a router does, through
-// a Replier: the ICMP Replier writes fragmentation needed or packet too
-// big (a packet over ForwarderConfig.MTU) and host unreachable (a next
-// hop a port's sink could not resolve) back into the TUN device, within
-// Linux's rate limits, and time exceeded (a packet from a wire whose TTL
-// ran out).
+// a frame.Replier: dataplane/icmp's writes fragmentation needed or packet
+// too big (a packet over ForwarderConfig.MTU) and host unreachable (a
+// next hop a port's sink could not resolve) back into the TUN device,
+// within Linux's rate limits, and time exceeded (a packet from a wire
+// whose TTL ran out).
 //
 // A WireSource takes packets from a wire instead, without a virtio-net
 // header, takes one off each one's TTL (hop limit) as a router does and
@@ -36,7 +36,6 @@
 // of more receive queues than its egress port has transmit queues.
 //
 // The package is pure Go with no system calls and builds on every OS. It
-// imports only frame, segment, txqueue, internal/icmperr and
-// internal/iphdr; the gateway (package dataplane) and dataplane/tunnel
+// imports only frame, segment, txqueue and internal/iphdr; the gateway (package dataplane) and dataplane/tunnel
 // import it, the ports never do.
 package pipeline

@@ -13,6 +13,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
 	"github.com/gsoplane/gsoplane/dataplane/frame"
+	"github.com/gsoplane/gsoplane/dataplane/icmp"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/internal/testing/dirtybuf"
 	"github.com/gsoplane/gsoplane/segment"
@@ -304,7 +305,7 @@ func TestWireSourceTTLAllocs(t *testing.T) {
 	p := withTTL(udp4(10, true), 1, 0)
 	header.IPv4(p).SetChecksum(^header.IPv4(p).CalculateChecksum())
 	recv := &loopReceiver{frames: [][]byte{wireFrame(p), wireFrame(udp6(10, 1)), wireFrame(udp4(10, false))}}
-	src, err := pipeline.NewWireSource(pipeline.WireConfig{Receiver: recv, MTU: 1500, Replier: pipeline.NewICMP(discardWriter{}, 0,
+	src, err := pipeline.NewWireSource(pipeline.WireConfig{Receiver: recv, MTU: 1500, Replier: icmp.NewReplier(discardWriter{}, 0,
 		netip.MustParseAddr("198.18.0.2"), netip.MustParseAddr("2001:2:0:1::2"))})
 	if err != nil {
 		t.Fatal(err)

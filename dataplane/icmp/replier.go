@@ -1,4 +1,4 @@
-package pipeline
+package icmp
 
 import (
 	"net/netip"
@@ -10,8 +10,8 @@ import (
 	"github.com/gsoplane/gsoplane/internal/iphdr"
 )
 
-// ReplyStats counts what an ICMP Replier did.
-type ReplyStats struct {
+// Stats counts what a Replier did.
+type Stats struct {
 	Sent    uint64 // errors written
 	Limited uint64 // errors not sent: over the rate limits
 	Silent  uint64 // packets a router does not answer (an ICMP error, a multicast source, IPv4 without DF that a router would fragment) or without a source address of their family
@@ -19,20 +19,21 @@ type ReplyStats struct {
 }
 
 // Add adds o's counters to s.
-func (s *ReplyStats) Add(o ReplyStats) {
+func (s *Stats) Add(o Stats) {
 	s.Sent += o.Sent
 	s.Limited += o.Limited
 	s.Silent += o.Silent
 	s.Failed += o.Failed
 }
 
-// ICMP is a Replier that writes ICMP and ICMPv6 errors through a Writer,
-// such as the TUN device the dropped packets came from, rate-limited as
-// Linux limits its own errors (icmp_msgs_per_sec, icmp_ratelimit). The
+// Replier is a frame.Replier that writes ICMP and ICMPv6 errors through
+// a frame.Writer, such as the TUN device the dropped packets came from,
+// rate-limited as Linux limits its own errors (icmp_msgs_per_sec,
+// icmp_ratelimit). The
 // errors come from src4 or src6, the gateway's address on the TUN's
 // link: a router's address, not the host's own (the host drops a packet
 // from its own address as a martian).
-type ICMP struct {
+type Replier struct {
 	w          frame.Writer
 	hdrSize    int
 	src4, src6 netip.Addr
@@ -45,11 +46,11 @@ type ICMP struct {
 	sent, limited, silent, failed atomic.Uint64
 }
 
-// NewICMP returns an ICMP Replier writing to w, whose packets start with
+// NewReplier returns a Replier writing to w, whose packets start with
 // a virtio-net header of hdrSize bytes (0 for none), from src4 (IPv4)
 // and src6 (IPv6); a family without a valid address is not answered.
-func NewICMP(w frame.Writer, hdrSize int, src4, src6 netip.Addr) *ICMP {
-	r := &ICMP{
+func NewReplier(w frame.Writer, hdrSize int, src4, src6 netip.Addr) *Replier {
+	r := &Replier{
 		w: w, hdrSize: hdrSize, src4: src4, src6: src6,
 		lim: icmperr.NewLimiter(icmperr.LinuxLimits(), 0, nil),
 		buf: make([]byte, hdrSize+icmperr.MaxLen),
@@ -60,17 +61,17 @@ func NewICMP(w frame.Writer, hdrSize int, src4, src6 netip.Addr) *ICMP {
 
 // Unreachable answers pkt with ICMP host unreachable (ICMPv6 address
 // unreachable).
-func (r *ICMP) Unreachable(pkt []byte) { r.reply(pkt, icmperr.Unreachable, 0) }
+func (r *Replier) Unreachable(pkt []byte) { r.reply(pkt, icmperr.Unreachable, 0) }
 
 // TooBig answers pkt with ICMP fragmentation needed (IPv4 with DF set)
 // or ICMPv6 packet too big, carrying mtu.
-func (r *ICMP) TooBig(pkt []byte, mtu int) { r.reply(pkt, icmperr.TooBig, mtu) }
+func (r *Replier) TooBig(pkt []byte, mtu int) { r.reply(pkt, icmperr.TooBig, mtu) }
 
 // TimeExceeded answers pkt with ICMP time exceeded, TTL exceeded in
 // transit (ICMPv6 time exceeded, hop limit exceeded in transit).
-func (r *ICMP) TimeExceeded(pkt []byte) { r.reply(pkt, icmperr.TimeExceeded, 0) }
+func (r *Replier) TimeExceeded(pkt []byte) { r.reply(pkt, icmperr.TimeExceeded, 0) }
 
-func (r *ICMP) reply(pkt []byte, k icmperr.Kind, mtu int) {
+func (r *Replier) reply(pkt []byte, k icmperr.Kind, mtu int) {
 	src := r.src6
 	if iphdr.Version(pkt) == 4 {
 		src = r.src4
@@ -106,6 +107,6 @@ func (r *ICMP) reply(pkt []byte, k icmperr.Kind, mtu int) {
 }
 
 // Stats returns a snapshot of the counters.
-func (r *ICMP) Stats() ReplyStats {
-	return ReplyStats{Sent: r.sent.Load(), Limited: r.limited.Load(), Silent: r.silent.Load(), Failed: r.failed.Load()}
+func (r *Replier) Stats() Stats {
+	return Stats{Sent: r.sent.Load(), Limited: r.limited.Load(), Silent: r.silent.Load(), Failed: r.failed.Load()}
 }

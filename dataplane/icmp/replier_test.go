@@ -1,67 +1,63 @@
-package pipeline_test
+package icmp
 
 import (
 	"errors"
-	"io"
 	"net/netip"
 	"testing"
 
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
-	"github.com/gsoplane/gsoplane/dataplane/frame"
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/internal/testing/dirtybuf"
 	"github.com/gsoplane/gsoplane/segment"
 )
 
-// dfSuperPacket is tcpSuperPacket with DF set.
-func dfSuperPacket(payload int) []byte {
-	b := tcpSuperPacket(payload)
-	ip := header.IPv4(b[segment.HeaderSize:])
-	ip.SetFlagsFragmentOffset(header.IPv4FlagDontFragment, 0)
-	ip.SetChecksum(0)
+var (
+	src4, dst4 = tcpip.AddrFrom4([4]byte{198, 18, 0, 1}), tcpip.AddrFrom4([4]byte{198, 19, 0, 2})
+	src6, dst6 = tcpip.AddrFrom16([16]byte{0x20, 0x01, 0, 2, 0, 1, 15: 1}), tcpip.AddrFrom16([16]byte{0x20, 0x01, 0, 2, 0, 0x19, 15: 2})
+)
+
+// ipv4 returns an IPv4 packet of protocol proto with room for l4 bytes
+// after its header, DF set or not.
+func ipv4(proto tcpip.TransportProtocolNumber, l4 int, df bool) header.IPv4 {
+	ip := header.IPv4(make([]byte, header.IPv4MinimumSize+l4))
+	var flags uint8
+	if df {
+		flags = header.IPv4FlagDontFragment
+	}
+	ip.Encode(&header.IPv4Fields{TotalLength: uint16(len(ip)), TTL: 64, Protocol: uint8(proto), SrcAddr: src4, DstAddr: dst4, Flags: flags})
 	ip.SetChecksum(^ip.CalculateChecksum())
-	return b
+	return ip
 }
 
-// tooBigs records TooBig calls, and the TTL (hop limit) of the packets
-// answered with time exceeded.
-type tooBigs struct{ mtus, ttls []int }
-
-func (r *tooBigs) Unreachable([]byte)         {}
-func (r *tooBigs) TooBig(pkt []byte, mtu int) { r.mtus = append(r.mtus, mtu) }
-func (r *tooBigs) TimeExceeded(pkt []byte) {
-	ttl := int(pkt[8]) // IPv4 TTL
-	if pkt[0]>>4 == 6 {
-		ttl = int(pkt[7]) // IPv6 hop limit
-	}
-	r.ttls = append(r.ttls, ttl)
+// tcp4 returns a TCP/IPv4 packet with payload bytes.
+func tcp4(payload int, df bool) []byte {
+	ip := ipv4(header.TCPProtocolNumber, header.TCPMinimumSize+payload, df)
+	tcp := header.TCP(ip.Payload())
+	tcp.Encode(&header.TCPFields{SrcPort: 40000, DstPort: 5201, SeqNum: 1, AckNum: 1, DataOffset: header.TCPMinimumSize, Flags: header.TCPFlagAck, WindowSize: 512})
+	tcp.SetChecksum(^tcp.CalculateChecksum(header.PseudoHeaderChecksum(header.TCPProtocolNumber, src4, dst4, uint16(len(tcp)))))
+	return ip
 }
 
-// TestForwarderMTU: a super-packet whose segments exceed the MTU is
-// dropped and answered; one whose segments fit goes through; SetMTU(0)
-// lifts the limit.
-func TestForwarderMTU(t *testing.T) {
-	src := &sliceSource{pkts: [][]byte{dfSuperPacket(10 << 10), dfSuperPacket(1000)}}
-	sink := newMemSink(256, 2048)
-	var replies tooBigs
-	f, err := pipeline.NewForwarder(pipeline.ForwarderConfig{
-		Source: src, HeaderSize: segment.HeaderSize, Sink: sink, FrameSize: 2048, Queue: newQueue(t),
-		MTU: 1400, Replier: &replies,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := runWithin(t, f); !errors.Is(err, io.EOF) {
-		t.Fatalf("Run = %v", err)
-	}
-	st := f.Stats()
-	if st.Drops[frame.DropTooBig] != 1 || st.Segments != 1 || len(replies.mtus) != 1 || replies.mtus[0] != 1400 {
-		t.Errorf("drops %v, segments %d, TooBig MTUs %v: want the 1488-byte segments refused at MTU 1400, the 1040-byte packet sent", st.Drops, st.Segments, replies.mtus)
-	}
-	if _, err := pipeline.NewForwarder(pipeline.ForwarderConfig{Source: src, HeaderSize: segment.HeaderSize, Sink: sink, FrameSize: 2048, Queue: newQueue(t), MTU: -1}); !errors.Is(err, frame.ErrInvalidConfig) {
-		t.Errorf("MTU -1: %v, want ErrInvalidConfig", err)
-	}
+// udp4 returns a UDP/IPv4 datagram with payload bytes.
+func udp4(payload int, df bool) []byte {
+	ip := ipv4(header.UDPProtocolNumber, header.UDPMinimumSize+payload, df)
+	setUDP(header.UDP(ip.Payload()), src4, dst4)
+	return ip
+}
+
+// udp6 returns a UDP/IPv6 datagram with payload bytes and hop limit hops.
+func udp6(payload int, hops uint8) []byte {
+	ip := header.IPv6(make([]byte, header.IPv6MinimumSize+header.UDPMinimumSize+payload))
+	ip.Encode(&header.IPv6Fields{PayloadLength: uint16(len(ip) - header.IPv6MinimumSize), TransportProtocol: header.UDPProtocolNumber, HopLimit: hops, SrcAddr: src6, DstAddr: dst6})
+	setUDP(header.UDP(ip.Payload()), src6, dst6)
+	return ip
+}
+
+func setUDP(u header.UDP, src, dst tcpip.Address) {
+	u.Encode(&header.UDPFields{SrcPort: 4000, DstPort: 9, Length: uint16(len(u))})
+	u.SetChecksum(^u.CalculateChecksum(checksum.Checksum(u.Payload(), header.PseudoHeaderChecksum(header.UDPProtocolNumber, src, dst, uint16(len(u))))))
 }
 
 // packetWriter records what is written to it.
@@ -80,14 +76,14 @@ func (w *packetWriter) Write(bufs [][]byte, offset int) (int, error) {
 	return len(bufs), nil
 }
 
-// TestICMPReplier writes errors behind a zeroed virtio-net header, from
+// TestReplier writes errors behind a zeroed virtio-net header, from
 // the router address of the packet's IP version, within the kernel's
 // rate limits, and stays silent where a router must.
-func TestICMPReplier(t *testing.T) {
+func TestReplier(t *testing.T) {
 	w := &packetWriter{}
 	router := netip.MustParseAddr("198.18.0.2")
-	r := pipeline.NewICMP(w, segment.HeaderSize, router, netip.Addr{})
-	pkt := dfSuperPacket(1000)[segment.HeaderSize:]
+	r := NewReplier(w, segment.HeaderSize, router, netip.Addr{})
+	pkt := tcp4(1000, true)
 	r.Unreachable(pkt)
 	r.TooBig(pkt, 1280)
 	if len(w.pkts) != 2 {
@@ -109,7 +105,7 @@ func TestICMPReplier(t *testing.T) {
 		t.Errorf("fragmentation needed carries MTU %d, want 1280", mtu)
 	}
 	r.Unreachable(w.pkts[0][segment.HeaderSize:]) // an ICMP error: never answered
-	noDF := tcpSuperPacket(1000)[segment.HeaderSize:]
+	noDF := tcp4(1000, false)
 	r.TooBig(noDF, 1280) // a router fragments it
 	v6 := make([]byte, 48)
 	v6[0], v6[6], v6[7] = 0x60, 17, 64
@@ -122,21 +118,21 @@ func TestICMPReplier(t *testing.T) {
 		t.Errorf("stats %+v: want about 6 sent, the rest limited, 3 silent", st)
 	}
 	w.err = errors.New("gone")
-	pipeline.NewICMP(w, 0, router, netip.Addr{}).Unreachable(pkt)
+	NewReplier(w, 0, router, netip.Addr{}).Unreachable(pkt)
 }
 
-// TestICMPDirtyBuffer: an error is the same whatever its buffer held
+// TestReplierDirtyBuffer: an error is the same whatever its buffer held
 // before (stale: a longer error), virtio-net header included. Packet too
 // big, which has no IP ID and no per-destination limit, gives the same
 // bytes every time.
-func TestICMPDirtyBuffer(t *testing.T) {
+func TestReplierDirtyBuffer(t *testing.T) {
 	w := &packetWriter{}
-	r := pipeline.NewICMP(w, segment.HeaderSizeMrg, netip.Addr{}, netip.MustParseAddr("2001:2:0:1::2"))
+	r := NewReplier(w, segment.HeaderSizeMrg, netip.Addr{}, netip.MustParseAddr("2001:2:0:1::2"))
 	longer := func([][]byte) [][]byte {
 		r.TooBig(udp6(1400, 64), 1280)
 		return nil
 	}
-	out := dirtybuf.Check(t, [][]byte{pipeline.ReplyBuffer(r)}, longer, func([][]byte) [][]byte {
+	out := dirtybuf.Check(t, [][]byte{r.buf}, longer, func([][]byte) [][]byte {
 		w.pkts = nil
 		r.TooBig(udp6(100, 64), 1280)
 		return w.pkts
@@ -146,14 +142,14 @@ func TestICMPDirtyBuffer(t *testing.T) {
 	}
 }
 
-// TestICMPTimeExceeded: the ICMP Replier answers a packet whose TTL ran
+// TestReplierTimeExceeded: the Replier answers a packet whose TTL ran
 // out with time exceeded, TTL exceeded in transit (ICMPv6: hop limit
 // exceeded in transit), from the router's address of the packet's
 // family, behind a zero virtio-net header for a TUN device.
-func TestICMPTimeExceeded(t *testing.T) {
+func TestReplierTimeExceeded(t *testing.T) {
 	w := &packetWriter{}
 	router4, router6 := netip.MustParseAddr("198.18.0.2"), netip.MustParseAddr("2001:2:0:1::2")
-	r := pipeline.NewICMP(w, segment.HeaderSize, router4, router6)
+	r := NewReplier(w, segment.HeaderSize, router4, router6)
 	r.TimeExceeded(udp4(100, true))
 	r.TimeExceeded(udp6(100, 1))
 	if len(w.pkts) != 2 || r.Stats().Sent != 2 {
