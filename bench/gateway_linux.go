@@ -7,6 +7,7 @@ import (
 	"github.com/gsoplane/gsoplane/dataplane"
 	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/txqueue"
 )
 
 // gateway is a dataplane.Gateway running between the TUN device in A and
@@ -106,7 +107,7 @@ func (gw *gateway) extra() map[string]float64 {
 }
 
 // waits summarises a forwarder's waits for the JSON "extra" object.
-func waits(f pipeline.Stats, b dataplane.BudgetStats, q dataplane.QueueStats) map[string]float64 {
+func waits(f pipeline.Stats, b txqueue.BudgetStats, q txqueue.Stats) map[string]float64 {
 	m := map[string]float64{
 		"frame_stalls":       float64(f.FrameStalls),
 		"budget_stalls":      float64(b.Stalls),

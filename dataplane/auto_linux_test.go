@@ -103,7 +103,7 @@ func TestZeroCopyInvalid(t *testing.T) {
 		opts XDPOptions
 	}{
 		{PortPacket, XDPOptions{ZeroCopy: XDPZeroCopyOn}},
-		{PortXDP, XDPOptions{Mode: XDPModeGeneric, ZeroCopy: XDPZeroCopyOn}},
+		{PortXDP, XDPOptions{Mode: xsk.ModeGeneric, ZeroCopy: XDPZeroCopyOn}},
 		{PortXDP, XDPOptions{ZeroCopy: XDPZeroCopyOff + 1}},
 	} {
 		_, err := openNIC(GatewayConfig{NIC: "nonexist0", Port: x.port, XDP: x.opts}, slog.New(slog.DiscardHandler))

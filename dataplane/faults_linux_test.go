@@ -417,9 +417,9 @@ func (c *capture) frames(t *testing.T) []capturedFrame {
 // port, its frames sized from the NIC's MTU, sends 9000-byte segments.
 func TestGatewayJumbo(t *testing.T) {
 	netlab.RequireRoot(t)
-	for _, mode := range []XDPMode{XDPModeGeneric, XDPModeNative} {
+	for _, mode := range []xsk.Mode{xsk.ModeGeneric, xsk.ModeNative} {
 		t.Run("xdp-"+mode.String(), func(t *testing.T) {
-			if mode == XDPModeNative {
+			if mode == xsk.ModeNative {
 				// A veth takes a native program on a 9000-byte link
 				// only with frags, which the port loads only with
 				// multi-buffer sockets.

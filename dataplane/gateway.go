@@ -136,10 +136,10 @@ type IngressOptions struct {
 
 // XDPOptions describe how an AF_XDP port runs.
 type XDPOptions struct {
-	Mode XDPMode // how the XDP program runs
+	Mode xsk.Mode // how the XDP program runs
 	// ZeroCopy says whether the sockets bind with XDP_ZEROCOPY, on the
-	// driver's own buffers (the program in the driver: XDPModeNative, or
-	// XDPModeAuto taken as native). XDPZeroCopyAuto, the default, tries
+	// driver's own buffers (the program in the driver: xsk.ModeNative, or
+	// xsk.ModeAuto taken as native). XDPZeroCopyAuto, the default, tries
 	// it where the mode allows: refused, PortXDP binds in copy mode and
 	// PortAuto takes AF_PACKET instead, saying why in one log line.
 	// XDPZeroCopyOn fails OpenGateway where the driver refuses (an error
@@ -180,66 +180,15 @@ func (z XDPZeroCopy) String() string {
 	return fmt.Sprintf("XDPZeroCopy(%d)", int(z))
 }
 
-// XDPMode is how an AF_XDP port's XDP program is attached.
-type XDPMode = xsk.Mode
-
-// The XDP modes.
-const (
-	XDPModeAuto    = xsk.ModeAuto    // native, else generic
-	XDPModeNative  = xsk.ModeNative  // in the driver
-	XDPModeGeneric = xsk.ModeGeneric // on the kernel's skb path
-)
-
 // PacketOptions describe how an AF_PACKET port runs.
 type PacketOptions struct {
-	GSO PacketGSO // what the port leaves to the NIC
+	GSO afpacket.GSOMode // what the port leaves to the NIC
 	// HostFilter is how the port attaches the ingress program that keeps
 	// the routed prefixes' packets from the host's stack: tcx where the
-	// kernel has it (the default), or cls_bpf on a clsact qdisc.
-	HostFilter PacketHostFilter
+	// kernel has it (the default), or cls_bpf on a clsact qdisc; with
+	// afpacket.HostFilterAuto the gateway logs which and why.
+	HostFilter afpacket.HostFilter
 }
-
-// PacketHostFilter says how an AF_PACKET port attaches its ingress
-// program.
-type PacketHostFilter = afpacket.HostFilter
-
-// The ways an AF_PACKET port attaches its ingress program.
-const (
-	// PacketHostFilterAuto, the default, attaches through tcx and, on a
-	// kernel without tcx (before Linux 6.6), as a cls_bpf filter on a
-	// clsact qdisc; the gateway logs which and why.
-	PacketHostFilterAuto = afpacket.HostFilterAuto
-	// PacketHostFilterTCX attaches through a tcx link (Linux 6.6), which
-	// the kernel removes when the process dies.
-	PacketHostFilterTCX = afpacket.HostFilterTCX
-	// PacketHostFilterClsact attaches as a direct-action cls_bpf filter
-	// on a clsact qdisc (added if the NIC has none), which the gateway
-	// removes on Close, but a killed process leaves behind.
-	PacketHostFilterClsact = afpacket.HostFilterClsact
-)
-
-// PacketGSO says what an AF_PACKET port leaves to the NIC: whole
-// super-packets, checksums, or nothing.
-type PacketGSO = afpacket.GSOMode
-
-// The AF_PACKET GSO modes.
-const (
-	// PacketGSOAuto, the default, hands a super-packet to the NIC whole
-	// where the NIC segments its kind, else cuts it here with partial
-	// checksums where the NIC completes them, else with complete ones.
-	PacketGSOAuto = afpacket.GSOModeAuto
-	// PacketGSOOffload decides as PacketGSOAuto, but opening the port
-	// fails when the NIC segments no kind at all.
-	PacketGSOOffload = afpacket.GSOModeOffload
-	PacketGSOPartial = afpacket.GSOModePartial // never whole super-packets: segments with partial checksums where the NIC completes them
-	PacketGSOFull    = afpacket.GSOModeFull    // complete segments: no offload
-)
-
-// Limits of the options.
-const (
-	MaxTUNQueues = tun.MaxQueues   // the most TUNOptions.Queues
-	MaxBusyPoll  = xsk.MaxBusyPoll // the longest XDPOptions.BusyPoll
-)
 
 // PortKind is the kind of NIC port a gateway opens.
 type PortKind int
@@ -250,7 +199,7 @@ const (
 	// measured (docs/udpfwd.md, "Choosing the port"): AF_XDP with
 	// zero-copy sockets where the driver takes them (XDPOptions.ZeroCopy
 	// not off), else AF_PACKET, which hands whole super-packets to a NIC
-	// that segments them (PacketGSOAuto). AF_XDP in copy mode, one skb
+	// that segments them (afpacket.GSOModeAuto). AF_XDP in copy mode, one skb
 	// per segment, forwards half AF_PACKET offload's TCP throughput on a
 	// veth and is ahead of AF_PACKET only forward on a NIC that segments
 	// nothing (by about a quarter), where AF_PACKET keeps the kernel's
@@ -304,19 +253,13 @@ type GatewayStats struct {
 	Reverse pipeline.Stats       // toward the ingress device (GatewayConfig.Ingress), the same way
 	Wire    pipeline.WireStats   // the packets from the ingress device and from the NIC toward it
 	Return  pipeline.ReturnStats // summed over the return paths
-	Budget  BudgetStats          // summed over the TUN queues' budgets
-	Queue   QueueStats           // summed over their queues
+	Budget  txqueue.BudgetStats  // summed over the TUN queues' budgets
+	Queue   txqueue.Stats        // summed over their queues
 	Port    PortStats            // the NIC's port
 	Ingress PortStats            // the ingress device's port (GatewayConfig.Ingress)
 	Replies icmp.Stats           // ICMP errors written into the TUN
 	NIC     NICStats
 }
-
-// BudgetStats are the counters of the send budgets.
-type BudgetStats = txqueue.BudgetStats
-
-// QueueStats are the counters of the transmit queues.
-type QueueStats = txqueue.Stats
 
 // PortStats are the counters of a port and its sockets, one per queue.
 type PortStats struct {

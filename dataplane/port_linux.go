@@ -85,7 +85,7 @@ func checkXDPOptions(cfg GatewayConfig) error {
 		return fmt.Errorf("dataplane: %w: busy polling (%v) is for AF_XDP sockets, not AF_PACKET", ErrInvalidConfig, x.BusyPoll)
 	case cfg.Port == PortPacket && x.ZeroCopy == XDPZeroCopyOn:
 		return fmt.Errorf("dataplane: %w: zero-copy is for AF_XDP sockets, not AF_PACKET", ErrInvalidConfig)
-	case x.Mode == XDPModeGeneric && x.ZeroCopy == XDPZeroCopyOn:
+	case x.Mode == xsk.ModeGeneric && x.ZeroCopy == XDPZeroCopyOn:
 		return fmt.Errorf("dataplane: %w: zero-copy needs the XDP program in the driver, not generic mode", ErrInvalidConfig)
 	}
 	return nil
@@ -126,7 +126,7 @@ func openZeroCopy(cfg GatewayConfig, log *slog.Logger, why string) (n *nic, whyN
 	switch {
 	case cfg.XDP.ZeroCopy == XDPZeroCopyOff:
 		return nil, "zero-copy off", nil
-	case cfg.XDP.Mode == XDPModeGeneric:
+	case cfg.XDP.Mode == xsk.ModeGeneric:
 		return nil, "zero-copy needs the XDP program in the driver, not generic mode", nil
 	}
 	n, err = openXDP(cfg, log, true, why)

@@ -107,7 +107,7 @@ func TestWireCorpus(t *testing.T) {
 	}
 	setups = append(setups,
 		wireSetup{name: "xdp-generic/jumbo", cases: wireJumboCases, mtu: 9000,
-			cfg: GatewayConfig{Port: PortXDP, XDP: XDPOptions{Mode: XDPModeGeneric}}},
+			cfg: GatewayConfig{Port: PortXDP, XDP: XDPOptions{Mode: xsk.ModeGeneric}}},
 		wireSetup{name: "packet/jumbo", cases: wireJumboCases, mtu: 9000,
 			cfg: GatewayConfig{Port: PortPacket}})
 	for _, s := range setups {
