@@ -3,10 +3,13 @@ package main
 import (
 	"log/slog"
 	"net/http/httptest"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/gsoplane/gsoplane/dataplane"
+	"github.com/gsoplane/gsoplane/dataplane/afpacket"
 	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/icmp"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
@@ -92,5 +95,34 @@ func TestCollector(t *testing.T) {
 	}
 	if _, ok := m["go_goroutines"]; !ok {
 		t.Error("no Go runtime metrics")
+	}
+}
+
+// TestSocketCountersDocumented: every counter a port's sockets name is
+// an event of its metric in docs/udpfwd.md, so that a new counter is
+// its port's and the docs' only.
+func TestSocketCountersDocumented(t *testing.T) {
+	b, err := os.ReadFile("../../docs/udpfwd.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for metric, names := range map[string][]frame.Counter{
+		"udpfwd_xsk_events_total":    xsk.Stats{}.AppendCounters(nil),
+		"udpfwd_packet_events_total": afpacket.Stats{}.AppendCounters(nil),
+	} {
+		var row string
+		for line := range strings.Lines(string(b)) {
+			if strings.HasPrefix(line, "| `"+metric+"{") {
+				row = line
+			}
+		}
+		if row == "" {
+			t.Fatalf("docs/udpfwd.md has no row for %s", metric)
+		}
+		for _, c := range names {
+			if !strings.Contains(row, "`"+c.Name+"`") {
+				t.Errorf("docs/udpfwd.md: %s does not name the event %s", metric, c.Name)
+			}
+		}
 	}
 }
