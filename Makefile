@@ -5,8 +5,11 @@
 GO ?= go
 
 .PHONY: test deps check generate check-generated bench udpfwd soak fuzz test-kernels test-kernels-short qemu
+# The second run is the copy counts (internal/copycount): TestCopies of
+# each package that builds a path, in the build that counts copies.
 test: deps check
 	$(GO) test -race -count=1 ./...
+	$(GO) test -count=1 -tags copycount -run '^Test(Copies|Add)$$' ./internal/copycount ./dataplane ./dataplane/tunnel
 
 deps:
 	@scripts/test-deps
@@ -68,6 +71,7 @@ FUZZ_TARGETS = ./segment:FuzzSplit ./segment:FuzzValidate ./segment:FuzzCoalesce
 	./dataplane/udp:FuzzReceiverHeaders \
 	./dataplane/wireguard:FuzzInitiation ./dataplane/wireguard:FuzzResponse \
 	./dataplane/wireguard:FuzzCookieReply ./dataplane/wireguard:FuzzData \
+	./dataplane/wireguard/uapi:FuzzHandle \
 	./dataplane/xsk:FuzzReceiveChains ./dataplane/xsk:FuzzXDPProgram
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -77,13 +77,14 @@ func TestSmoke(t *testing.T) {
 	}
 	for _, want := range []string{
 		"backpressure/on", "backpressure/off",
-		"gso/gsoplane", "gso/no-offload", "gso/kernel", "gso/packet-offload", "gso/packet-partial", "gso/packet-full",
+		"gso/default", "gso/floor", "gso/kernel", "gso/packet-offload", "gso/packet-partial", "gso/packet-full",
+		"gso/xdp", "gso/xdp-no-csum", "gso/xdp-no-offload",
 		"tunnel-gso/on", "tunnel-gso/off", "tunnel-gso/kernel",
-		"gro/gro", "gro/no-gro", "gro/packet-gro", "gro/kernel", "gro/wireguard-go", "gro/forward",
+		"gro/packet-gro", "gro/floor", "gro/kernel", "gro/wireguard-go", "gro/xdp-gro", "gro/xdp-no-gro", "gro/xdp-forward",
 		"queues/fwd-1q-1f", "queues/fwd-2q-2f", "queues/rev-1q-1f", "queues/rev-2q-2f",
 		"hook/none", "hook/noop", "hook/inspect",
 		"xdphook/none", "xdphook/noop", "xdphook/inspect", "xdphook/generator", "xdphook/tun",
-		"ingress/ingress", "ingress/kernel", "ingress/tun",
+		"ingress/packet", "ingress/floor", "ingress/xdp", "ingress/packet-cut", "ingress/kernel", "ingress/tun",
 		"peers/gsoplane", "peers/wireguard-go", "peers/tailscale-split",
 		"tunnel/kernel", "tunnel/tunnel", "tunnel/wg-plumbing", "tunnel/vpn", "tunnel/wg-device",
 	} {
@@ -110,13 +111,13 @@ func TestSmoke(t *testing.T) {
 	if off.Drops == 0 {
 		t.Errorf("backpressure off: no drops")
 	}
-	if w := rows["gro/gro"].WritesPerPkt; w <= 0 || w >= 0.5 {
-		t.Errorf("gro/gro: %.3f TUN writes per packet, want GRO to merge", w)
+	if w := rows["gro/xdp-gro"].WritesPerPkt; w <= 0 || w >= 0.5 {
+		t.Errorf("gro/xdp-gro: %.3f TUN writes per packet, want GRO to merge", w)
 	}
 	// One write per packet; the two counters are read apart, so a
 	// snapshot may catch a batch counted and not yet written.
-	if w := rows["gro/no-gro"].WritesPerPkt; math.Abs(w-1) > 0.01 {
-		t.Errorf("gro/no-gro: %.4f TUN writes per packet, want 1", w)
+	if w := rows["gro/xdp-no-gro"].WritesPerPkt; math.Abs(w-1) > 0.01 {
+		t.Errorf("gro/xdp-no-gro: %.4f TUN writes per packet, want 1", w)
 	}
 	// The AF_PACKET rows: each TX mode did what it says, and the
 	// kernel's GRO merged before the port on the reverse path.
@@ -141,15 +142,27 @@ func TestSmoke(t *testing.T) {
 	if x := rows["xdphook/none"]; x.Received == 0 {
 		t.Error("xdphook/none: nothing reached gw-b")
 	}
-	if r := rows["ingress/ingress"]; r.SegsPerRead < 2 || r.ThroughputBps == 0 {
-		t.Errorf("ingress/ingress: %.0f bit/s, %.1f segments per packet read: want C's super-packets cut", r.ThroughputBps, r.SegsPerRead)
+	if r := rows["ingress/xdp"]; r.SegsPerRead < 2 || r.ThroughputBps == 0 {
+		t.Errorf("ingress/xdp: %.0f bit/s, %.1f segments per packet read: want C's super-packets cut", r.ThroughputBps, r.SegsPerRead)
 	}
 	if x := rows["gro/packet-gro"].Extra; x["packet_rx_super"] == 0 {
 		t.Errorf("gro/packet-gro: no GRO super-packet received: %v", x)
 	}
-	for _, r := range []string{"gso/gsoplane", "gso/kernel", "gso/packet-offload", "gro/packet-gro", "peers/wireguard-go", "ingress/ingress", "ingress/kernel"} {
+	for _, r := range []string{"gso/xdp", "gso/kernel", "gso/packet-offload", "gro/packet-gro", "peers/wireguard-go", "ingress/xdp", "ingress/kernel"} {
 		if rows[r].Retransmits == nil {
 			t.Errorf("%s: no retransmits field", r)
+		}
+	}
+	// The floor rows carried their streams and have a cost to compare
+	// the gateway's with.
+	for _, r := range []string{"gso/floor", "gro/floor", "ingress/floor", "tunnel/floor"} {
+		if x := rows[r]; x.ThroughputBps == 0 || x.GatewayCoresPerGbit == 0 {
+			t.Errorf("%s: %.0f bit/s, %.3f gateway cores per Gbit/s", r, x.ThroughputBps, x.GatewayCoresPerGbit)
+		}
+	}
+	for _, r := range []string{"gso/default", "gro/packet-gro", "tunnel/tunnel"} {
+		if !rows[r].Product {
+			t.Errorf("%s: not marked as the product", r)
 		}
 	}
 }

@@ -27,9 +27,8 @@ func groRows() []rowSpec {
 	packet := on
 	packet.Port = dataplane.PortPacket
 	return []rowSpec{
-		gw("gro", on, 1, true),
-		gw("no-gro", off, 1, true),
-		packetGRORow("packet-gro", packet).copying(returnCopies),
+		packetGRORow("packet-gro", packet).copying(returnCopies).asProduct(),
+		floorRow(true),
 		rowSpec{name: "kernel", units: tcpUnits, retrans: true, start: func(ctx context.Context) (trial, error) {
 			return withLab(func(l *lab) (*labTrial, error) {
 				// No TUN: the application's address lives on A's lo.
@@ -60,7 +59,9 @@ func groRows() []rowSpec {
 				return &labTrial{dp: gwDataplane{gateway: g, reverse: true}, tr: tcpTraffic{s}}, nil
 			})
 		}}.copying(returnCopies + peerCopies),
-		gw("forward", on, 1, false),
+		gw("xdp-gro", on, 1, true),
+		gw("xdp-no-gro", off, 1, true),
+		gw("xdp-forward", on, 1, false),
 	}
 }
 
@@ -136,15 +137,19 @@ func (l *lab) rxPacketsA() uint64 {
 }
 
 func groRatios(rows []*rowResult) []ratio {
-	return throughputRatios(rows, []ratioSpec{
-		{"gro", "no-gro", "TCP B→A throughput, GRO on / off"},
-		{"packet-gro", "no-gro", "TCP B→A throughput, AF_PACKET with the kernel's GRO / AF_XDP per packet"},
-		{"packet-gro", "gro", "TCP B→A throughput, AF_PACKET with the kernel's GRO / AF_XDP with ours"},
+	return append(throughputRatios(rows, []ratioSpec{
+		{"packet-gro", "floor", "TCP B→A throughput, the default gateway's return path / the floor (packet socket → TUN, GRO on gw-a)"},
+		{"floor", "kernel", "TCP B→A throughput, the floor / kernel only: what two copies each way cost"},
+		{"xdp-gro", "xdp-no-gro", "TCP B→A throughput, AF_XDP, our GRO on / off"},
+		{"packet-gro", "xdp-no-gro", "TCP B→A throughput, AF_PACKET with the kernel's GRO / AF_XDP per packet"},
+		{"packet-gro", "xdp-gro", "TCP B→A throughput, AF_PACKET with the kernel's GRO / AF_XDP with ours"},
 		{"packet-gro", "kernel", "TCP B→A throughput, AF_PACKET with the kernel's GRO / kernel only (upper bound)"},
-		{"gro", "forward", "TCP throughput, return path with GRO / forward path, same build"},
-		{"gro", "wireguard-go", "TCP B→A throughput, our GRO / wireguard-go's TUN writer"},
-		{"gro", "kernel", "TCP B→A throughput, gsoplane / kernel only (upper bound)"},
-	})
+		{"xdp-gro", "xdp-forward", "TCP throughput, AF_XDP, return path with GRO / forward path, same build"},
+		{"xdp-gro", "wireguard-go", "TCP B→A throughput, our GRO / wireguard-go's TUN writer"},
+		{"xdp-gro", "kernel", "TCP B→A throughput, AF_XDP with our GRO / kernel only (upper bound)"},
+	}), costRatios(rows, []ratioSpec{
+		{"packet-gro", "floor", "the gateway's cores per Gbit/s, the default gateway's return path / the floor"},
+	})...)
 }
 
 // queuesRows are the gateway with one and two queues (TUN and NIC), with

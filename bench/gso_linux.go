@@ -20,7 +20,10 @@ package main
 //	    segments, the NIC completes the checksums) and full (complete
 //	    segments, as from AF_XDP).
 //
-// (a) and (b) use the AF_XDP port. With iperf3 installed, three last rows
+//	(floor) the floor (floor_linux.go): TUN ⇄ packet socket, whole
+//	    super-packets, two copies each way, nothing else.
+//
+// (a) and (b) use the AF_XDP port (rows xdp and xdp-no-offload). With iperf3 installed, three last rows
 // run iperf3 processes through (a), the default gateway and the kernel
 // alone.
 
@@ -62,7 +65,7 @@ func xdpTUNConfig(offload bool) dataplane.GatewayConfig {
 	return dataplane.GatewayConfig{TUN: dataplane.TUNOptions{DisableOffload: !offload}, Port: dataplane.PortXDP, DisableGRO: true}
 }
 
-// xdpNoCsum is the gsoplane row's gateway computing every checksum
+// xdpNoCsum is the xdp row's gateway computing every checksum
 // itself: AF_XDP without TX checksum offload.
 func xdpNoCsum() dataplane.GatewayConfig {
 	cfg := xdpTUNConfig(true)
@@ -76,10 +79,8 @@ func gsoRows(opts measureOpts) []rowSpec {
 		return dataplane.GatewayConfig{Port: dataplane.PortPacket, Packet: dataplane.PacketOptions{GSO: mode}, DisableGRO: true}
 	}
 	rows := []rowSpec{
-		gw("default", dataplane.GatewayConfig{}).copying(inPlaceCopies),
-		gw("gsoplane", xdp(true)),
-		gw("xdp-no-csum", xdpNoCsum()),
-		gw("no-offload", xdp(false)),
+		gw("default", dataplane.GatewayConfig{}).copying(inPlaceCopies).asProduct(),
+		floorRow(false),
 		rowSpec{name: "kernel", units: tcpUnits, retrans: true, ppsAtB: true, start: func(ctx context.Context) (trial, error) {
 			return withLab(func(l *lab) (*labTrial, error) {
 				if err := l.RouteKernel(); err != nil {
@@ -95,12 +96,15 @@ func gsoRows(opts measureOpts) []rowSpec {
 		gw("packet-offload", packet(afpacket.GSOModeAuto)).copying(inPlaceCopies),
 		gw("packet-partial", packet(afpacket.GSOModePartial)),
 		gw("packet-full", packet(afpacket.GSOModeFull)),
+		gw("xdp", xdp(true)),
+		gw("xdp-no-csum", xdpNoCsum()),
+		gw("xdp-no-offload", xdp(false)),
 	}
 	if iperf3Skipped() == "" {
-		def, gsoplane := dataplane.GatewayConfig{}, xdp(true)
+		def, xdpCfg := dataplane.GatewayConfig{}, xdp(true)
 		rows = append(rows,
-			iperf3Row("gsoplane-iperf3", &gsoplane, opts).copying(forwardCopies),
 			iperf3Row("default-iperf3", &def, opts).copying(inPlaceCopies),
+			iperf3Row("xdp-iperf3", &xdpCfg, opts).copying(forwardCopies),
 			iperf3Row("kernel-iperf3", nil, opts).copying(kernelCopies))
 	}
 	return rows
@@ -144,16 +148,20 @@ func iperf3Skipped() string {
 }
 
 func gsoRatios(rows []*rowResult) []ratio {
-	return throughputRatios(rows, []ratioSpec{
+	return append(throughputRatios(rows, []ratioSpec{
+		{"default", "floor", "TCP throughput, the default gateway / the floor (TUN ⇄ packet socket, two copies each way)"},
 		{"default", "kernel", "TCP throughput, the default gateway (GatewayConfig's zero value: PortAuto) / kernel only"},
-		{"gsoplane", "no-offload", "TCP throughput, gsoplane GSO / kernel-segmented TUN (no offloads)"},
-		{"gsoplane", "xdp-no-csum", "TCP throughput, AF_XDP with TX checksum offload (Linux 6.11) / without"},
-		{"gsoplane", "kernel", "TCP throughput, gsoplane / kernel only (upper bound)"},
+		{"floor", "kernel", "TCP throughput, the floor / kernel only: what two copies each way cost"},
+		{"xdp", "xdp-no-offload", "TCP throughput, gsoplane GSO over AF_XDP / kernel-segmented TUN (no offloads)"},
+		{"xdp", "xdp-no-csum", "TCP throughput, AF_XDP with TX checksum offload (Linux 6.11) / without"},
+		{"xdp", "kernel", "TCP throughput, the AF_XDP port / kernel only (upper bound)"},
 		{"packet-offload", "kernel", "TCP throughput, AF_PACKET with the NIC segmenting / kernel only"},
-		{"packet-full", "gsoplane", "TCP throughput, AF_PACKET with complete segments / AF_XDP"},
+		{"packet-full", "xdp", "TCP throughput, AF_PACKET with complete segments / AF_XDP"},
 		{"packet-partial", "packet-full", "TCP throughput, AF_PACKET, partial checksums / complete segments"},
-		{"packet-offload", "gsoplane", "TCP throughput, AF_PACKET with the NIC segmenting / AF_XDP"},
+		{"packet-offload", "xdp", "TCP throughput, AF_PACKET with the NIC segmenting / AF_XDP"},
 		{"default-iperf3", "kernel-iperf3", "TCP throughput, iperf3 processes: the default gateway / kernel only"},
-		{"gsoplane-iperf3", "gsoplane", "TCP throughput, the AF_XDP row with iperf3 processes / with the bench's own streams"},
-	})
+		{"xdp-iperf3", "xdp", "TCP throughput, the AF_XDP row with iperf3 processes / with the bench's own streams"},
+	}), costRatios(rows, []ratioSpec{
+		{"default", "floor", "the gateway's cores per Gbit/s, the default gateway / the floor"},
+	})...)
 }

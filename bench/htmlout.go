@@ -1,8 +1,9 @@
 package main
 
 // Results as one self-contained HTML file (-html): the header, per
-// scenario its table, a bar chart of its main metric and its ratios, and
-// the targets. Inline CSS and SVG only: no script, nothing fetched.
+// scenario its table, bar charts of its main metric and of its CPU cost
+// per Gbit/s (the product's row in its own colour, beside the floor and
+// the kernel), its ratios, and the targets. Inline CSS and SVG only: no script, nothing fetched.
 
 import (
 	"fmt"
@@ -24,7 +25,7 @@ type htmlScenario struct {
 	Name, Title string
 	Heads       []string
 	Cells       [][]string
-	Chart       barChart
+	Charts      []barChart
 	Ratios      []ratio
 	Errors      []string
 	Notes       []string
@@ -49,31 +50,52 @@ type bar struct {
 	Name, Value string
 	Y, W        int
 	Whisker     bool
-	Lo, Hi      int // x of the whisker's ends
-	TextX       int // x of the value's label
+	Product     bool // the product's row: drawn in its own colour
+	Lo, Hi      int  // x of the whisker's ends
+	TextX       int  // x of the value's label
 }
 
 // Chart geometry, in pixels.
 const (
-	chartWidth  = 720
-	chartLabelW = 140
+	chartWidth  = 760
+	chartLabelW = 180
 	chartValueW = 90
 	chartRowH   = 24
 )
 
-// chartOf is the bar chart of the scenario's main metric: pps if its
-// first row ranks by pps, else throughput.
-func chartOf(s scenarioResult) barChart {
+// chartMetric is what a bar chart plots: a figure of a row's runs.
+type chartMetric struct {
+	label  string // the metric and its unit
+	format string // of a value, once scaled
+	scale  float64
+	value  func(r runResult) float64
+}
+
+// chartsOf are the scenario's bar charts: its main metric (pps if its
+// first row ranks by pps, else throughput), then what it costs, the
+// gateway's cores and the machine's busy cores per Gbit/s.
+func chartsOf(s scenarioResult) []barChart {
 	pps := len(s.rows) > 0 && s.rows[0].spec.ppsMain
-	scale, label := 1e6, "Mbit/s"
+	main := chartMetric{"Mbit/s", "%.0f", 1e6, func(r runResult) float64 { return r.main(false) }}
 	if pps {
-		label = "Mpps"
+		main = chartMetric{"Mpps", "%.3f", 1e6, func(r runResult) float64 { return r.main(true) }}
 	}
-	c := barChart{Label: label + ": median of the runs; whiskers: least to greatest run", Width: chartWidth, LabelW: chartLabelW,
+	return []barChart{
+		chartOf(s, main),
+		chartOf(s, chartMetric{"gateway cores per Gbit/s", "%.3f", 1, func(r runResult) float64 { return r.GatewayCoresPerGbit }}),
+		chartOf(s, chartMetric{"busy cores per Gbit/s (the whole machine)", "%.3f", 1, func(r runResult) float64 { return r.BusyCoresPerGbit }}),
+	}
+}
+
+// chartOf is the bar chart of m: per row its median run's (the run
+// of the median main metric), whiskers from the least to the greatest
+// run.
+func chartOf(s scenarioResult, m chartMetric) barChart {
+	c := barChart{Label: m.label + ": median run; whiskers: least to greatest run", Width: chartWidth, LabelW: chartLabelW,
 		BarW: chartWidth - chartLabelW - chartValueW}
 	top := 0.0
 	for _, row := range s.rows {
-		_, hi := metricRange(row, pps)
+		_, hi := metricRange(row, m.value)
 		top = max(top, hi)
 	}
 	x := func(v float64) int {
@@ -84,14 +106,14 @@ func chartOf(s scenarioResult) barChart {
 	}
 	for i, row := range s.rows {
 		med, _, _, ok := row.median()
-		lo, hi := metricRange(row, pps)
-		b := bar{Name: row.spec.name, Value: "no run", Y: i * chartRowH, W: x(med.main(pps)), Whisker: len(row.runs) > 1,
-			Lo: c.LabelW + x(lo), Hi: c.LabelW + x(hi)}
-		if ok {
-			b.Value = fmt.Sprintf("%.0f", med.main(pps)/scale)
-			if pps {
-				b.Value = fmt.Sprintf("%.3f", med.main(pps)/scale)
-			}
+		lo, hi := metricRange(row, m.value)
+		b := bar{Name: row.spec.label(), Value: "no run", Y: i * chartRowH, W: x(m.value(med)), Whisker: len(row.runs) > 1,
+			Lo: c.LabelW + x(lo), Hi: c.LabelW + x(hi), Product: row.spec.product}
+		switch {
+		case ok && m.value(med) == 0:
+			b.Value, b.Whisker = "—", false
+		case ok:
+			b.Value = fmt.Sprintf(m.format, m.value(med)/m.scale)
 		}
 		b.TextX = c.LabelW + max(b.W, x(hi)) + 6
 		c.Bars = append(c.Bars, b)
@@ -105,7 +127,7 @@ func (r *report) html() htmlPage {
 	header := r.header()
 	p := htmlPage{Title: header[0], Header: header[1:], Heads: targetHeads}
 	for _, s := range r.scenarios {
-		h := htmlScenario{Name: s.name, Title: s.title, Chart: chartOf(s), Ratios: s.explanatory(), Notes: joinNotes(s.notes)}
+		h := htmlScenario{Name: s.name, Title: s.title, Charts: chartsOf(s), Ratios: s.explanatory(), Notes: joinNotes(s.notes)}
 		h.Heads, h.Cells = s.table()
 		for _, row := range s.rows {
 			for _, e := range row.errs {
@@ -163,6 +185,7 @@ td:not(:first-child) { font-variant-numeric: tabular-nums; }
 .errors { color: #b3261e; }
 svg text { font: 12px system-ui, sans-serif; fill: #1d2330; }
 svg .bar { fill: #4a78c2; }
+svg .bar.product { fill: #2e7d32; }
 svg .whisker { stroke: #1d2330; stroke-width: 1.5; }
 svg .axis { stroke: #99a; }
 svg .label { fill: #667; }
@@ -184,10 +207,10 @@ tr.none td:nth-child(6) { color: #1d2330; background: #dde; }
 <tr>{{range .Heads}}<th>{{.}}</th>{{end}}</tr>
 {{range .Cells}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>
 {{end}}</table></div>
-{{$c := .Chart}}{{with $c}}<svg width="{{.Width}}" height="{{.Height}}" viewBox="0 0 {{.Width}} {{.Height}}" role="img" aria-label="{{.Label}}">
+{{range .Charts}}{{$c := .}}<svg width="{{.Width}}" height="{{.Height}}" viewBox="0 0 {{.Width}} {{.Height}}" role="img" aria-label="{{.Label}}">
 {{range .Bars}}<g transform="translate(0 {{.Y}})">
 <text x="{{$c.LabelW}}" dx="-8" y="16" text-anchor="end">{{.Name}}</text>
-<rect class="bar" x="{{$c.LabelW}}" y="4" width="{{.W}}" height="16"></rect>
+<rect class="bar{{if .Product}} product{{end}}" x="{{$c.LabelW}}" y="4" width="{{.W}}" height="16"></rect>
 {{if .Whisker}}<line class="whisker" x1="{{.Lo}}" x2="{{.Hi}}" y1="12" y2="12"></line>
 <line class="whisker" x1="{{.Lo}}" x2="{{.Lo}}" y1="7" y2="17"></line>
 <line class="whisker" x1="{{.Hi}}" x2="{{.Hi}}" y1="7" y2="17"></line>
@@ -195,7 +218,8 @@ tr.none td:nth-child(6) { color: #1d2330; background: #dde; }
 </g>
 {{end}}<line class="axis" x1="{{.AxisX}}" x2="{{.AxisX}}" y1="0" y2="{{.AxisY}}"></line>
 <text class="label" x="{{.AxisX}}" y="{{.AxisY}}" dy="16">{{.Label}}</text>
-</svg>{{end}}
+</svg>
+{{end}}
 {{if .Ratios}}<ul class="ratios">{{range .Ratios}}<li><b>{{.Key}}</b> = {{.String}} <span class="notes">({{.Text}})</span></li>{{end}}</ul>{{end}}
 {{if .Errors}}<ul class="errors">{{range .Errors}}<li>{{.}}</li>{{end}}</ul>{{end}}
 {{if .Notes}}<ul class="notes">{{range .Notes}}<li>{{.}}</li>{{end}}</ul>{{end}}

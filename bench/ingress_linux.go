@@ -4,7 +4,9 @@ package main
 // is a container behind a veth into A whose side keeps TSO (netlab
 // AddIngress), and so hands A 64 KiB super-packets:
 //
-//	ingress: the gateway's ingress port on gw-c (GatewayConfig.Ingress,
+//	floor:   the floor (floor_linux.go): a packet socket on gw-c, one on
+//	         gw-a, whole super-packets, two copies, nothing else;
+//	xdp:     the gateway's ingress port on gw-c (GatewayConfig.Ingress,
 //	         AF_XDP in generic mode, which keeps the peer's TSO: native
 //	         XDP on a veth turns it off) cuts them to gw-a's MTU
 //	         (pipeline.WireSource) and sends them through its AF_XDP port;
@@ -14,7 +16,7 @@ package main
 //	         (PacketGSOPartial, checksums by gw-a): what packet saves;
 //	kernel:  no gateway, A forwards as a router (GRO and GSO by the
 //	         kernel);
-//	tun:     the gso scenario's gsoplane row: the same gateway build with
+//	tun:     the gso scenario's xdp row: the same gateway build with
 //	         the TUN source, the stream from A.
 
 import (
@@ -28,15 +30,16 @@ import (
 
 func ingressRows() []rowSpec {
 	return []rowSpec{
-		ingressTCPRow("ingress", false, func(l *lab) (dataplaneUnderTest, error) {
+		ingressTCPRow("packet", false, ingressPacket(afpacket.GSOModeAuto)).copying(inPlaceCopies + wireCopies),
+		ingressTCPRow("floor", false, func(l *lab) (dataplaneUnderTest, error) { return startIngressFloor(l) }).copying(floorCopies),
+		ingressTCPRow("xdp", false, func(l *lab) (dataplaneUnderTest, error) {
 			g, err := startGateway(l, ingressConfig(dataplane.PortXDP, xsk.ModeGeneric, nil))
 			if err != nil {
 				return nil, err
 			}
 			return gwDataplane{gateway: g}, nil
-		}).copying(forwardCopies + chainCopies),
-		ingressTCPRow("packet", false, ingressPacket(afpacket.GSOModeAuto)).copying(forwardCopies + chainCopies),
-		ingressTCPRow("packet-cut", false, ingressPacket(afpacket.GSOModePartial)).copying(forwardCopies + chainCopies),
+		}).copying(forwardCopies + wireCopies + chainCopies),
+		ingressTCPRow("packet-cut", false, ingressPacket(afpacket.GSOModePartial)).copying(forwardCopies + wireCopies),
 		ingressTCPRow("kernel", true, func(l *lab) (dataplaneUnderTest, error) {
 			return nil, errors.Join(l.A.Sysctl("net/ipv4/ip_forward", "1"), l.RouteKernel())
 		}).copying(kernelCopies),
@@ -84,12 +87,16 @@ func ingressTCPRow(name string, ppsAtB bool, setup func(l *lab) (dataplaneUnderT
 }
 
 func ingressRatios(rows []*rowResult) []ratio {
-	return throughputRatios(rows, []ratioSpec{
-		{"ingress", "kernel", "TCP throughput C→B, the gateway's ingress port / the kernel forwarding"},
+	return append(throughputRatios(rows, []ratioSpec{
+		{"packet", "floor", "TCP throughput C→B, AF_PACKET ports, super-packets leaving whole / the floor (packet socket → packet socket)"},
+		{"floor", "kernel", "TCP throughput C→B, the floor / the kernel forwarding: what two copies each way cost"},
+		{"xdp", "kernel", "TCP throughput C→B, the gateway's AF_XDP ingress port / the kernel forwarding"},
 		{"packet", "kernel", "TCP throughput C→B, AF_PACKET ports, super-packets leaving whole / the kernel forwarding"},
 		{"packet", "packet-cut", "TCP throughput C→B, AF_PACKET ports, super-packets leaving whole / cut by the gateway"},
-		{"packet", "ingress", "TCP throughput C→B, AF_PACKET ports leaving whole / AF_XDP ports"},
-		{"ingress", "tun", "TCP throughput, the ingress port (C→B) / the TUN source (A→B), same TX path"},
+		{"packet", "xdp", "TCP throughput C→B, AF_PACKET ports leaving whole / AF_XDP ports"},
+		{"xdp", "tun", "TCP throughput, the AF_XDP ingress port (C→B) / the TUN source (A→B), same TX path"},
 		{"tun", "kernel", "TCP throughput, the TUN source (A→B) / the kernel forwarding C→B"},
-	})
+	}), costRatios(rows, []ratioSpec{
+		{"packet", "floor", "the gateway's cores per Gbit/s, AF_PACKET ingress / the floor"},
+	})...)
 }

@@ -6,7 +6,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/gsoplane/gsoplane/internal/buildinfo"
 	"io"
 	"math"
 	"os"
@@ -18,7 +17,7 @@ const schemaVersion = 1
 
 type jsonReport struct {
 	SchemaVersion int               `json:"schema_version"`
-	Gsoplane      buildinfo.Info    `json:"gsoplane"`
+	Gsoplane      build             `json:"gsoplane"`
 	GoVersion     string            `json:"go_version"`
 	Kernel        string            `json:"kernel"`
 	CPUModel      string            `json:"cpu_model"`
@@ -40,6 +39,7 @@ type jsonScenario struct {
 
 type jsonRow struct {
 	Name          string   `json:"name"`
+	Product       bool     `json:"product,omitempty"`
 	MainMetric    string   `json:"main_metric"`
 	ThroughputBps float64  `json:"throughput_bps"`
 	ThroughputMin float64  `json:"throughput_min_bps"`
@@ -135,7 +135,7 @@ func (r *report) json() jsonReport {
 func rowJSON(scenario string, row *rowResult) jsonRow {
 	med, _, _, _ := row.median()
 	j := jsonRow{
-		Name: row.spec.name, MainMetric: "throughput_bps",
+		Name: row.spec.name, Product: row.spec.product, MainMetric: "throughput_bps",
 		ThroughputBps: med.ThroughputBps, PPS: med.PPS,
 		Sent: med.Sent, SentUnit: row.spec.units.sent, Received: med.Received, ReceivedUnit: row.spec.units.received,
 		Drops: med.Drops, SendErrors: med.SendErrors, Lost: med.Lost, SegsPerRead: med.SegsPerRead, WritesPerPkt: med.WritesPerPkt,
@@ -146,8 +146,8 @@ func rowJSON(scenario string, row *rowResult) jsonRow {
 	if row.spec.ppsMain {
 		j.MainMetric = "pps"
 	}
-	j.ThroughputMin, j.ThroughputMax = metricRange(row, false)
-	j.PPSMin, j.PPSMax = metricRange(row, true)
+	j.ThroughputMin, j.ThroughputMax = metricRange(row, func(r runResult) float64 { return r.main(false) })
+	j.PPSMin, j.PPSMax = metricRange(row, func(r runResult) float64 { return r.main(true) })
 	if scenario == "backpressure" {
 		msgs, good := med.RxMessages, med.GoodputBps
 		j.RxMessages, j.GoodputBps = &msgs, &good
@@ -168,11 +168,11 @@ func rowJSON(scenario string, row *rowResult) jsonRow {
 	return j
 }
 
-// metricRange is the least and the greatest pps (or throughput) of the
-// row's runs, 0 and 0 without a run.
-func metricRange(row *rowResult, pps bool) (lo, hi float64) {
+// metricRange is the least and the greatest of a figure of the row's
+// runs, 0 and 0 without a run.
+func metricRange(row *rowResult, metric func(runResult) float64) (lo, hi float64) {
 	for i, run := range row.runs {
-		v := run.main(pps)
+		v := metric(run)
 		if i == 0 {
 			lo, hi = v, v
 		}

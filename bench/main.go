@@ -11,14 +11,15 @@
 // Scenarios:
 //
 //	backpressure  UDP_SEGMENT stream through a paced TX path, budget on/off
-//	gso           TCP stream: the default gateway (PortAuto's choice),
-//	              gsoplane GSO, TUN without offloads, kernel only, and the
-//	              AF_PACKET port in each TX mode (offload, partial, full)
-//	              beside the AF_XDP one
-//	gro           TCP stream B→A through the return path: GRO on and off,
-//	              the AF_PACKET port behind the kernel's GRO, kernel only,
-//	              wireguard-go's TUN writer, and the forward direction for
-//	              comparison
+//	gso           TCP stream: the default gateway (PortAuto's choice: the
+//	              product), the floor, kernel only, the AF_PACKET port in
+//	              each TX mode (offload, partial, full) and the AF_XDP one
+//	              (with TUN offloads, without TX checksums, without TUN
+//	              offloads)
+//	gro           TCP stream B→A through the return path: the AF_PACKET
+//	              port behind the kernel's GRO (the product), the floor,
+//	              kernel only, wireguard-go's TUN writer, the AF_XDP port
+//	              with GRO on and off, and its forward direction
 //	queues        TCP with one or two queues, one or two streams, both ways
 //	hook          64-byte packets, many flows: no hook, no-op hook, inspecting hook
 //	              (AF_XDP), and no hook on the AF_PACKET port
@@ -26,13 +27,21 @@
 //	              feeding the gateway's AF_XDP ingress port (and its AF_PACKET
 //	              one), the generator alone, and the TUN fast path
 //	ingress       TCP stream from a container's veth (TSO) through the
-//	              gateway's ingress port, vs the kernel forwarding, vs the TUN
+//	              gateway's ingress port (AF_PACKET, AF_XDP), vs the floor,
+//	              vs the kernel forwarding, vs the TUN
 //	peers         TCP stream with wireguard-go's TUN reader and Tailscale's
 //	              GSOSplit in place of gsoplane's reader and segmenter
 //	tunnel        a VPN between two namespaces, a TCP stream each way:
 //	              gsoplane's Tunnel vs wireguard-go's TUN and StdNetBind
 //	              (plaintext), examples/vpn vs a wireguard-go device
 //	              (encrypted), the kernel alone
+//
+// The floor rows (floor_linux.go) bound what a userspace path can do on
+// the topology: a minimal program, written for the bench, that copies
+// each super-packet twice each way (a read into its buffer, the kernel's
+// copy at the send or the write) and does nothing else, where the
+// gateway would run. The product's row (the gateway as shipped) comes
+// first in its table, marked "(product)".
 //
 // Every row is measured -runs times (interleaved with the other rows of its
 // scenario), each run for -duration after -warmup; tables show the median
@@ -43,7 +52,8 @@
 // binary; iperf3, when installed, adds a row.
 //
 // Output: the text starts with the gsoplane version (module version and
-// VCS revision, as the build recorded them), the machine (host, CPU model
+// VCS revision, as the build recorded them, else as git in the source
+// directory says), the machine (host, CPU model
 // and count, kernel release, Go version) and the flags given; then a table
 // per scenario with the ratios that explain it (every row with its CPU
 // cost: the gateway's cores per Gbit/s, its CPU time being the process's
@@ -59,9 +69,11 @@
 // 1, the version and machine, the flags, scenarios → rows → runs, and the
 // targets; docs/bench-json.md documents every field and the compatibility
 // rule (fields are only added within a schema version). -html FILE writes
-// a self-contained HTML report: the header, per scenario its table and a
-// bar chart of its main metric (median, whiskers from the least to the
-// greatest run), and the targets coloured by outcome; inline CSS and SVG,
+// a self-contained HTML report: the header, per scenario its table and
+// bar charts of its main metric and of the gateway's and the machine's
+// cores per Gbit/s (median, whiskers from the least to the greatest run;
+// the product's bar in its own colour, beside the floor's and the
+// kernel's), and the targets coloured by outcome; inline CSS and SVG,
 // no script, nothing fetched.
 package main
 

@@ -71,12 +71,31 @@ type rowSpec struct {
 	// copies is how many times the row's path copies a super-packet's
 	// payload (docs/bench-json.md); nil for a row that forwards nothing.
 	copies *int
-	start  func(ctx context.Context) (trial, error)
+	// product marks the row of the gateway as shipped (GatewayConfig's
+	// zero value, or the package's defaults): the scenario's headline.
+	product bool
+	start   func(ctx context.Context) (trial, error)
+}
+
+// asProduct is r marked as the product's row.
+func (r rowSpec) asProduct() rowSpec {
+	r.product = true
+	return r
+}
+
+// label is the row's name as tables show it: the product's marked.
+func (r rowSpec) label() string {
+	if r.product {
+		return r.name + " (product)"
+	}
+	return r.name
 }
 
 // The copies of a super-packet's payload on the bench's paths, the
 // sender's own copy into its socket and the receiver's out of it not
-// counted (docs/bench-json.md).
+// counted (docs/bench-json.md). User space's copies are checked by the
+// TestCopies tests (dataplane, dataplane/tunnel; internal/copycount),
+// the kernel's are those of the system calls the path makes.
 const (
 	// kernelCopies: the kernel hands its skbs on from socket to socket.
 	kernelCopies = 0
@@ -85,21 +104,32 @@ const (
 	// into an skb (AF_PACKET's sendmmsg, AF_XDP copy-mode transmit).
 	forwardCopies = 3
 	// inPlaceCopies: AF_PACKET handing the NIC whole super-packets reads
-	// each from the TUN straight into the frame it is sent from
+	// each from its source straight into the frame it is sent from
 	// (pipeline.Stats.InPlace), then the kernel's copy into an skb.
 	inPlaceCopies = 2
 	// returnCopies: the port's receive (AF_XDP copy mode into the UMEM,
 	// AF_PACKET's recvmmsg) and the TUN write into an skb; GRO merges
 	// with a vectored write, no copy.
 	returnCopies = 2
+	// floorCopies: the floor rows (floor_linux.go): a read into the
+	// floor's buffer (TUN read, packet socket receive) and the kernel's
+	// copy into an skb (packet socket send, TUN write), each way.
+	floorCopies = 2
+	// tunnelCopies: through a tunnel, end to end: the sender's TUN read,
+	// its cut into datagrams, sendmmsg's copy; the receiver's recvmmsg
+	// and its TUN write (GRO merges with a vectored write). Seal and
+	// Open work in place.
+	tunnelCopies = forwardCopies + returnCopies
 	// peerCopies: a peer's TUN writer (wireguard-go's coalescing
 	// Device.Write) or reader (its Read, Tailscale's GSOSplit) copies the
 	// packets once more, into its own buffers.
 	peerCopies = 1
-	// chainCopies: a packet from a wire is copied once more before it
-	// is cut or sent whole: an AF_XDP multi-buffer chain from its UMEM
-	// frames into one buffer, an AF_PACKET receive into the forwarder's
-	// buffer.
+	// wireCopies: a packet from a wire (an ingress port) is copied once
+	// more, by pipeline.WireSource, into the buffer it is cut from or
+	// sent whole from (a large frame, where the sink lends one).
+	wireCopies = 1
+	// chainCopies: an AF_XDP multi-buffer chain is gathered from its
+	// UMEM frames into one buffer before that.
 	chainCopies = 1
 )
 

@@ -5,7 +5,6 @@ package main
 
 import (
 	"fmt"
-	"github.com/gsoplane/gsoplane/internal/buildinfo"
 	"io"
 	"math"
 	"strings"
@@ -86,22 +85,44 @@ func throughputRatios(rows []*rowResult, specs []ratioSpec) []ratio {
 // ratioOf is a's median main metric over b's, with the range of the
 // ratios of runs measured side by side (run i of a with run i of b).
 func ratioOf(key, text string, a, b *rowResult, pps bool) ratio {
-	ma, _, _, _ := a.median()
-	mb, _, _, _ := b.median()
 	unit := "bit/s"
 	if pps {
 		unit = "pps"
 	}
-	q := ratio{Key: key, Text: text, A: operand{a.spec.name, ma.main(pps), unit}, B: operand{b.spec.name, mb.main(pps), unit}}
-	if d := mb.main(pps); d > 0 {
-		q.Value = ma.main(pps) / d
+	return ratioBy(key, text, a, b, unit, func(r runResult) float64 { return r.main(pps) })
+}
+
+// costRatios computes the ratios of specs whose rows both ran, of the
+// gateway's cores per Gbit/s of their median runs.
+func costRatios(rows []*rowResult, specs []ratioSpec) []ratio {
+	var out []ratio
+	for _, c := range specs {
+		if a, b := findRow(rows, c.a), findRow(rows, c.b); a != nil && b != nil {
+			out = append(out, ratioBy(c.a+"/"+c.b+" cores/Gbit", c.text, a, b, coresPerGbit,
+				func(r runResult) float64 { return r.GatewayCoresPerGbit }))
+		}
+	}
+	return out
+}
+
+// coresPerGbit is the unit of a cost operand.
+const coresPerGbit = "cores/Gbit"
+
+// ratioBy is metric of a's median run over b's, with the range of the
+// ratios of runs measured side by side (run i of a with run i of b).
+func ratioBy(key, text string, a, b *rowResult, unit string, metric func(runResult) float64) ratio {
+	ma, _, _, _ := a.median()
+	mb, _, _, _ := b.median()
+	q := ratio{Key: key, Text: text, A: operand{a.spec.name, metric(ma), unit}, B: operand{b.spec.name, metric(mb), unit}}
+	if d := metric(mb); d > 0 {
+		q.Value = metric(ma) / d
 	}
 	for i := range min(len(a.runs), len(b.runs)) {
-		d := b.runs[i].main(pps)
+		d := metric(b.runs[i])
 		if d <= 0 {
 			continue
 		}
-		v := a.runs[i].main(pps) / d
+		v := metric(a.runs[i]) / d
 		if q.Hi == 0 || v < q.Lo {
 			q.Lo = v
 		}
@@ -117,7 +138,7 @@ func ratioOf(key, text string, a, b *rowResult, pps bool) ratio {
 type report struct {
 	opts      options
 	started   time.Time
-	build     buildinfo.Info
+	build     build
 	machine   machine
 	scenarios []scenarioResult
 }
@@ -130,7 +151,7 @@ type scenarioResult struct {
 }
 
 func newReport(o options) *report {
-	return &report{opts: o, started: time.Now(), build: buildinfo.Read(), machine: readMachine()}
+	return &report{opts: o, started: time.Now(), build: readBuild(), machine: readMachine()}
 }
 
 // add records a scenario with its ratios and notes.
@@ -281,7 +302,7 @@ type column struct {
 }
 
 func columnsFor(scenario string) []column {
-	name := column{"row", func(r *rowResult, _ runResult, _, _ float64) string { return r.spec.name }}
+	name := column{"row", func(r *rowResult, _ runResult, _, _ float64) string { return r.spec.label() }}
 	mbps := column{"Mbit/s [min–max]", func(r *rowResult, m runResult, lo, hi float64) string {
 		if r.spec.ppsMain {
 			return fmt.Sprintf("%.0f", m.ThroughputBps/1e6)

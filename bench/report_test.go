@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"os/exec"
 	"regexp"
 	"slices"
 	"sort"
@@ -46,6 +47,7 @@ func syntheticReport() *report {
 			A: operand{"on received", 262676, "datagrams"}, B: operand{"on sent", 262676, "datagrams"}},
 	}, []string{"a note"})
 	rows := []*rowResult{row("gso", "packet-offload", true, 7661e6, 7183e6), row("gso", "kernel", true, 10795e6, 9622e6)}
+	rows[0].spec.product = true
 	rep.add("gso", "gso title", rows, []ratio{
 		{Key: "packet-offload/kernel", Text: "AF_PACKET / kernel", Value: 0.71, Lo: 0.64, Hi: 0.80,
 			A: operand{"packet-offload", 7661e6, "bit/s"}, B: operand{"kernel", 10795e6, "bit/s"}},
@@ -209,16 +211,16 @@ func TestHTML(t *testing.T) {
 		}
 	}
 	walk(doc, "")
-	if svgs["backpressure"] != 1 || svgs["gso"] != 1 || len(svgs) != 2 {
-		t.Errorf("SVG charts per section: %v, want one per scenario", svgs)
+	if svgs["backpressure"] != 3 || svgs["gso"] != 3 || len(svgs) != 2 {
+		t.Errorf("SVG charts per section: %v, want three per scenario (throughput, gateway and busy cores per Gbit/s)", svgs)
 	}
-	if rects != 4 {
-		t.Errorf("%d bars, want one per row (4)", rects)
+	if rects != 12 {
+		t.Errorf("%d bars, want one per row and chart (12)", rects)
 	}
 	if scripts > 0 || strings.Contains(out, "http://") || strings.Contains(out, "https://") || strings.Contains(out, "<script") {
 		t.Errorf("the report is not self-contained:\n%s", out)
 	}
-	if strings.Join(classes, " ") != "met none missed none" { // default/kernel not measured
+	if strings.Join(classes, " ") != "met none none none missed none" { // default/floor, its cores, default/kernel not measured
 		t.Errorf("target rows' classes %q", classes)
 	}
 	for _, want := range []string{"<h1>gsoplane bench, ", "machine: ", "flags: -runs=2", "on/off</b> = 1.00×", "off: run failed: boom", "980 [980–990]"} {
@@ -247,7 +249,7 @@ func attr(n *html.Node, key string) string {
 // TestChart checks the bars' geometry: lengths in proportion, whiskers
 // from the least to the greatest run.
 func TestChart(t *testing.T) {
-	c := chartOf(syntheticReport().scenarios[1])
+	c := chartsOf(syntheticReport().scenarios[1])[0]
 	pkt, kern := c.Bars[0], c.Bars[1]
 	if kern.Hi != c.LabelW+c.BarW || kern.W != int(9622e6/10795e6*float64(c.BarW)) || !kern.Whisker {
 		t.Errorf("kernel bar %+v (chart %+v)", kern, c)
@@ -330,5 +332,32 @@ func TestAbout(t *testing.T) {
 		if s := v.String(); s != want {
 			t.Errorf("%+v: %q, want %q", v, s, want)
 		}
+	}
+}
+
+// TestBuildRevision: a build without a VCS stamp (go run's, with
+// -buildvcs=false) takes its revision from git in the source directory,
+// and says so; without a repository it says that nothing could.
+func TestBuildRevision(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("no git")
+	}
+	dir := sourceDir()
+	if dir == "" {
+		t.Fatal("no source directory")
+	}
+	rev, at, _, from := gitRevision(dir)
+	if from != fromGit || !regexp.MustCompile("^[0-9a-f]{40}$").MatchString(rev) || at == "" {
+		t.Errorf("git in %s: revision %q at %q, from %q", dir, rev, at, from)
+	}
+	if rev, _, _, from := gitRevision(t.TempDir()); from != fromUnknown || rev != "" {
+		t.Errorf("outside a repository: revision %q, from %q", rev, from)
+	}
+	b := build{Info: buildinfo.Info{Version: "(devel)", Revision: rev}, RevisionFrom: fromGit}
+	if s := b.String(); !strings.Contains(s, "revision "+rev[:12]) || !strings.Contains(s, "from git") {
+		t.Errorf("build line %q", s)
+	}
+	if b := readBuild(); b.Revision == "" && b.RevisionFrom != fromUnknown {
+		t.Errorf("readBuild: %+v", b)
 	}
 }

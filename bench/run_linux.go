@@ -52,7 +52,7 @@ var scenarios = map[string]scenarioDef{
 	"gso": {
 		name: "gso",
 		title: func(o options) string {
-			return "gso: one TCP stream A→B — the default gateway (PortAuto) vs gsoplane GSO over AF_XDP (TUN offloads) vs TUN without offloads (the kernel segments) vs the AF_PACKET port in each TX mode vs kernel only (no userspace)"
+			return "gso: one TCP stream A→B — the default gateway (the product: PortAuto) vs the floor (two copies each way) vs kernel only (no userspace) vs the AF_PACKET port in each TX mode vs the AF_XDP port (TUN offloads, or none: the kernel segments)"
 		},
 		rows:   func(o options) []rowSpec { return gsoRows(o.measure) },
 		ratios: func(rows []*rowResult, o options) []ratio { return gsoRatios(rows) },
@@ -60,10 +60,13 @@ var scenarios = map[string]scenarioDef{
 			"Mbit/s = bytes read by the receiving socket; retrans = tcpi_total_retrans of the sender; Mpps = segments the gateway sent;",
 			"kernel: A routes B's prefix out of gw-a, super-packets cross the veth unsegmented (its Mpps counts gw-b's skbs).",
 			"*-iperf3 (when iperf3 is installed): iperf3 processes in A and B (as a deployment's applications, not the bench's",
-			"  threads) through the gsoplane row's set-up, the default gateway, and the kernel alone; iperf3's own report.",
+			"  threads) through the default gateway, the xdp row's set-up, and the kernel alone; iperf3's own report.",
 			"default = the gateway as GatewayConfig's zero value opens it (PortAuto, GRO on): on the veth, which has no AF_XDP",
 			"  zero-copy, the AF_PACKET port with the veth segmenting (as packet-offload, with GRO on the return path's ACKs).",
-			"gsoplane, xdp-no-csum and no-offload use the AF_XDP port (copy mode on the veth): gsoplane sends its segments with",
+			"floor = the least a userspace path costs here: the gateway's TUN and a packet socket on gw-a with the AF_PACKET port's",
+			"  options, one blocking thread each way (TUN read → send of the whole super-packet; receive → TUN write), nothing",
+			"  else (floor_linux.go): two copies each way; its Mpps counts super-packets, not the segments they become.",
+			"xdp, xdp-no-csum and xdp-no-offload use the AF_XDP port (copy mode on the veth): xdp sends its segments with",
 			"  partial checksums the kernel completes (TX metadata, Linux 6.11), xdp-no-csum computes them itself (on older kernels",
 			"  both do); packet-* the AF_PACKET port, in each TX mode:",
 			"  packet-offload = GSOModeAuto: the veth advertises TSO, so TCP super-packets go to it whole and cross the veth",
@@ -75,18 +78,20 @@ var scenarios = map[string]scenarioDef{
 	"gro": {
 		name: "gro",
 		title: func(o options) string {
-			return "gro: one TCP stream B→A (the return path: NIC → TUN) — GRO on vs off vs the AF_PACKET port with the kernel's GRO vs kernel only vs wireguard-go's TUN writer, and the forward direction"
+			return "gro: one TCP stream B→A (the return path: NIC → TUN) — the AF_PACKET port with the kernel's GRO (the product) vs the floor vs kernel only vs wireguard-go's TUN writer vs the AF_XDP port with GRO on and off, and its forward direction"
 		},
 		rows:   func(o options) []rowSpec { return groRows() },
 		ratios: func(rows []*rowResult, o options) []ratio { return groRatios(rows) },
 		notes: []string{
 			"Mpps = packets the return path took from the NIC; pkts/write = packets per TUN write (GRO merges), writes/pkt its inverse;",
-			"forward = the same build's A→B stream (GRO on; its Mpps and pkts/write are the ACKs coming back);",
+			"xdp-forward = the same build's A→B stream (GRO on; its Mpps and pkts/write are the ACKs coming back);",
+			"floor = the gso scenario's floor with GRO on gw-a, as packet-gro: packet socket receive → TUN write, two copies;",
+			"  its Mpps counts the super-packets it wrote.",
 			"wireguard-go = its TUN device (CreateTUN with offloads) as the gateway's inside: our return path hands it every",
 			"  packet (writes/pkt 1.0 on our side) and its Device.Write coalesces them itself.",
 			"packet-gro = the AF_PACKET port with GRO on gw-a: the kernel merges before the port, and the return path writes its",
 			"  super-packets into the TUN as they are; its Mpps counts the packets gw-a received (before GRO), pkts/write those per TUN write.",
-			"gro, no-gro and forward use the AF_XDP port (which takes frames before the kernel's GRO).",
+			"xdp-gro, xdp-no-gro and xdp-forward use the AF_XDP port (which takes frames before the kernel's GRO).",
 		},
 	},
 	"queues": {
@@ -143,30 +148,32 @@ var scenarios = map[string]scenarioDef{
 	"ingress": {
 		name: "ingress",
 		title: func(o options) string {
-			return "ingress: one TCP stream C→B through the gateway's ingress port (C's veth keeps TSO: 64 KiB super-packets) vs the kernel forwarding vs the TUN source (A→B)"
+			return "ingress: one TCP stream C→B through the gateway's ingress port (C's veth keeps TSO: 64 KiB super-packets), AF_PACKET and AF_XDP, vs the floor vs the kernel forwarding vs the TUN source (A→B)"
 		},
 		rows:   func(o options) []rowSpec { return ingressRows() },
 		ratios: func(rows []*rowResult, o options) []ratio { return ingressRatios(rows) },
 		notes: []string{
 			"Mbit/s = bytes read by the receiving socket; Mpps = segments the gateway sent (kernel: packets at gw-b);",
 			"  segs/read = segments per packet the gateway took from its source (ingress: C's TSO chains cut to gw-a's MTU 1500).",
-			"ingress: GatewayConfig.Ingress = gw-c, both AF_XDP ports in generic XDP mode (native XDP on a veth turns the",
+			"floor = packet socket on gw-c → packet socket on gw-a (and back), whole super-packets, Ethernet addresses rewritten,",
+			"  one blocking thread each way, nothing else (floor_linux.go): two copies; its Mpps counts super-packets.",
+			"xdp: GatewayConfig.Ingress = gw-c, both AF_XDP ports in generic XDP mode (native XDP on a veth turns the",
 			"  peer's TSO off); C's super-packets reach the port whole (multi-buffer) and pipeline.WireSource cuts them.",
 			"packet: both ports AF_PACKET; each super-packet leaves gw-a whole with its virtio-net header (gw-a's TSO cuts it);",
 			"  packet-cut: the same ports, the gateway cutting every super-packet (afpacket.GSOModePartial): what leaving whole saves.",
 			"kernel: no gateway; A forwards (ip_forward), C's super-packets cross to B unsegmented (GRO/GSO forwarding).",
-			"tun: the gso scenario's gsoplane row (TUN offloads, AF_XDP), the stream from A.",
-			"Where the time goes (perf, ingress row): ~40% of the bench process is the AF_XDP copy-mode TX kick on gw-a (one skb per",
+			"tun: the gso scenario's xdp row (TUN offloads, AF_XDP), the stream from A.",
+			"Where the time goes (perf, xdp row): ~40% of the bench process is the AF_XDP copy-mode TX kick on gw-a (one skb per",
 			"  1500-byte segment, ~44 per super-packet the kernel row sends as one), ~15% the forwarder (WireSource read, cut, copy).",
 			"Where the time goes (perf, packet row): half the gateway is sendmmsg on gw-a (the copy into a new skb, and gw-b's receive,",
 			"  which the veth runs in the sender's softirq), a quarter recvmmsg on gw-c (the copy out of C's skb), a fifth Go's memmove",
-			"  (WireSource into the forwarder's buffer, then into the sink's large frame): four copies per super-packet, the kernel none.",
+			"  (WireSource into the sink's large frame): three copies per super-packet (TestCopies counts user space's), the kernel none.",
 		},
 	},
 	"tunnel": {
 		name: "tunnel",
 		title: func(o options) string {
-			return "tunnel: a VPN's data path between two namespaces over a veth of MTU 1500, one TCP stream each way at once — gsoplane's Tunnel (one peer, and routed among several) vs wireguard-go's plumbing (plaintext), examples/vpn vs a wireguard-go device (encrypted), the kernel alone"
+			return "tunnel: a VPN's data path between two namespaces over a veth of MTU 1500, one TCP stream each way at once — gsoplane's Tunnel (the product; one peer, and routed among several) vs the floor vs wireguard-go's plumbing (plaintext), examples/vpn vs a wireguard-go device (encrypted), the kernel alone"
 		},
 		rows:   func(o options) []rowSpec { return tunnelRows() },
 		ratios: func(rows []*rowResult, o options) []ratio { return tunnelRatios(rows) },
@@ -174,7 +181,12 @@ var scenarios = map[string]scenarioDef{
 			"Mbit/s = both streams' bytes read by their receivers; A→B and B→A each stream's; retrans = both senders' tcpi_total_retrans;",
 			"dgrams/send and dgrams/recv = UDP datagrams per system call, both ends: sendmmsg and recvmmsg for gsoplane's rows,",
 			"  Bind.Send and ReceiveFunc calls for wg-plumbing (each one sendmmsg or recvmmsg); a wireguard-go device does not say.",
-			"busy cores/Gbit = the whole machine's busy cores (both ends, senders, receivers, the kernel) per Gbit/s moved; gw cores/Gbit the gateway's own.",
+			"busy cores/Gbit = the whole machine's busy cores (both ends, senders, receivers, the kernel) per Gbit/s moved; gw cores/Gbit",
+			"  the two tunnel ends' own (the bench process less its stream threads).",
+			"floor = the least a userspace tunnel costs here (floortunnel_linux.go): each end a TUN device as the Tunnel opens it",
+			"  (inner MTU 1456) and a connected UDP socket, one blocking thread each way: a super-packet read and sent as its",
+			"  segments in one UDP_SEGMENT message (headers beside the payload, by iovecs), a UDP_GRO batch written into the TUN",
+			"  as one super-packet; plaintext, no framing, no checksum summed: two copies each way.",
 			"tunnel = dataplane/tunnel with every default, configured exactly as docs/embedding.md's recipe (TestTunnelRecipe runs",
 			"  the recipe itself as written): recipe/tunnel is 1 by construction. Inner MTU 1456 (16-byte header), wg-plumbing 1472",
 			"  (no header), vpn 1440 (header and tag), wg-device 1420 (wg-quick's).",

@@ -27,13 +27,21 @@ type target struct {
 var targets = []target{
 	{scenario: "backpressure", key: "on delivered", threshold: 1, form: percent,
 		aim: "with backpressure nothing is lost: every datagram sent arrives"},
+	{scenario: "gso", key: "default/floor", threshold: 0.97,
+		aim: "the default gateway within 3% of the floor's throughput (TUN ⇄ packet socket, two copies each way)"},
+	{scenario: "gso", key: "default/floor cores/Gbit", atMost: true, threshold: 1.1,
+		aim: "the default gateway's cores per Gbit/s at most 10% over the floor's"},
 	{scenario: "gso", key: "default/kernel", threshold: 0.85,
 		aim: "the default gateway (PortAuto) within reach of the kernel alone"},
 	{scenario: "gso", key: "packet-offload/kernel", threshold: 0.9,
 		aim: "AF_PACKET with the NIC segmenting, within reach of the kernel alone"},
-	{scenario: "gso", key: "packet-full/gsoplane", threshold: 1,
+	{scenario: "gso", key: "packet-full/xdp", threshold: 1,
 		aim: "AF_PACKET cutting every segment itself, at least as fast as AF_XDP"},
-	{scenario: "gro", key: "packet-gro/no-gro", threshold: 2,
+	{scenario: "gro", key: "packet-gro/floor", threshold: 0.97,
+		aim: "the default gateway's return path (packet-gro) within 3% of the floor's throughput"},
+	{scenario: "gro", key: "packet-gro/floor cores/Gbit", atMost: true, threshold: 1.1,
+		aim: "its cores per Gbit/s at most 10% over the floor's"},
+	{scenario: "gro", key: "packet-gro/xdp-no-gro", threshold: 2,
 		aim: "the kernel's GRO before the AF_PACKET port, twice the per-packet return path"},
 	{scenario: "gro", key: "packet-gro/kernel", threshold: 1,
 		aim: "the AF_PACKET return path with the kernel's GRO as fast as the kernel alone"},
@@ -45,10 +53,14 @@ var targets = []target{
 		aim: "the no-hook row's run-to-run spread (the noise floor) at most 5%"},
 	{scenario: "xdphook", key: "none/tun", threshold: 5,
 		aim: "the AF_XDP ingress port forwards 5× the TUN fast path"},
-	{scenario: "ingress", key: "ingress/kernel", threshold: 0.5,
-		aim: "the ingress port at least half the kernel's forwarding"},
+	{scenario: "ingress", key: "packet/floor", threshold: 0.95,
+		aim: "AF_PACKET ingress within 5% of the floor's throughput (packet socket → packet socket, whole super-packets)"},
+	{scenario: "ingress", key: "xdp/kernel", threshold: 0.5,
+		aim: "the AF_XDP ingress port at least half the kernel's forwarding"},
 	{scenario: "ingress", key: "packet/kernel", threshold: 0.7,
 		aim: "AF_PACKET ingress, super-packets leaving whole, at least 0.7× the kernel's forwarding"},
+	{scenario: "tunnel", key: "tunnel/floor", threshold: 0.95,
+		aim: "the plaintext Tunnel within 5% of the floor's throughput (TUN ⇄ UDP_SEGMENT and UDP_GRO sockets)"},
 	{scenario: "tunnel", key: "tunnel/wg-plumbing A→B", threshold: 1.3,
 		aim: "the plaintext Tunnel 1.3× wireguard-go's own plumbing, A→B"},
 	{scenario: "tunnel", key: "tunnel/wg-plumbing B→A", threshold: 1.3,
@@ -203,6 +215,8 @@ func (o operand) number() string {
 		return fmt.Sprintf("%.0f", o.Value/1e6)
 	case "pps":
 		return fmt.Sprintf("%.3f", o.Value/1e6)
+	case coresPerGbit:
+		return fmt.Sprintf("%.3f", o.Value)
 	}
 	return fmt.Sprintf("%.0f", o.Value)
 }

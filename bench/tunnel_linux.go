@@ -4,10 +4,12 @@ package main
 // veth of MTU 1500 (netlab.Pair), one TCP stream each way at once,
 // through:
 //
-//	kernel        nothing: the streams run between the veth's addresses
 //	tunnel        gsoplane's dataplane/tunnel, plaintext, configured as
 //	              docs/embedding.md's recipe is (a name, the local and
-//	              the peer's addresses: every default)
+//	              the peer's addresses: every default): the product
+//	floor         the floor (floortunnel_linux.go): TUN ⇄ UDP socket,
+//	              plaintext, no framing, two copies each way
+//	kernel        nothing: the streams run between the veth's addresses
 //	tunnel-peers  the same with Config.Peers: the peer and a second one
 //	              (an address on the veth's subnet that nobody has), on an
 //	              unconnected socket, each packet routed by its inner
@@ -63,11 +65,12 @@ func tunnelRows() []rowSpec {
 		}}
 	}
 	return []rowSpec{
-		row("kernel", nil),
-		row("tunnel", openGsoTunnel),
-		row("tunnel-peers", openGsoTunnelPeers),
+		row("tunnel", openGsoTunnel).copying(tunnelCopies).asProduct(),
+		row("floor", openTunnelFloor).copying(2 * floorCopies),
+		row("kernel", nil).copying(kernelCopies),
+		row("tunnel-peers", openGsoTunnelPeers).copying(tunnelCopies),
 		row("wg-plumbing", openWGPlumbing),
-		row("vpn", openVPN),
+		row("vpn", openVPN).copying(tunnelCopies),
 		row("wg-device", openWGDevice),
 	}
 }
@@ -112,10 +115,8 @@ func (t *tunnelTrial) start(open openTunnelEnd) (err error) {
 			}
 		}
 	}
-	if w, ok := t.endA().(interface {
-		waitHandshake(*netlab.NS, netip.Addr) error
-	}); ok {
-		if err := w.waitHandshake(t.p.A, dstB); err != nil {
+	if w, ok := t.endA().(wgDevice); ok {
+		if err := w.waitHandshake(t.p.A, dstB, t.ends[1].(wgDevice)); err != nil {
 			return err
 		}
 	}
@@ -143,6 +144,9 @@ func (t *tunnelTrial) snapshot() counters {
 	for _, e := range t.ends {
 		s, ss, r, rs := e.datagrams()
 		c.TxDgrams, c.TxCalls, c.RxDgrams, c.RxCalls = c.TxDgrams+s, c.TxCalls+ss, c.RxDgrams+r, c.RxCalls+rs
+	}
+	if len(t.ends) > 0 {
+		c.GatewayCPU = gatewayCPU() // both ends: the streams run on traffic threads
 	}
 	return c
 }
@@ -256,6 +260,7 @@ func (g *gsoTunnel) stop() error {
 
 func tunnelRatios(rows []*rowResult) []ratio {
 	specs := []ratioSpec{
+		{"tunnel", "floor", "TCP both ways, gsoplane's Tunnel / the floor (TUN ⇄ UDP_SEGMENT and UDP_GRO, plaintext, no framing)"},
 		{"tunnel", "wg-plumbing", "TCP both ways, gsoplane's Tunnel / wireguard-go's TUN and StdNetBind, plaintext"},
 		{"vpn", "wg-device", "TCP both ways, examples/vpn (ChaCha20-Poly1305) / a wireguard-go device"},
 		{"tunnel", "kernel", "TCP both ways, gsoplane's Tunnel / the kernel alone over the veth (upper bound)"},
@@ -267,13 +272,13 @@ func tunnelRatios(rows []*rowResult) []ratio {
 		name string
 		rev  bool
 	}{{"A→B", false}, {"B→A", true}} {
-		for _, c := range specs[:2] {
+		for _, c := range specs[1:3] {
 			if a, b := findRow(rows, c.a), findRow(rows, c.b); a != nil && b != nil {
 				out = append(out, directionRatio(c.a+"/"+c.b+" "+dir.name, "TCP "+dir.name+" alone of the same runs", a, b, dir.rev))
 			}
 		}
 	}
-	return out
+	return append(out, costRatios(rows, []ratioSpec{{"tunnel", "floor", "both ends' cores per Gbit/s, gsoplane's Tunnel / the floor"}})...)
 }
 
 // directionRatio is a's throughput in one direction (rev: B→A) over b's,

@@ -123,7 +123,7 @@ func TestOutput(t *testing.T) {
 		"== backpressure title", "980 [980–990]", "20%", "on/off = 1.00×", "off: run failed: boom", "note: a note", "Average:",
 		"== targets", "on delivered", "100.0%", "≥ 100.0%", "262676 / 262676 datagrams",
 		"packet-offload/kernel", "0.71× (per run 0.64–0.80×)", "7661 / 10795 Mbit/s", "≥ 0.90×", "MISSED",
-		"packet-full/gsoplane", "not measured",
+		"packet-full/xdp", "not measured",
 		"gw cores/Gbit", "busy cores/Gbit", "copies", " 0.918 ", " 0.204 ",
 	} {
 		if !strings.Contains(out, want) {
@@ -152,7 +152,7 @@ func TestOutput(t *testing.T) {
 	for _, x := range back.Targets {
 		st = append(st, x.Ratio+" "+string(x.Status))
 	}
-	if got := strings.Join(st, ", "); got != "on delivered met, default/kernel not_measured, packet-offload/kernel missed, packet-full/gsoplane not_measured" {
+	if got := strings.Join(st, ", "); got != "on delivered met, default/floor not_measured, default/floor cores/Gbit not_measured, default/kernel not_measured, packet-offload/kernel missed, packet-full/xdp not_measured" {
 		t.Errorf("targets: %s", got)
 	}
 	if !rep.failed() {

@@ -155,7 +155,32 @@ func (p *wgPlumbing) close() error {
 }
 
 // wgDevice is a wireguard-go device: the real VPN.
-type wgDevice struct{ dev *device.Device }
+type wgDevice struct {
+	dev *device.Device
+	log *wgLog
+}
+
+// wgLog keeps a wireguard-go device's last log lines, for an error that
+// needs them.
+type wgLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *wgLog) printf(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, fmt.Sprintf(format, args...))
+	if len(l.lines) > 20 {
+		l.lines = l.lines[len(l.lines)-20:]
+	}
+}
+
+func (l *wgLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "; ")
+}
 
 // wgKeys are the private keys of the ends, by their outer address, made
 // once per bench run.
@@ -174,12 +199,13 @@ func openWGDevice(ns *netlab.NS, local, peer netip.Addr) (tunnelEnd, error) {
 		return nil, err
 	}
 	var d *device.Device
+	log := &wgLog{}
 	err = ns.Run(func() error {
 		dev, err := createWGTUN(1420)
 		if err != nil {
 			return err
 		}
-		d = device.NewDevice(dev, conn.NewDefaultBind(), device.NewLogger(device.LogLevelSilent, ""))
+		d = device.NewDevice(dev, conn.NewDefaultBind(), &device.Logger{Verbosef: log.printf, Errorf: log.printf})
 		cfg := fmt.Sprintf("private_key=%s\nlisten_port=%d\npublic_key=%s\nendpoint=%s\nallowed_ip=%s\n",
 			hex.EncodeToString(mine[:]), tnlPort, hex.EncodeToString(pub), netip.AddrPortFrom(peer, tnlPort), "198.19.0.0/24")
 		if err := d.IpcSet(cfg); err != nil {
@@ -193,7 +219,7 @@ func openWGDevice(ns *netlab.NS, local, peer netip.Addr) (tunnelEnd, error) {
 		}
 		return nil, err
 	}
-	return wgDevice{d}, nil
+	return wgDevice{d, log}, nil
 }
 
 // wgKey returns the private key of the end at addr, made the first time.
@@ -221,11 +247,12 @@ func (w wgDevice) datagrams() (sent, sends, received, receives uint64) { return 
 const handshakeTimeout = time.Minute
 
 // waitHandshake sends a datagram from ns to dst through the tunnel every
-// half second until the device reports a handshake with its peer, so
-// that a stream's connection never waits on one: a handshake done after
-// the SYN's retransmission at 7 s left the connection to the one at
-// 15 s, past its timeout.
-func (w wgDevice) waitHandshake(ns *netlab.NS, dst netip.Addr) error {
+// half second until the device reports a handshake with its peer (the
+// device at the other end), so that a stream's connection never waits
+// on one: a handshake done after the SYN's retransmission at 7 s left the
+// connection to the one at 15 s, past its timeout. Without a handshake
+// its error has both devices' last log lines.
+func (w wgDevice) waitHandshake(ns *netlab.NS, dst netip.Addr, peer wgDevice) error {
 	deadline := time.Now().Add(handshakeTimeout)
 	for {
 		cfg, err := w.dev.IpcGet()
@@ -236,7 +263,7 @@ func (w wgDevice) waitHandshake(ns *netlab.NS, dst netip.Addr) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("wireguard-go: no handshake within %v", handshakeTimeout)
+			return fmt.Errorf("wireguard-go: no handshake within %v; this end's log: %v; the peer's: %v", handshakeTimeout, w.log, peer.log)
 		}
 		err = ns.Run(func() error {
 			c, err := net.Dial("udp4", netip.AddrPortFrom(dst, 9).String()) // discard

@@ -82,7 +82,7 @@ func xdphookRow(name string, port dataplane.PortKind, hook pipeline.Hook) rowSpe
 			}
 			return &labTrial{dp: gwDataplane{gateway: g, ipBytesAsRx: true}, tr: f, rxAtB: true, onStop: onStop}, nil
 		})
-	}}.copying(forwardCopies)
+	}}.copying(forwardCopies + wireCopies)
 }
 
 // generatorRow is the generator alone: gw-c drops and counts its frames

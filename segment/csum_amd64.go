@@ -10,7 +10,7 @@ import "golang.org/x/sys/cpu"
 var useAVX2 = cpu.X86.HasAVX2
 
 // The assembly kernels (csum_amd64.s) implement the accumulator model of
-// csum.go: the returned value folds to the same 16-bit sum as sumGeneric
+// sum.go: the returned value folds to the same 16-bit sum as sumGeneric
 // would return for the same acc, but need not be equal to it as a uint64.
 
 // sumAVX2 returns acc plus the one's complement sum of b. Requires AVX2.

@@ -63,14 +63,14 @@
 // differential test (gro_kernel_linux_test.go) holds them against the
 // running kernel. It never reorders a flow and does not allocate.
 //
-// Packets from the wire have no virtio-net header: ForWire builds the
-// header Split needs for a packet that must leave through a smaller MTU,
-// from its own IP and TCP/UDP headers (TSO to the lesser of the flow's
-// MSS and the MTU, UFO for IPv4 UDP without DF), and says which packets
-// a router must refuse instead (ErrTooBig: ICMP fragmentation needed or
-// packet too big) and whether the packet's checksum is complete, partial
-// or bad. ParseTCP reads what a SYN or SYN-ACK announces and what a RST
-// ends, for a table that remembers each flow's MSS (the pipeline's
+// Packets from the wire have no virtio-net header: Segmenter.ForWire
+// builds the header Split needs for a packet that must leave through a
+// smaller MTU, from its own IP and TCP/UDP headers (TSO to the lesser of
+// the flow's MSS and the MTU, UFO for IPv4 UDP without DF), and says which
+// packets a router must refuse instead (ErrTooBig: ICMP fragmentation
+// needed or packet too big) and whether the packet's checksum is complete,
+// partial or bad. ParseTCP reads what a SYN or SYN-ACK announces and what
+// a RST ends, for a table that remembers each flow's MSS (the pipeline's
 // MSSTable); Clamp lowers the MSS option of a SYN to fit an MTU.
 //
 // The package is pure Go with no system calls and builds on any OS.

@@ -16,28 +16,14 @@ type CoalescerConfig struct {
 	// MaxBatch is the most packets one Coalesce call takes; the
 	// Coalescer's tables are sized from it once.
 	MaxBatch int
-}
-
-// CoalesceStats are cumulative counters. Every packet given to Coalesce is
-// counted once in Packets and once in exactly one of Merged, Unmerged or
-// the pass-through reasons.
-type CoalesceStats struct {
-	Packets      uint64 // packets given to Coalesce
-	SuperPackets uint64 // super-packets written: merges of two or more packets
-	Merged       uint64 // packets that went into super-packets, their first included
-	Unmerged     uint64 // mergeable packets that found nothing to merge with
-	Flushes      uint64 // super-packets still open when their batch ended (cut by the batch, not by a rule)
-
-	// Packets passed through unchanged, by reason.
-	NotTCPUDP   uint64 // neither TCP nor UDP
-	BadChecksum uint64 // IPv4 header or transport checksum does not verify
-	NoChecksum  uint64 // UDP checksum field zero
-	IPOptions   uint64 // IPv4 options, or a Hop-by-Hop Options header that is not first
-	Fragment    uint64 // IPv4 fragment (MF, offset or the reserved flag) or IPv6 Fragment header
-	Flags       uint64 // TCP SYN, RST, URG or CWR, or PSH/FIN with no merge to end
-	NoPayload   uint64 // TCP or UDP without payload (pure ACKs)
-	Disabled    uint64 // TCP or UDP while that kind of merge is switched off
-	Malformed   uint64 // truncated or inconsistent lengths; passed on for the receiving host to judge
+	// IPChecked promises that every packet Coalesce is given has an IP
+	// header already checked as a router checks it (RFC 1812 5.2.2): a
+	// whole fixed header, a length equal to the packet's and, for IPv4,
+	// a correct header checksum; Coalesce then does not verify the IPv4
+	// header checksum again. A packet that breaks the promise is taken
+	// as if its checksum were right: it may be merged, and a
+	// super-packet's header checksum is always computed afresh.
+	IPChecked bool
 }
 
 // A Coalescer merges received packets into super-packets; see Coalesce.
@@ -51,11 +37,11 @@ type CoalesceStats struct {
 //     does not join closes the flow's merge, so no flow is reordered; if
 //     it may merge, it starts the next one.
 //   - IPv4: no options (IHL 5), no fragment bits (MF, offset, the reserved
-//     flag), a valid header checksum, a total length equal to the packet's;
-//     TTL, TOS (ECN bits included: a CE mark ends a merge) and DF equal to
-//     the first packet's; IDs one more per packet or, decided at the second
-//     packet, all equal (the kernel's ip_fixedid, with or without DF since
-//     6.18).
+//     flag), a valid header checksum (taken on trust with IPChecked), a
+//     total length equal to the packet's; TTL, TOS (ECN bits included: a
+//     CE mark ends a merge) and DF equal to the first packet's; IDs one
+//     more per packet or, decided at the second packet, all equal (the
+//     kernel's ip_fixedid, with or without DF since 6.18).
 //   - IPv6: a payload length equal to the packet's; the first 32 bits
 //     (traffic class with its ECN bits, flow label), next header and hop
 //     limit equal; Hop-by-Hop Options (first only), Routing and
@@ -111,9 +97,9 @@ type CoalesceStats struct {
 // come back counting up: a virtio-net header cannot carry the kernel's
 // SKB_GSO_TCP_FIXEDID.
 type Coalescer struct {
-	hdrSize  int
-	tcp, udp bool
-	stats    CoalesceStats
+	hdrSize int
+	rules   groRules
+	stats   CoalesceStats
 
 	pkts  []groPacket // per input packet of the current batch
 	items []groItem   // output packets of the current batch, in order
@@ -134,8 +120,7 @@ func NewCoalescer(cfg CoalescerConfig) (*Coalescer, error) {
 	n := cfg.MaxBatch
 	return &Coalescer{
 		hdrSize: cfg.HeaderSize,
-		tcp:     cfg.TCP,
-		udp:     cfg.UDP,
+		rules:   groRules{tcp: cfg.TCP, udp: cfg.UDP, ipChecked: cfg.IPChecked},
 		pkts:    make([]groPacket, n),
 		items:   make([]groItem, 0, n),
 		flows:   newGROTable(n),
@@ -146,11 +131,11 @@ func NewCoalescer(cfg CoalescerConfig) (*Coalescer, error) {
 
 // SetTCP switches merging of TCP segments on or off, for example when the
 // TUN device refuses a TSO write. It takes effect at the next Coalesce.
-func (c *Coalescer) SetTCP(on bool) { c.tcp = on }
+func (c *Coalescer) SetTCP(on bool) { c.rules.tcp = on }
 
 // SetUDP switches merging of UDP datagrams on or off, for example when the
 // TUN device refuses a USO write. It takes effect at the next Coalesce.
-func (c *Coalescer) SetUDP(on bool) { c.udp = on }
+func (c *Coalescer) SetUDP(on bool) { c.rules.udp = on }
 
 // Stats returns the cumulative counters.
 func (c *Coalescer) Stats() CoalesceStats { return c.stats }
@@ -204,20 +189,22 @@ func (c *Coalescer) check(bufs [][]byte, sizes []int, offset int) error {
 func (c *Coalescer) add(i int, b []byte) {
 	p := &c.pkts[i]
 	*p = groPacket{b: b, next: -1}
-	if why := c.classify(p); why != passNone {
+	if why := c.rules.classify(p); why != passNone {
 		c.passThrough(i, why)
 		return
 	}
 	f := c.flows.claim(c.pkts, i)
 	if f.item >= 0 && c.items[f.item].open {
 		it := &c.items[f.item]
-		switch c.merge(it, i) {
+		switch it.merge(c.pkts, i) {
 		case mergeDone:
 			return
 		case mergeBadPacket:
 			it.open = false
 			c.passThrough(i, passBadChecksum)
 			return
+		case mergeBadFirst:
+			c.stats.BadChecksum++
 		}
 		it.open = false
 	}
@@ -255,7 +242,7 @@ func (c *Coalescer) finish(bufs [][]byte, sizes []int, offset int) [][][]byte {
 		if it.count == 1 {
 			clear(vh)
 		} else {
-			c.complete(it, vh)
+			it.complete(&c.pkts[it.head], vh)
 			for j := c.pkts[it.head].next; j >= 0; j = c.pkts[j].next {
 				p := &c.pkts[j]
 				iov = append(iov, p.b[p.hdrLen:])

@@ -46,29 +46,29 @@ const (
 	mergeNo        mergeResult = iota // does not join: start a new merge
 	mergeDone                         // joined
 	mergeBadPacket                    // would join, but its checksum is bad
+	mergeBadFirst                     // would join, but the first packet's checksum is bad: start a new merge
 )
 
-// merge tries to add packet i to the open merge it of its flow.
+// merge tries to add packet i of pkts to it, the open merge of its flow.
 // Checksums are verified only here, the first packet's once a second one
 // would join it: a packet that never finds a partner goes out unverified,
 // and the kernel verifies it.
-func (c *Coalescer) merge(it *groItem, i int) mergeResult {
-	h, p := &c.pkts[it.head], &c.pkts[i]
+func (it *groItem) merge(pkts []groPacket, i int) mergeResult {
+	h, p := &pkts[it.head], &pkts[i]
 	if !it.joins(h, p) {
 		return mergeNo
 	}
 	if !it.checked {
 		if !h.checksumOK() {
 			it.pass = true
-			c.stats.BadChecksum++
-			return mergeNo
+			return mergeBadFirst
 		}
 		it.checked = true
 	}
 	if !p.checksumOK() {
 		return mergeBadPacket
 	}
-	c.pkts[it.tail].next = int32(i)
+	pkts[it.tail].next = int32(i)
 	it.tail = int32(i)
 	it.count++
 	it.total += p.payload()
@@ -131,11 +131,11 @@ func (it *groItem) tcpJoins(h, p *groPacket) bool {
 		string(th[18:]) == string(tp[18:])
 }
 
-// complete rewrites the first packet's headers to describe the merged
-// packet, as inet_gro_complete, ipv6_gro_complete, tcp4/6_gro_complete and
-// udp4/6_gro_complete do, and writes the virtio-net header into vh.
-func (c *Coalescer) complete(it *groItem, vh []byte) {
-	h := &c.pkts[it.head]
+// complete rewrites the headers of h, the first packet, to describe the
+// merged packet, as inet_gro_complete, ipv6_gro_complete,
+// tcp4/6_gro_complete and udp4/6_gro_complete do, and writes the
+// virtio-net header into vh, the whole of it.
+func (it *groItem) complete(h *groPacket, vh []byte) {
 	b, l4Len := h.b, it.total-h.l3
 	if h.kind.v6() {
 		binary.BigEndian.PutUint16(b[ipv6PLenOff:], uint16(it.total-ipv6Len))
@@ -158,5 +158,5 @@ func (c *Coalescer) complete(it *groItem, vh []byte) {
 		l4[tcpFlagsOff] |= it.fin
 	}
 	binary.BigEndian.PutUint16(l4[vhdr.CsumOffset:], fold(pseudoHeader(b, h.kind.v6(), h.kind.proto(), l4Len)))
-	_ = vhdr.Encode(vh, c.hdrSize) // cannot fail: vh has the header size
+	_ = vhdr.Encode(vh, len(vh)) // cannot fail: vh has a header size
 }

@@ -6,18 +6,6 @@ import (
 	"github.com/gsoplane/gsoplane/internal/iphdr"
 )
 
-// TCP flags GRO looks at, besides those in split.go.
-const (
-	tcpSYN = 0x02
-	tcpRST = 0x04
-	tcpURG = 0x20
-)
-
-const (
-	ipv4DF   = 0x4000
-	ipv4Evil = 0x8000 // the reserved flag
-)
-
 // groKind is what a mergeable packet is: TCP or UDP, over IPv4 or IPv6.
 type groKind uint8
 
@@ -87,18 +75,24 @@ func (r passReason) counter(s *CoalesceStats) *uint64 {
 	return &s.Malformed
 }
 
+// groRules say what a Coalescer merges and what its caller vouches for.
+type groRules struct {
+	tcp, udp  bool // merge TCP, UDP
+	ipChecked bool // CoalescerConfig.IPChecked
+}
+
 // classify parses p.b and says why it cannot merge, or passNone. It fills
 // in p's layout and, whenever the ports can be read, its flow, so that a
 // packet passed through can still close its flow's merge. It checks what
 // the kernel checks before it looks for a flow to merge with; the
 // transport checksum is verified only once the packet has a partner.
-func (c *Coalescer) classify(p *groPacket) passReason {
+func (r groRules) classify(p *groPacket) passReason {
 	var proto uint8
 	var why passReason
 	var ok bool
 	switch iphdr.Version(p.b) {
 	case 4:
-		proto, why, ok = p.parseIPv4()
+		proto, why, ok = p.parseIPv4(r.ipChecked)
 	case 6:
 		proto, why, ok = p.parseIPv6()
 	default:
@@ -107,16 +101,17 @@ func (c *Coalescer) classify(p *groPacket) passReason {
 	if !ok {
 		return why
 	}
-	if l4 := c.parseL4(p, proto); why == passNone {
+	if l4 := r.parseL4(p, proto); why == passNone {
 		why = l4
 	}
 	return why
 }
 
 // parseIPv4 mirrors inet_gro_receive: only a 20-byte header with a valid
-// checksum, no fragment bits and a total length equal to the packet's
-// merges. ok reports whether the transport header can be found.
-func (p *groPacket) parseIPv4() (proto uint8, why passReason, ok bool) {
+// checksum (not verified again if checked), no fragment bits and a total
+// length equal to the packet's merges. ok reports whether the transport
+// header can be found.
+func (p *groPacket) parseIPv4(checked bool) (proto uint8, why passReason, ok bool) {
 	b := p.b
 	if !iphdr.Whole(b) {
 		return 0, passMalformed, false
@@ -132,7 +127,7 @@ func (p *groPacket) parseIPv4() (proto uint8, why passReason, ok bool) {
 		why = passFragment
 	case ihl != ipv4MinLen:
 		why = passIPOptions
-	case !ipv4HeaderOK(b):
+	case !checked && !ipv4HeaderOK(b):
 		why = passBadChecksum
 	}
 	return b[9], why, true
@@ -174,9 +169,9 @@ func (p *groPacket) parseIPv6() (proto uint8, why passReason, ok bool) {
 
 // parseL4 checks the transport header. Whatever else is wrong with it, a
 // TCP or UDP packet whose ports can be read has a flow.
-func (c *Coalescer) parseL4(p *groPacket, proto uint8) passReason {
+func (r groRules) parseL4(p *groPacket, proto uint8) passReason {
 	switch {
-	case proto == protoTCP && !c.tcp, proto == protoUDP && !c.udp:
+	case proto == protoTCP && !r.tcp, proto == protoUDP && !r.udp:
 		return passDisabled
 	case proto != protoTCP && proto != protoUDP:
 		return passNotTCPUDP

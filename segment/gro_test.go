@@ -435,3 +435,37 @@ func TestCoalesceAllocs(t *testing.T) {
 		t.Fatalf("%.1f allocations per Coalesce", allocs)
 	}
 }
+
+// TestCoalesceIPChecked: a Coalescer told that its caller checked the IP
+// headers (IPChecked) does not verify the IPv4 header checksum again; one
+// that is not told passes a packet whose checksum is bad through. Either
+// way, a super-packet leaves with a correct header checksum.
+func TestCoalesceIPChecked(t *testing.T) {
+	in := slices.Clone(tcpStream(t, false, 3, 1000, nil))
+	in[0] = bytes.Clone(in[0])
+	in[0][ipv4CsumOff] ^= 0x40 // what the caller's check would have dropped
+	for _, c := range []struct {
+		checked bool
+		want    string
+		bad     uint64
+	}{
+		{false, "0 1-2", 1},
+		{true, "0-2", 0},
+	} {
+		co, err := NewCoalescer(CoalescerConfig{HeaderSize: HeaderSize, TCP: true, MaxBatch: 8, IPChecked: c.checked})
+		if err != nil {
+			t.Fatal(err)
+		}
+		outs := coalesce(t, co, in)
+		if got, want := groups(outs), parseGroups(t, c.want); !reflect.DeepEqual(got, want) {
+			t.Fatalf("IPChecked %v: output packets %v, want %v", c.checked, got, want)
+		}
+		if st := co.Stats(); st.BadChecksum != c.bad || st.SuperPackets != 1 {
+			t.Fatalf("IPChecked %v: stats %+v, want BadChecksum %d and one super-packet", c.checked, st, c.bad)
+		}
+		super := outs[len(outs)-1].pkt
+		if Checksum(super[:ipv4MinLen], 0) != 0 {
+			t.Fatalf("IPChecked %v: super-packet's IPv4 header checksum does not verify", c.checked)
+		}
+	}
+}

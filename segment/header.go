@@ -63,6 +63,10 @@ const (
 
 const gsoTunnel = GSOUDPTunnelIPv4 | GSOUDPTunnelIPv6
 
+// gsoByFrags is GSO_BY_FRAGS, a gso_size reserved for the kernel: never
+// valid from a device.
+const gsoByFrags = 0xffff
+
 // Kind returns the GSO kind without the ECN and tunnel flags: a tunnel
 // super-packet's inner kind.
 func (t GSOType) Kind() GSOType { return t &^ (GSOECN | gsoTunnel) }

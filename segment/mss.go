@@ -55,60 +55,67 @@ func Clamp(pkt []byte, mtu int) bool {
 	if !ok || pkt[t.L3+tcpFlagsOff]&tcpSYN == 0 {
 		return false
 	}
-	l3, l4, v6 := t.L3, t.l4, t.v6
 	limit := mtu - ipv4MinLen - tcpMinLen
-	if v6 {
+	if t.v6 {
 		limit = mtu - ipv6Len - tcpMinLen
 	}
-	if limit <= 0 || limit >= 0xffff {
+	opts := pkt[t.L3+tcpMinLen : t.L3+t.l4]
+	if limit <= 0 || limit >= 0xffff || !mssAbove(opts, limit) {
 		return false
 	}
-	opts := pkt[l3+tcpMinLen : l3+l4]
+	field := pkt[t.L3+tcpCsumOffset:]
+	check := binary.BigEndian.Uint16(field)
+	p := fold(pseudoHeader(pkt, t.v6, protoTCP, len(pkt)-t.L3))
+	partial := check == p || (check == 0 && p == 0xffff)
+	binary.BigEndian.PutUint16(field, lowerMSS(opts, uint16(limit), check, partial))
+	return true
+}
+
+// mssAbove reports whether opts, the options of a TCP header, hold an
+// MSS option above limit and no TCP-AO option.
+func mssAbove(opts []byte, limit int) bool {
 	found := false
 	for it := (tcpOptIter{b: opts}); ; {
 		kind, off, n, ok := it.next()
-		if !ok {
-			break
-		}
-		if kind == tcpOptAO {
+		switch {
+		case !ok:
+			return found
+		case kind == tcpOptAO:
 			return false
 		}
 		found = found || kind == tcpOptMSS && n == 4 && int(binary.BigEndian.Uint16(opts[off+2:])) > limit
 	}
-	if !found {
-		return false
-	}
-	field := pkt[l3+tcpCsumOffset:]
-	check := binary.BigEndian.Uint16(field)
-	p := fold(pseudoHeader(pkt, v6, protoTCP, len(pkt)-l3))
-	partial := check == p || (check == 0 && p == 0xffff)
+}
+
+// lowerMSS lowers every MSS option in opts above limit to limit and
+// returns the TCP checksum check updated for it, or unchanged if it is
+// partial (the pseudo-header sum does not cover the options).
+func lowerMSS(opts []byte, limit, check uint16, partial bool) uint16 {
 	for it := (tcpOptIter{b: opts}); ; {
 		kind, off, n, ok := it.next()
 		if !ok {
-			break
+			return check
 		}
 		if kind != tcpOptMSS || n != 4 {
 			continue
 		}
 		val := opts[off+2:]
 		old := binary.BigEndian.Uint16(val)
-		if int(old) <= limit {
+		if old <= limit {
 			continue
 		}
-		binary.BigEndian.PutUint16(val, uint16(limit))
+		binary.BigEndian.PutUint16(val, limit)
 		if !partial {
 			// The value sits at an even or odd offset from the start of
 			// the TCP header: at an odd one its bytes straddle two
 			// 16-bit words and it counts byte-swapped in the sum.
-			o, nw := old, uint16(limit)
+			o, nw := old, limit
 			if (tcpMinLen+off+2)%2 == 1 {
 				o, nw = bits.ReverseBytes16(o), bits.ReverseBytes16(nw)
 			}
 			check = csumReplace(check, o, nw)
 		}
 	}
-	binary.BigEndian.PutUint16(field, check)
-	return true
 }
 
 // TCP locates the TCP header of a whole, unfragmented IPv4 or IPv6 TCP

@@ -311,7 +311,7 @@ func TestClamp(t *testing.T) {
 				}
 			case CsumPartial:
 				// ForWire and Split complete it over the clamped option.
-				h, _, err := ForWire(p, tc.mtu, 0)
+				h, _, err := std.ForWire(p, tc.mtu, 0)
 				if err != nil {
 					t.Fatal(err)
 				}

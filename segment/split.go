@@ -2,49 +2,9 @@ package segment
 
 import (
 	"encoding/binary"
-	"math/rand/v2"
-	"sync/atomic"
+
+	"github.com/gsoplane/gsoplane/internal/copycount"
 )
-
-// TCP flags the segmenter rewrites.
-const (
-	tcpFIN = 0x01
-	tcpPSH = 0x08
-	tcpCWR = 0x80
-)
-
-const (
-	ipv4MF       = 0x2000
-	ipv6MF       = 0x0001
-	udpCsumZero  = 0xffff // a computed UDP checksum of 0 is sent as all ones
-	tcpFlagsOff  = 13
-	tcpSeqOff    = 4
-	udpLenOff    = 4
-	ipv4IDOff    = 4
-	ipv4FragOff  = 6
-	ipv4CsumOff  = 10
-	ipv6PLenOff  = 4
-	ipv6NextOff  = 6
-	ipv4TotalOff = 2
-)
-
-// A Segmenter cuts validated super-packets into segments. The zero value
-// writes full software checksums and caps segments as the kernel does
-// (see Validate). A Segmenter may be used by several goroutines at once.
-type Segmenter struct {
-	// Partial leaves TSO/USO segments (and passed-through packets) with a
-	// correct partial checksum, the pseudo-header sum, at the checksum
-	// field, for sinks that complete checksums in hardware: no payload byte
-	// is summed. Layout.SegmentHeader(true) tells the sink where it is.
-	Partial bool
-	// MaxSegments, if positive, caps the segments one super-packet may
-	// produce, below the kernel's caps; zero means the kernel's only.
-	MaxSegments int
-
-	fragID atomic.Uint32 // IPv6 UFO fragment identification
-}
-
-var std Segmenter
 
 // Split validates pkt with h and writes its segments into bufs, segment i
 // at bufs[i][offset:offset+sizes[i]], with full software checksums: it is
@@ -56,17 +16,6 @@ func Split(pkt []byte, h Header, bufs [][]byte, sizes []int, offset int) (int, e
 		return 0, err
 	}
 	return std.Split(pkt, l, bufs, sizes, offset)
-}
-
-// Validate is the package Validate with the Segmenter's segment cap. It
-// also draws the identification every IPv6 fragment of a UFO datagram
-// shares, so that the chunks SplitFrom writes share it too.
-func (s *Segmenter) Validate(pkt []byte, h Header) (Layout, error) {
-	l, err := validate(pkt, h, s.MaxSegments, 0)
-	if err == nil && l.kind == GSOUDP && l.ipv6 {
-		l.fragID = s.nextFragID()
-	}
-	return l, err
 }
 
 // Split writes the segments of pkt, which Validate accepted and described
@@ -125,9 +74,6 @@ func (s *Segmenter) split(pkt []byte, l Layout, first, n int, bufs [][]byte, siz
 	return n, nil
 }
 
-// tooMany reports n segments beyond the Segmenter's cap, if it has one.
-func (s *Segmenter) tooMany(n int) bool { return s.MaxSegments > 0 && n > s.MaxSegments }
-
 // checkBufs checks that bufs and sizes hold n segments of l.
 func checkBufs(l Layout, n int, bufs [][]byte, sizes []int, offset int) error {
 	if len(bufs) < n || len(sizes) < n || offset < 0 {
@@ -148,6 +94,7 @@ func checkBufs(l Layout, n int, bufs [][]byte, sizes []int, offset int) error {
 // accepts). out may be longer than pkt: nothing past len(pkt) is read.
 func (s *Segmenter) passThrough(pkt []byte, l Layout, out []byte) int {
 	out = out[:len(pkt)]
+	copycount.Add(out, pkt)
 	if !l.needsCsum || l.partial(s.Partial) {
 		return copy(out, pkt)
 	}
@@ -189,6 +136,7 @@ func (s *Segmenter) splitL4(pkt []byte, l Layout, first int, bufs [][]byte, size
 		start := i * step
 		end := min(start+step, l.payloadLen)
 		out := bufs[b][offset : offset+hl+end-start]
+		copycount.Add(out, pkt)
 		copy(out[:hl], pkt[:hl])
 		var acc uint64
 		if partial {
@@ -383,6 +331,7 @@ func (s *Segmenter) splitUFO(pkt []byte, l Layout, first int, bufs [][]byte, siz
 		start := i * l.mss
 		end := min(start+l.mss, data)
 		out := bufs[b][offset : offset+hl+end-start]
+		copycount.Add(out, pkt)
 		copy(out[hl:], pkt[l.l3Len+start:l.l3Len+end]) // first: may move in place
 		copy(out[:l.l3Len], pkt[:l.l3Len])
 		if l.ipv6 {
@@ -435,14 +384,4 @@ func fixFragIPv6(out []byte, next uint8, start int, more bool, id uint32) {
 	}
 	binary.BigEndian.PutUint16(fh[2:], frag)
 	binary.BigEndian.PutUint32(fh[4:], id)
-}
-
-// nextFragID returns the identification for the fragments of one IPv6
-// datagram: a counter from a random start (the kernel hashes the addresses
-// with a secret; any value shared by all fragments is right).
-func (s *Segmenter) nextFragID() uint32 {
-	if s.fragID.Load() == 0 {
-		s.fragID.CompareAndSwap(0, rand.Uint32()|1)
-	}
-	return s.fragID.Add(1)
 }

@@ -2,27 +2,6 @@ package segment
 
 import "encoding/binary"
 
-// IP protocol numbers and IPv6 extension headers Validate understands.
-const (
-	protoHopByHop = 0
-	protoTCP      = 6
-	protoUDP      = 17
-	protoRouting  = 43
-	protoFragment = 44
-	protoDestOpts = 60
-)
-
-const (
-	ipv4MinLen    = 20
-	ipv6Len       = 40
-	tcpMinLen     = 20
-	udpLen        = 8
-	tcpCsumOffset = 16
-	udpCsumOffset = 6
-	fragHdrLen    = 8
-	gsoByFrags    = 0xffff // GSO_BY_FRAGS: reserved, never valid from a device
-)
-
 // Validate checks an untrusted packet and its virtio-net header, mirroring
 // the Linux kernel (virtio_net_hdr_to_skb, then the IP, TCP and UDP GSO
 // handlers), and returns its layout. hdr_len is never trusted: the header
@@ -64,6 +43,17 @@ const (
 // checksum flag (FlagUDPTunnelCsum) likewise.
 func Validate(pkt []byte, h Header) (Layout, error) {
 	return std.Validate(pkt, h)
+}
+
+// Validate is the package Validate with the Segmenter's segment cap. It
+// also draws the identification every IPv6 fragment of a UFO datagram
+// shares, so that the chunks SplitFrom writes share it too.
+func (s *Segmenter) Validate(pkt []byte, h Header) (Layout, error) {
+	l, err := validate(pkt, h, s.MaxSegments, 0)
+	if err == nil && l.kind == GSOUDP && l.ipv6 {
+		l.fragID = s.nextFragID()
+	}
+	return l, err
 }
 
 // validate is Validate with a cap on segments; a positive bigLen takes a
@@ -289,6 +279,12 @@ func checkTransport(pkt []byte, h Header, l *Layout) error {
 	if !l.needsCsum {
 		return nil
 	}
+	return checkCsum(pkt, h, l)
+}
+
+// checkCsum checks where the virtio-net header says a partial checksum
+// is, and fills in CsumStart and CsumOffset.
+func checkCsum(pkt []byte, h Header, l *Layout) error {
 	start, off := int(h.CsumStart), int(h.CsumOffset)
 	if start+off+2 > len(pkt) {
 		return invalid(ruleCsumRange, "csum_start %d + csum_offset %d + 2 beyond %d bytes", start, off, len(pkt))

@@ -93,12 +93,6 @@ func (c CsumState) String() string {
 	return "CsumState(" + strconv.Itoa(int(c)) + ")"
 }
 
-// ForWire is Segmenter.ForWire with the zero Segmenter (the kernel's
-// segment caps only).
-func ForWire(pkt []byte, mtu, mss int) (Header, CsumState, error) {
-	return std.ForWire(pkt, mtu, mss)
-}
-
 // ForWire returns the virtio-net header for pkt, a whole IPv4 or IPv6
 // packet as received from the wire (no link-layer header, no Ethernet
 // padding: the IPv4 total length or IPv6 payload length must match

@@ -30,7 +30,7 @@ func BenchmarkForWire(b *testing.B) {
 	}
 	for _, sh := range shapes {
 		pkt := wirePacket(sh.spec)
-		h, _, err := ForWire(pkt, mtu, 0)
+		h, _, err := std.ForWire(pkt, mtu, 0)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -50,10 +50,10 @@ func BenchmarkForWire(b *testing.B) {
 				}
 			})
 		}
-		run("ForWire", func() error { _, _, err := ForWire(pkt, mtu, 0); return err })
+		run("ForWire", func() error { _, _, err := std.ForWire(pkt, mtu, 0); return err })
 		run("Validate", func() error { _, err := Validate(pkt, h); return err })
 		run("ForWire+Validate+Split", func() error {
-			h, _, err := ForWire(pkt, mtu, 0)
+			h, _, err := std.ForWire(pkt, mtu, 0)
 			if err != nil {
 				return err
 			}

@@ -13,7 +13,7 @@ import (
 // packet gets the virtio-net header that makes Split cut it (a gateway
 // passes ForWire the MSS its table learned from the flow's handshake,
 // pipeline.MSSTable, instead of 0).
-func ExampleForWire() {
+func ExampleSegmenter_ForWire() {
 	const mtu = 1500
 	var seg segment.Segmenter
 

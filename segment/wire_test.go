@@ -432,7 +432,7 @@ func TestForWirePartialForms(t *testing.T) {
 					src, dst := addrs(p, v6)
 					setL4Csum(p, l3, header.PseudoHeaderChecksum(header.TCPProtocolNumber, src, dst, uint16(len(p)-l3)))
 				}
-				h, st, err := ForWire(p, 1500, 0)
+				h, st, err := std.ForWire(p, 1500, 0)
 				if err != nil || st != CsumPartial || !h.NeedsCsum() {
 					t.Fatalf("v6=%v form %#04x payload %d: header %+v, %v, %v; want partial", v6, form, payload, h, st, err)
 				}
@@ -463,7 +463,7 @@ func TestForWireCoincidence(t *testing.T) {
 			if c := checksum.Checksum(l4, ps); c != 0xffff {
 				t.Fatalf("could not make the checksum verify: %#04x", c)
 			}
-			h, st, err := ForWire(pkt, 1500, 0)
+			h, st, err := std.ForWire(pkt, 1500, 0)
 			if err != nil || st != CsumPartial {
 				t.Fatalf("v6=%v payload %d: %v %v, want partial", v6, payload, st, err)
 			}

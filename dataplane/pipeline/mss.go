@@ -45,10 +45,10 @@ type MSSConfig struct {
 
 // MSSTable remembers, per TCP flow, the maximum segment size the receiver
 // announced in its SYN or SYN-ACK, so that a gateway that cuts TCP
-// super-packets (segment.ForWire) never sends a segment larger than the
-// receiver agreed to, in the manner of MSS clamping (iptables TCPMSS): the
-// MSS a SYN from X announces limits what the other side sends to X, so it
-// is kept under the flow in that direction.
+// super-packets (segment.Segmenter.ForWire) never sends a segment larger
+// than the receiver agreed to, in the manner of MSS clamping (iptables
+// TCPMSS): the MSS a SYN from X announces limits what the other side sends
+// to X, so it is kept under the flow in that direction.
 //
 // A flow whose SYN the table never saw (the table started after the
 // connection, the handshake took another path, or the flow was forgotten)
@@ -130,12 +130,13 @@ func NewMSSTable(cfg MSSConfig) *MSSTable {
 // Flows returns the number of slots.
 func (t *MSSTable) Flows() int { return len(t.slots) }
 
-// Observe looks at a packet (a whole IPv4 or IPv6 packet, as segment.ForWire
-// takes it) crossing the gateway in either direction. A TCP SYN or SYN-ACK
-// records the MSS it announces (segment.TCP.Announced) for the packets
-// that will flow back to its sender. A RST (segment.TCP.Resets) forgets
-// the flow in both directions. Other packets are ignored. Observe costs a
-// few nanoseconds on a packet that is not a SYN or RST.
+// Observe looks at a packet (a whole IPv4 or IPv6 packet, as
+// segment.Segmenter.ForWire takes it) crossing the gateway in either
+// direction. A TCP SYN or SYN-ACK records the MSS it announces
+// (segment.TCP.Announced) for the packets that will flow back to its
+// sender. A RST (segment.TCP.Resets) forgets the flow in both directions.
+// Other packets are ignored. Observe costs a few nanoseconds on a packet
+// that is not a SYN or RST.
 func (t *MSSTable) Observe(pkt []byte) {
 	tcp, ok := segment.ParseTCP(pkt)
 	if !ok {
@@ -156,7 +157,7 @@ func (t *MSSTable) Observe(pkt []byte) {
 // MSS returns the TCP payload per segment that the receiver of pkt, a TCP
 // packet, agreed to (segment.TCP.SegmentMSS of what it announced), or 0
 // when the table does not know its flow (then cut at mtu minus the
-// headers). Pass it to segment.ForWire.
+// headers). Pass it to segment.Segmenter.ForWire.
 //
 // Call MSS for every TCP packet of the direction that forwards data, or
 // at least for those larger than the MTU: a lookup keeps the flow from

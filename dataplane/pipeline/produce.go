@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gsoplane/gsoplane/dataplane/frame"
+	"github.com/gsoplane/gsoplane/internal/copycount"
 	"github.com/gsoplane/gsoplane/segment"
 	"github.com/gsoplane/gsoplane/txqueue"
 )
@@ -243,6 +244,7 @@ func (p *producer) whole(ctx context.Context, pkt []byte, l segment.Layout, flow
 	f.Header = l.GSOHeader()
 	if !inPlace {
 		f.Len = copy(f.Buf[headroom:], pkt)
+		copycount.Add(f.Buf[headroom:headroom+f.Len], pkt)
 	}
 	st.segmented(segs)
 	if cfg.Hook != nil && !cfg.Hook(f.Buf[headroom:headroom+f.Len]) {

@@ -117,7 +117,10 @@ func NewReturnPath(cfg ReturnConfig) (*ReturnPath, error) {
 	if !ok {
 		return nil, fmt.Errorf("pipeline: %w: GRO needs a VectorWriter", frame.ErrInvalidConfig)
 	}
-	gro, err := segment.NewCoalescer(segment.CoalescerConfig{HeaderSize: cfg.HeaderSize, TCP: cfg.TCP, UDP: cfg.UDP, MaxBatch: returnBatch})
+	gro, err := segment.NewCoalescer(segment.CoalescerConfig{
+		HeaderSize: cfg.HeaderSize, TCP: cfg.TCP, UDP: cfg.UDP, MaxBatch: returnBatch,
+		IPChecked: true, // by check: every IP header once
+	})
 	if err != nil {
 		return nil, fmt.Errorf("pipeline: %w", err)
 	}
@@ -326,7 +329,8 @@ func (r *ReturnPath) check(frames [][]byte, sizes []int) int {
 // valid reports whether pkt may be handed on. Without GRO, Validate
 // checks it all; with GRO, the IP header is checked here, as a router
 // checks it (RFC 1812 5.2.2: a bad header, length or checksum is
-// dropped), and the coalescer, which parses the rest, passes on what it
+// dropped), and the coalescer, which trusts that check
+// (CoalescerConfig.IPChecked) and parses the rest, passes on what it
 // cannot merge for the receiving host to judge.
 func (r *ReturnPath) valid(pkt []byte) bool {
 	if r.gro != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gsoplane/gsoplane/dataplane/frame"
+	"github.com/gsoplane/gsoplane/internal/copycount"
 	"github.com/gsoplane/gsoplane/internal/iphdr"
 	"github.com/gsoplane/gsoplane/segment"
 )
@@ -67,7 +68,7 @@ type WireStats struct {
 // as an AF_XDP socket on the link of a host whose NIC does TSO, or a
 // jumbo-frame link: each packet gets the virtio-net header that makes the
 // forwarder cut it to the egress MTU the way Linux forwards
-// (segment.ForWire: TCP to the flow's MSS, IPv4 UDP without DF into
+// (segment.Segmenter.ForWire: TCP to the flow's MSS, IPv4 UDP without DF into
 // fragments), and a packet a router must refuse instead is answered and
 // counted. The forwarder cuts it, or hands it whole to an OffloadSink
 // whose NIC segments its kind, as Linux hands a GRO packet to a TSO
@@ -202,6 +203,7 @@ func (w *WireSource) from(i int) segment.Header {
 func (w *WireSource) prepare(buf, pkt []byte, from segment.Header) int {
 	mtu := int(w.mtu.Load())
 	p := buf[segment.HeaderSize : segment.HeaderSize+copy(buf[segment.HeaderSize:], pkt)]
+	copycount.Add(p, pkt)
 	if w.cfg.Clamp && segment.Clamp(p, min(mtu, w.ingressMTU(mtu))) {
 		w.clamped.Add(1)
 	}

@@ -33,10 +33,10 @@ func (d *Device) cookie(src netip.AddrPort, m int64) [cookieLen]byte {
 	return macOf(c.secret[:], a, port[:])
 }
 
-// checkMAC1 reports whether msg's mac1 is for this device.
-func (d *Device) checkMAC1(msg []byte) bool {
+// checkMAC1 reports whether msg's mac1 is for identity id.
+func (id *identity) checkMAC1(msg []byte) bool {
 	o1, _ := macs(msg)
-	want := macOf(d.mac1Key[:], msg[:o1])
+	want := macOf(id.mac1Key[:], msg[:o1])
 	return subtle.ConstantTimeCompare(want[:], msg[o1:o1+macLen]) == 1
 }
 
@@ -48,10 +48,11 @@ func (d *Device) checkMAC2(msg []byte, src netip.AddrPort, m int64) bool {
 	return subtle.ConstantTimeCompare(want[:], msg[o2:o2+macLen]) == 1
 }
 
-// appendCookieReply appends the cookie reply to msg, sent by src, to
-// dst: the cookie of src sealed with XChaCha20-Poly1305 under the
-// device's cookie key, a random nonce and msg's mac1 as associated data.
-func (d *Device) appendCookieReply(dst, msg []byte, src netip.AddrPort, m int64) []byte {
+// appendCookieReply appends the cookie reply to msg, sent by src to
+// identity id, to dst: the cookie of src sealed with XChaCha20-Poly1305
+// under id's cookie key, a random nonce and msg's mac1 as associated
+// data.
+func (d *Device) appendCookieReply(id *identity, dst, msg []byte, src netip.AddrPort, m int64) []byte {
 	reply := make([]byte, CookieReplySize)
 	putType(reply, TypeCookieReply)
 	putIndex(reply, offReceiver, index(msg, offSender))
@@ -59,7 +60,7 @@ func (d *Device) appendCookieReply(dst, msg []byte, src netip.AddrPort, m int64)
 	rand.Read(nonce)
 	c := d.cookie(src, m)
 	o1, _ := macs(msg)
-	a, _ := chacha20poly1305.NewX(d.cookieKey[:])
+	a, _ := chacha20poly1305.NewX(id.cookieKey[:])
 	a.Seal(reply[offCookieEnc:offCookieEnc], nonce, c[:], msg[o1:o1+macLen])
 	return append(dst, reply...)
 }

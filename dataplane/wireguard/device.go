@@ -1,17 +1,21 @@
 package wireguard
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"net/netip"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // Config configures a Device.
 type Config struct {
-	// PrivateKey is the device's static private key.
+	// PrivateKey is the device's static private key; zero: none yet
+	// (see SetPrivateKey), and no handshake is made or answered.
 	PrivateKey Key
 	// Now is the clock, read once per call (per batch on the data path);
 	// nil: time.Now. Tests inject their own.
@@ -31,21 +35,44 @@ type Config struct {
 // its peers, the receiver indices of their handshakes and keypairs, and
 // the cookie secret. Its methods are safe for concurrent use.
 type Device struct {
-	private, public Key
-	now             func() time.Time
-	timers          Timers
-	notify          func(*Peer)
-	epoch           time.Time // for monotonic times, mono
+	now    func() time.Time
+	timers Timers
+	notify func(*Peer)
+	epoch  time.Time // for monotonic times, mono
 
-	// Derived from the public key: the responder's initial hash, and
-	// the keys of MAC1 and of cookie replies to this device.
-	hash0, mac1Key, cookieKey [KeyLen]byte
+	id atomic.Pointer[identity] // nil: no private key
+
+	// Kept for the caller, who applies them (see SetListenPort).
+	listenPort, fwmark atomic.Uint32
 
 	cookies cookieSecret
 
 	mu      sync.RWMutex
 	peers   map[Key]*Peer
 	indices map[uint32]indexEntry
+	added   uint64 // peers added so far, the order of Peers
+}
+
+// identity is the device's static key pair and what is derived from its
+// public key: the responder's initial hash, and the keys of MAC1 and of
+// cookie replies to this device. It is replaced whole (SetPrivateKey).
+type identity struct {
+	private, public           Key
+	hash0, mac1Key, cookieKey [KeyLen]byte
+}
+
+// newIdentity returns the identity of private key k, clamped; nil if k
+// is zero.
+func newIdentity(k Key) *identity {
+	if k.IsZero() {
+		return nil
+	}
+	clamp(&k)
+	id := &identity{private: k, public: k.Public()}
+	id.hash0 = hashOf(initialHash[:], id.public[:])
+	id.mac1Key = hashOf(labelMAC1, id.public[:])
+	id.cookieKey = hashOf(labelCookie, id.public[:])
+	return id
 }
 
 // indexEntry is what a receiver index names: a peer's handshake under
@@ -57,11 +84,7 @@ type indexEntry struct {
 
 // NewDevice returns a device with cfg's private key and no peers.
 func NewDevice(cfg Config) (*Device, error) {
-	if cfg.PrivateKey.IsZero() {
-		return nil, errors.New("wireguard: no private key")
-	}
 	d := &Device{
-		private: cfg.PrivateKey,
 		now:     cfg.Now,
 		timers:  DefaultTimers,
 		notify:  cfg.Notify,
@@ -75,15 +98,82 @@ func NewDevice(cfg Config) (*Device, error) {
 		d.timers = *cfg.Timers
 	}
 	d.epoch = d.now()
-	d.public = d.private.Public()
-	d.hash0 = hashOf(initialHash[:], d.public[:])
-	d.mac1Key = hashOf(labelMAC1, d.public[:])
-	d.cookieKey = hashOf(labelCookie, d.public[:])
+	d.id.Store(newIdentity(cfg.PrivateKey))
 	return d, nil
 }
 
-// PublicKey returns the device's static public key.
-func (d *Device) PublicKey() Key { return d.public }
+// PublicKey returns the device's static public key (zero: no private
+// key).
+func (d *Device) PublicKey() Key {
+	if id := d.id.Load(); id != nil {
+		return id.public
+	}
+	return Key{}
+}
+
+// PrivateKey returns the device's static private key, clamped (zero:
+// none).
+func (d *Device) PrivateKey() Key {
+	if id := d.id.Load(); id != nil {
+		return id.private
+	}
+	return Key{}
+}
+
+// SetPrivateKey replaces the device's static private key (zero: none,
+// and no handshake is made or answered). As WireGuard does: a key the
+// device has already changes nothing; a peer with the new public key is
+// removed; every peer's current and next keypair stop sealing (they
+// still open what is in flight), so that the next packet sent starts a
+// handshake with the new key; and handshakes under way are dropped.
+func (d *Device) SetPrivateKey(k Key) {
+	id := newIdentity(k)
+	d.mu.Lock()
+	if old := d.id.Load(); old == id || old != nil && id != nil && old.private == id.private {
+		d.mu.Unlock()
+		return
+	}
+	var self *Peer
+	if id != nil {
+		self = d.peers[id.public]
+	}
+	d.id.Store(id)
+	peers := make([]*Peer, 0, len(d.peers))
+	for _, p := range d.peers {
+		st, _ := id.staticWith(&p.cfg.PublicKey) // of no small order: AddPeer checked
+		p.static.Store(st)
+		peers = append(peers, p)
+	}
+	d.mu.Unlock()
+	if self != nil {
+		d.RemovePeer(self)
+	}
+	for _, p := range peers {
+		p.mu.Lock()
+		p.expireLocked()
+		p.mu.Unlock()
+	}
+}
+
+// SetListenPort and SetFwmark keep the device's UDP port and socket
+// mark (0: none) for the caller, who binds and marks its sockets: the
+// device does not use them. ListenPort and Fwmark return them.
+func (d *Device) SetListenPort(port uint16) error {
+	d.listenPort.Store(uint32(port))
+	return nil
+}
+
+// SetFwmark: see SetListenPort.
+func (d *Device) SetFwmark(mark uint32) error {
+	d.fwmark.Store(mark)
+	return nil
+}
+
+// ListenPort: see SetListenPort.
+func (d *Device) ListenPort() uint16 { return uint16(d.listenPort.Load()) }
+
+// Fwmark: see SetListenPort.
+func (d *Device) Fwmark() uint32 { return d.fwmark.Load() }
 
 // mono is t as nanoseconds since the device's epoch, at least 1 (0 means
 // never in the timestamps kept).
@@ -97,33 +187,45 @@ func (d *Device) PeerByKey(pub Key) *Peer {
 	return p
 }
 
+// Peers returns the device's peers in the order they were added.
+func (d *Device) Peers() []*Peer {
+	d.mu.RLock()
+	peers := make([]*Peer, 0, len(d.peers))
+	for _, p := range d.peers {
+		peers = append(peers, p)
+	}
+	d.mu.RUnlock()
+	slices.SortFunc(peers, func(a, b *Peer) int { return cmp.Compare(a.added, b.added) })
+	return peers
+}
+
 // AddPeer adds a peer. Its public key must be new to the device and not
 // the device's own.
 func (d *Device) AddPeer(cfg PeerConfig) (*Peer, error) {
-	if cfg.PublicKey == d.public {
-		return nil, errors.New("wireguard: a peer with the device's own key")
+	p := &Peer{
+		dev:       d,
+		cfg:       cfg,
+		hash0:     hashOf(initialHash[:], cfg.PublicKey[:]),
+		mac1Key:   hashOf(labelMAC1, cfg.PublicKey[:]),
+		cookieKey: hashOf(labelCookie, cfg.PublicKey[:]),
 	}
-	ss, err := dh(&d.private, &cfg.PublicKey)
+	p.SetEndpoint(cfg.Endpoint)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	id := d.id.Load()
+	switch {
+	case id != nil && cfg.PublicKey == id.public:
+		return nil, errors.New("wireguard: a peer with the device's own key")
+	case d.peers[cfg.PublicKey] != nil:
+		return nil, errors.New("wireguard: a peer with that key exists")
+	}
+	st, err := id.staticWith(&cfg.PublicKey)
 	if err != nil {
 		return nil, errors.New("wireguard: a peer's public key of small order")
 	}
-	p := &Peer{
-		dev:          d,
-		cfg:          cfg,
-		staticShared: ss,
-		hash0:        hashOf(initialHash[:], cfg.PublicKey[:]),
-		mac1Key:      hashOf(labelMAC1, cfg.PublicKey[:]),
-		cookieKey:    hashOf(labelCookie, cfg.PublicKey[:]),
-	}
-	if cfg.Endpoint.IsValid() {
-		ep := cfg.Endpoint
-		p.endpoint.Store(&ep)
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.peers[cfg.PublicKey] != nil {
-		return nil, errors.New("wireguard: a peer with that key exists")
-	}
+	p.static.Store(st)
+	d.added++
+	p.added = d.added
 	d.peers[cfg.PublicKey] = p
 	return p, nil
 }

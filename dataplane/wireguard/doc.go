@@ -65,12 +65,26 @@
 // an earlier one. A peer's endpoint roams to the source of its latest
 // authenticated message.
 //
+// # Configuration
+//
+// A device's private key may be set later (Config.PrivateKey zero: no
+// handshake is made or answered until SetPrivateKey) and replaced: as
+// WireGuard does, the keypairs stop sealing (what is in flight still
+// opens), so that the next packet sent starts a handshake with the new
+// key; the peer with the new public key, if any, is removed. Peers are
+// added and removed at any time (Peers lists them in the order added); a
+// peer's pre-shared key, persistent keepalive and endpoint change with
+// its setters, and Transfer counts the bytes of the messages sealed or
+// written for it and authenticated from it. The listen port and fwmark
+// are kept for the caller, who binds and marks its sockets. The package
+// uapi serves all of it to wg(8).
+//
 // # Not here
 //
 // Allowed IPs and cryptokey routing are the caller's (dataplane/udp's
 // Peers). There is no queue of packets waiting for a handshake (Seal
 // refuses them with NoKey; the caller keeps or drops them), no per-source
-// rate limit of handshake messages under load, no UAPI and no sockets.
+// rate limit of handshake messages under load, and no sockets.
 // The transport keys live inside x/crypto's AEADs, which cannot be
 // wiped: an expired keypair is unlinked and never used again, and its
 // memory goes back to the garbage collector as it is; the handshake's

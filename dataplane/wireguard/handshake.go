@@ -19,15 +19,17 @@ func Type(msg []byte) uint32 { return messageType(msg) }
 func (d *Device) AppendInitiation(dst []byte, p *Peer) ([]byte, error) {
 	now := d.now()
 	m := d.mono(now)
+	id := d.id.Load()
+	if id == nil {
+		return dst, errors.New("wireguard: no private key")
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.removed {
 		return dst, errors.New("wireguard: peer removed")
 	}
 	if p.hsPending {
-		d.dropIndex(p.hs.localIndex)
-		p.hs.zero()
-		p.hsPending = false
+		p.dropHandshakeLocked()
 	}
 	idx, err := d.newIndex(indexEntry{peer: p})
 	if err != nil {
@@ -36,7 +38,7 @@ func (d *Device) AppendInitiation(dst []byte, p *Peer) ([]byte, error) {
 	p.hs.localIndex = idx
 	dst = slices.Grow(dst, InitiationSize)
 	msg := dst[len(dst) : len(dst)+InitiationSize]
-	if err := d.writeInitiation(msg, p, &p.hs, now); err != nil {
+	if err := writeInitiation(id, msg, p, &p.hs, now); err != nil {
 		d.dropIndex(idx)
 		p.hs.zero()
 		return dst, err
@@ -49,6 +51,7 @@ func (d *Device) AppendInitiation(dst []byte, p *Peer) ([]byte, error) {
 	}
 	p.want.Store(false)
 	p.sentAuth(m)
+	p.txBytes.Add(InitiationSize)
 	return dst[:len(dst)+InitiationSize], nil
 }
 
@@ -87,17 +90,20 @@ func (d *Device) Handle(dst, msg []byte, src netip.AddrPort, underLoad bool) (ou
 		}
 		return dst, nil, nil
 	}
-	if !d.checkMAC1(msg) {
+	id := d.id.Load()
+	switch {
+	case id == nil:
+		return dst, nil, NoPrivateKey
+	case !id.checkMAC1(msg):
 		return dst, nil, BadMAC1
-	}
-	if underLoad && !d.checkMAC2(msg, src, m) {
-		return d.appendCookieReply(dst, msg, src, m), nil, NeedCookie
+	case underLoad && !d.checkMAC2(msg, src, m):
+		return d.appendCookieReply(id, dst, msg, src, m), nil, NeedCookie
 	}
 	var r Reason
 	if messageType(msg) == TypeInitiation {
-		dst, p, r = d.handleInitiation(dst, msg, m)
+		dst, p, r = d.handleInitiation(id, dst, msg, m)
 	} else {
-		p, r = d.handleResponse(msg, m)
+		p, r = d.handleResponse(id, msg, m)
 	}
 	if r != OK {
 		return dst, nil, r
@@ -107,15 +113,16 @@ func (d *Device) Handle(dst, msg []byte, src netip.AddrPort, underLoad bool) (ou
 	}
 	p.roam(src)
 	p.receivedAuth()
+	p.rxBytes.Add(uint64(len(msg)))
 	return dst, p, nil
 }
 
-// handleInitiation authenticates an initiation, answers it and puts the
-// new keypair in its peer's next slot.
-func (d *Device) handleInitiation(dst, msg []byte, m int64) ([]byte, *Peer, Reason) {
+// handleInitiation authenticates an initiation to identity id, answers
+// it and puts the new keypair in its peer's next slot.
+func (d *Device) handleInitiation(id *identity, dst, msg []byte, m int64) ([]byte, *Peer, Reason) {
 	var st responderState
 	defer clear(st.ck[:])
-	p, r := d.readInitiation(msg, &st)
+	p, r := d.readInitiation(id, msg, &st)
 	if r != OK {
 		return dst, nil, r
 	}
@@ -124,6 +131,8 @@ func (d *Device) handleInitiation(dst, msg []byte, m int64) ([]byte, *Peer, Reas
 	switch {
 	case p.removed:
 		return dst, nil, UnknownPeer
+	case p.staticUnder(id) == nil: // the private key changed meanwhile
+		return dst, nil, Auth
 	case bytes.Compare(st.timestamp[:], p.lastTimestamp[:]) <= 0:
 		return dst, nil, OldTimestamp
 	case p.lastInit != 0 && m-p.lastInit < int64(d.timers.InitiationInterval):
@@ -135,7 +144,7 @@ func (d *Device) handleInitiation(dst, msg []byte, m int64) ([]byte, *Peer, Reas
 	}
 	dst = slices.Grow(dst, ResponseSize)
 	reply := dst[len(dst) : len(dst)+ResponseSize]
-	send, recv, err := d.writeResponse(reply, p, &st, idx)
+	send, recv, err := writeResponse(reply, p, &st, idx)
 	if err != nil {
 		d.dropIndex(idx)
 		return dst, nil, BadKey
@@ -146,12 +155,13 @@ func (d *Device) handleInitiation(dst, msg []byte, m int64) ([]byte, *Peer, Reas
 	p.installLocked(kp)
 	p.addMACs(reply, m)
 	p.sentAuth(m)
+	p.txBytes.Add(ResponseSize)
 	return dst[:len(dst)+ResponseSize], p, OK
 }
 
 // handleResponse completes the handshake the response's receiver index
-// names: its keypair becomes its peer's current one.
-func (d *Device) handleResponse(msg []byte, m int64) (*Peer, Reason) {
+// names, to identity id: its keypair becomes its peer's current one.
+func (d *Device) handleResponse(id *identity, msg []byte, m int64) (*Peer, Reason) {
 	i := index(msg, offRespRecv)
 	p := d.lookup(i).peer
 	if p == nil {
@@ -159,10 +169,10 @@ func (d *Device) handleResponse(msg []byte, m int64) (*Peer, Reason) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.hsPending || p.hs.localIndex != i {
+	if !p.hsPending || p.hs.localIndex != i || p.staticUnder(id) == nil {
 		return nil, UnknownIndex
 	}
-	send, recv, r := d.readResponse(msg, p, &p.hs)
+	send, recv, r := readResponse(id, msg, p, &p.hs)
 	if r != OK {
 		return nil, r
 	}

@@ -21,7 +21,7 @@ func TestHostileHandshake(t *testing.T) {
 	strange, _ := stranger.AppendInitiation(nil, sp)
 	reMAC := func(b []byte) { // a valid MAC1 over altered contents
 		o1, _ := macs(b)
-		m := macOf(s.b.mac1Key[:], b[:o1])
+		m := macOf(s.b.id.Load().mac1Key[:], b[:o1])
 		copy(b[o1:], m[:])
 	}
 	for _, c := range []struct {
@@ -75,7 +75,7 @@ func TestHostileHandshake(t *testing.T) {
 	bad := alter(resp, func(b []byte) {
 		b[offRespEmpty] ^= 1
 		o1, _ := macs(b)
-		m := macOf(s.a.mac1Key[:], b[:o1])
+		m := macOf(s.a.id.Load().mac1Key[:], b[:o1])
 		copy(b[o1:], m[:])
 	})
 	if _, _, err := s.a.Handle(nil, bad, addrB, false); err != Auth {

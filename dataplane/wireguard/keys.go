@@ -78,7 +78,7 @@ func (d *Device) sealRun(run []Packet, m int64) {
 		return
 	}
 	first, n := kp.counters(uint64(len(run)), t.RejectAfterMessages)
-	sent, data := false, false
+	sent, data := 0, false
 	for i := range run {
 		pkt := &run[i]
 		if uint64(i) >= n {
@@ -87,12 +87,13 @@ func (d *Device) sealRun(run []Packet, m int64) {
 		}
 		pkt.Reason = seal(kp, pkt, first+uint64(i))
 		if pkt.Reason == OK {
-			sent = true
+			sent += len(pkt.Buf)
 			data = data || len(pkt.Buf) > MinDataSize
 		}
 	}
-	if sent {
+	if sent > 0 {
 		p.sentAuth(m)
+		p.txBytes.Add(uint64(sent))
 	}
 	if data {
 		p.sentData(m)
@@ -211,7 +212,7 @@ func (d *Device) openRun(run []Packet, m int64) {
 			run[i].Reason = open(kp, run[i].Buf)
 		}
 	}
-	authentic, data := -1, false
+	authentic, opened, data := -1, 0, false
 	kp.replay.mu.Lock()
 	for i := range run {
 		pkt := &run[i]
@@ -223,6 +224,7 @@ func (d *Device) openRun(run []Packet, m int64) {
 			continue
 		}
 		authentic = i
+		opened += len(pkt.Buf)
 		pkt.Peer = e.peer
 		pkt.Reason = inner(pkt)
 		data = data || pkt.Reason != Keepalive
@@ -234,6 +236,7 @@ func (d *Device) openRun(run []Packet, m int64) {
 	p := e.peer
 	p.roam(run[authentic].Addr)
 	p.receivedAuth()
+	p.rxBytes.Add(uint64(opened))
 	if data {
 		p.receivedData(m)
 	}

@@ -28,9 +28,38 @@ func NewPrivateKey() (Key, error) {
 	if _, err := rand.Read(k[:]); err != nil {
 		return k, err
 	}
+	clamp(&k)
+	return k, nil
+}
+
+// clamp clamps a Curve25519 private key.
+func clamp(k *Key) {
 	k[0] &= 248
 	k[31] = k[31]&127 | 64
-	return k, nil
+}
+
+// smallOrderProbe is a private key that tells a public key of small
+// order (the shared secret with it is zero, whatever the private key).
+var smallOrderProbe = Key{31: 64}
+
+// static is a peer's static-static secret under one identity of the
+// device.
+type static struct {
+	id     *identity
+	shared [KeyLen]byte
+}
+
+// staticWith returns the static-static secret of id and public key pub;
+// nil if id is (no private key). It fails if pub is of small order.
+func (id *identity) staticWith(pub *Key) (*static, error) {
+	if id == nil {
+		_, err := dh(&smallOrderProbe, pub)
+		return nil, err
+	}
+	s := &static{id: id}
+	var err error
+	s.shared, err = dh(&id.private, pub)
+	return s, err
 }
 
 // Public returns the public key of the private key k.
@@ -173,8 +202,12 @@ type handshake struct {
 func (hs *handshake) zero() { *hs = handshake{} }
 
 // writeInitiation fills msg (InitiationSize bytes) up to its MACs and
-// hs with the state the response continues from.
-func (d *Device) writeInitiation(msg []byte, p *Peer, hs *handshake, now time.Time) error {
+// hs with the state the response continues from, as identity id.
+func writeInitiation(id *identity, msg []byte, p *Peer, hs *handshake, now time.Time) error {
+	ss := p.staticUnder(id)
+	if ss == nil {
+		return errors.New("wireguard: the private key changed")
+	}
 	eph, err := NewPrivateKey()
 	if err != nil {
 		return err
@@ -196,9 +229,9 @@ func (d *Device) writeInitiation(msg []byte, p *Peer, hs *handshake, now time.Ti
 	defer clear(k[:])
 	kdf(&hs.ck, es[:], &hs.ck, &k)
 	static := msg[offInitStat : offInitStat+KeyLen+TagLen]
-	sealTo(static, &k, d.public[:], hs.h[:])
+	sealTo(static, &k, id.public[:], hs.h[:])
 	mixHash(&hs.h, static)
-	kdf(&hs.ck, p.staticShared[:], &hs.ck, &k)
+	kdf(&hs.ck, ss[:], &hs.ck, &k)
 	ts := tai64n(now)
 	stamp := msg[offInitTime : offInitTime+timestampLen+TagLen]
 	sealTo(stamp, &k, ts[:], hs.h[:])
@@ -215,15 +248,15 @@ type responderState struct {
 	timestamp   [timestampLen]byte
 }
 
-// readInitiation decrypts and authenticates an initiation (its MAC1
-// already checked), returning its peer.
-func (d *Device) readInitiation(msg []byte, st *responderState) (*Peer, Reason) {
-	st.ck, st.h = initialChainKey, d.hash0
+// readInitiation decrypts and authenticates an initiation to identity id
+// (its MAC1 already checked), returning its peer.
+func (d *Device) readInitiation(id *identity, msg []byte, st *responderState) (*Peer, Reason) {
+	st.ck, st.h = initialChainKey, id.hash0
 	copy(st.remoteEph[:], msg[offInitEph:])
 	st.remoteIndex = index(msg, offSender)
 	kdf(&st.ck, st.remoteEph[:], &st.ck)
 	mixHash(&st.h, st.remoteEph[:])
-	es, err := dh(&d.private, &st.remoteEph)
+	es, err := dh(&id.private, &st.remoteEph)
 	defer clear(es[:])
 	if err != nil {
 		return nil, BadKey
@@ -241,7 +274,11 @@ func (d *Device) readInitiation(msg []byte, st *responderState) (*Peer, Reason) 
 	if p == nil {
 		return nil, UnknownPeer
 	}
-	kdf(&st.ck, p.staticShared[:], &st.ck, &k)
+	ss := p.staticUnder(id)
+	if ss == nil {
+		return nil, Auth
+	}
+	kdf(&st.ck, ss[:], &st.ck, &k)
 	stamp := msg[offInitTime : offInitTime+timestampLen+TagLen]
 	if !openTo(st.timestamp[:], &k, stamp, st.h[:]) {
 		return nil, Auth
@@ -252,7 +289,7 @@ func (d *Device) readInitiation(msg []byte, st *responderState) (*Peer, Reason) 
 
 // writeResponse fills msg (ResponseSize bytes) up to its MACs and
 // derives the responder's transport keys.
-func (d *Device) writeResponse(msg []byte, p *Peer, st *responderState, localIndex uint32) (send, recv [KeyLen]byte, err error) {
+func writeResponse(msg []byte, p *Peer, st *responderState, localIndex uint32) (send, recv [KeyLen]byte, err error) {
 	eph, err := NewPrivateKey()
 	if err != nil {
 		return send, recv, err
@@ -290,10 +327,10 @@ func (d *Device) writeResponse(msg []byte, p *Peer, st *responderState, localInd
 	return send, recv, nil
 }
 
-// readResponse authenticates a response (its MAC1 already checked) to
-// the initiation hs was left by, and derives the initiator's transport
-// keys.
-func (d *Device) readResponse(msg []byte, p *Peer, hs *handshake) (send, recv [KeyLen]byte, r Reason) {
+// readResponse authenticates a response to identity id (its MAC1
+// already checked) to the initiation hs was left by, and derives the
+// initiator's transport keys.
+func readResponse(id *identity, msg []byte, p *Peer, hs *handshake) (send, recv [KeyLen]byte, r Reason) {
 	ck, h := hs.ck, hs.h
 	defer clear(ck[:])
 	var remote Key
@@ -306,7 +343,7 @@ func (d *Device) readResponse(msg []byte, p *Peer, hs *handshake) (send, recv [K
 		return send, recv, BadKey
 	}
 	kdf(&ck, ee[:], &ck)
-	se, err := dh(&d.private, &remote)
+	se, err := dh(&id.private, &remote)
 	defer clear(se[:])
 	if err != nil {
 		return send, recv, BadKey

@@ -28,15 +28,21 @@ type keypairSlot = atomic.Pointer[keypair]
 // endpoint, its keypairs (current, previous, next) and its handshake and
 // timer state. Its methods are safe for concurrent use.
 type Peer struct {
-	dev *Device
-	cfg PeerConfig
+	dev   *Device
+	cfg   PeerConfig // PublicKey fixed; the rest guarded by mu
+	added uint64     // its place in Device.Peers
 
-	// Derived from the keys: the static-static shared secret, the
-	// initiator's initial hash, and the keys of MAC1 and of cookie
-	// replies from the peer.
-	staticShared, hash0, mac1Key, cookieKey [KeyLen]byte
+	// Derived from the public key: the initiator's initial hash, and
+	// the keys of MAC1 and of cookie replies from the peer.
+	hash0, mac1Key, cookieKey [KeyLen]byte
+
+	static atomic.Pointer[static] // the static-static secret; nil: no private key
 
 	endpoint atomic.Pointer[netip.AddrPort]
+
+	// The bytes of the messages sealed for the peer or written to it,
+	// and of those authenticated from it.
+	txBytes, rxBytes atomic.Uint64
 
 	// The keypairs: current seals; all three open. A responder's new
 	// keypair waits in next until the initiator's first data message.
@@ -68,10 +74,46 @@ func (p *Peer) PublicKey() Key { return p.cfg.PublicKey }
 
 // Config returns p's configuration, its endpoint the current one.
 func (p *Peer) Config() PeerConfig {
+	p.mu.Lock()
 	c := p.cfg
+	p.mu.Unlock()
 	c.Endpoint = p.Endpoint()
 	return c
 }
+
+// SetPresharedKey sets p's pre-shared key (zero: none) for its next
+// handshakes.
+func (p *Peer) SetPresharedKey(k Key) {
+	p.mu.Lock()
+	p.cfg.PresharedKey = k
+	p.mu.Unlock()
+}
+
+// SetPersistentKeepalive sets p's persistent-keepalive interval (0:
+// none), and asks for a Tick (Config.Notify), which sends the first
+// keepalive at once if nothing was sent for that long.
+func (p *Peer) SetPersistentKeepalive(interval time.Duration) {
+	p.mu.Lock()
+	p.cfg.PersistentKeepalive = interval
+	p.mu.Unlock()
+	p.kick()
+}
+
+// SetEndpoint sets where p is sent to (zero: nowhere until it sends),
+// until it roams.
+func (p *Peer) SetEndpoint(ep netip.AddrPort) {
+	if !ep.IsValid() {
+		p.endpoint.Store(nil)
+		return
+	}
+	p.endpoint.Store(&ep)
+}
+
+// Transfer returns the bytes received from p (the messages that
+// authenticated as p's, handshake messages included) and sent to it
+// (the data messages sealed for it and the handshake messages written to
+// it, whether or not the caller sent them), as wg(8) shows them.
+func (p *Peer) Transfer() (rx, tx uint64) { return p.rxBytes.Load(), p.txBytes.Load() }
 
 // Endpoint returns where p is sent to: the source of its latest
 // authenticated message, or its configured endpoint.
@@ -151,4 +193,36 @@ func (p *Peer) clearLocked() {
 		p.giveUpLocked()
 	}
 	p.hs.zero()
+}
+
+// expireLocked stops the current and next keypairs sealing (by using up
+// their counters: the next Seal asks for a handshake) and drops the
+// handshake under way: the device's key changed. They still open. p.mu
+// is held.
+func (p *Peer) expireLocked() {
+	for _, kp := range []*keypair{p.current.Load(), p.next.Load()} {
+		if kp != nil {
+			kp.sendCounter.Store(p.dev.timers.RejectAfterMessages)
+		}
+	}
+	if p.hsPending {
+		p.dropHandshakeLocked()
+	}
+}
+
+// dropHandshakeLocked drops the handshake under way and its index. p.mu
+// is held.
+func (p *Peer) dropHandshakeLocked() {
+	p.dev.dropIndex(p.hs.localIndex)
+	p.hs.zero()
+	p.hsPending = false
+}
+
+// staticUnder returns p's static-static secret if the device's identity
+// is still id (nil: it changed, or there is none).
+func (p *Peer) staticUnder(id *identity) *[KeyLen]byte {
+	if s := p.static.Load(); s != nil && s.id == id {
+		return &s.shared
+	}
+	return nil
 }

@@ -25,6 +25,7 @@ const (
 	NoRoom              // Seal: the buffer has no room for the header and tag
 	Keepalive           // Open: an authenticated keepalive, no inner packet
 	Malformed           // Open: the plaintext is no IPv4 or IPv6 packet that fits
+	NoPrivateKey        // Handle: the device has no private key
 	numReasons
 )
 
@@ -47,6 +48,7 @@ var reasonText = [numReasons]string{
 	NoRoom:       "no room for header and tag",
 	Keepalive:    "keepalive",
 	Malformed:    "plaintext not an IP packet",
+	NoPrivateKey: "no private key",
 }
 
 func (r Reason) Error() string {

@@ -103,9 +103,7 @@ func (p *Peer) Tick() (Action, time.Time) {
 
 // giveUpLocked ends a handshake that was retried for RekeyAttemptTime.
 func (p *Peer) giveUpLocked() {
-	p.dev.dropIndex(p.hs.localIndex)
-	p.hs.zero()
-	p.hsPending = false
+	p.dropHandshakeLocked()
 	p.attemptStart = 0
 	p.want.Store(false)
 	p.unansweredSend.Store(0)

@@ -25,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/dataplane/frame"
+	"github.com/gsoplane/gsoplane/internal/copycount"
 	"github.com/gsoplane/gsoplane/internal/ethernet"
 	"github.com/gsoplane/gsoplane/segment"
 )
@@ -159,7 +160,10 @@ func (x *Socket) chainAdd(d unix.XDPDesc, good bool) *rxChain {
 	case !good:
 		c.broken = true
 	case c.frames <= x.maxChain && !c.broken && x.multiBuffer():
-		c.end += copy(x.arena[c.end:], x.umem[d.Addr:d.Addr+uint64(d.Len)])
+		src := x.umem[d.Addr : d.Addr+uint64(d.Len)]
+		n := copy(x.arena[c.end:], src)
+		copycount.Add(x.arena[c.end:c.end+n], src)
+		c.end += n
 	}
 	if d.Options&unix.XDP_PKT_CONTD != 0 {
 		return nil

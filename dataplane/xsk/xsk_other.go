@@ -81,10 +81,10 @@ func (*Sink) Free([]frame.Frame)                   {}
 func (*Sink) Transmit([]frame.Frame) (int, error)  { return 0, errNotSupported }
 func (*Sink) Drops() frame.Drops                   { return frame.Drops{} }
 func (*Sink) HostControl() uint64                  { return 0 }
-func (*Sink) Backlog() <-chan struct{}             { return nil }
 func (*Sink) Complete() (int, error)               { return 0, errNotSupported }
 func (*Sink) Wait(time.Duration) error             { return errNotSupported }
 func (*Sink) Close()                               {}
+func (*Sink) Backlog() <-chan struct{}             { return nil }
 func (*Generator) Send() (int, error)              { return 0, errNotSupported }
 func (*Generator) Wait(time.Duration) error        { return errNotSupported }
 func (*Generator) Stats() Stats                    { return Stats{} }
