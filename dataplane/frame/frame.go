@@ -104,8 +104,9 @@ type Sink interface {
 	Wait(d time.Duration) error
 }
 
-// BurstSegments is the most segments the forwarder cuts and queues per
-// admission of its budget. A super-packet of more (TSO at a small MSS: a
+// BurstSegments is the most segments the forwarder (pipeline.Forwarder)
+// cuts and queues per admission of its budget, and so the fewest frames a
+// Sink owns. A super-packet of more (TSO at a small MSS: a
 // 64 KiB one at MSS 88 has 745) is cut and queued BurstSegments at a time,
 // each chunk admitted on its own, so that a Budget's Burst of
 // BurstSegments truesizes bounds what every admission charges, however

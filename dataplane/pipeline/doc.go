@@ -1,13 +1,13 @@
 // Package pipeline is gsoplane's forwarding pipeline, independent of any
-// device: the Forwarder moves super-packets from a Source through
+// device: the Forwarder moves super-packets from a frame.Source through
 // validation, admission by a txqueue.Budget, segmentation straight into a
-// Sink's frames, an optional per-segment Hook and a txqueue.Queue to the
-// Sink, whose in-order completions release the charges; while the budget
-// is full the forwarder does not read its source. A super-packet of more
-// than BurstSegments segments (TSO at a small MSS) goes through a chunk
-// of BurstSegments at a time, each admitted on its own. The ReturnPath moves
-// packets the other way, from a port's Receiver into a Writer such as a
-// TUN queue. Each of their loops has a Pulse, which tells from outside a
+// frame.Sink's frames, an optional per-segment Hook and a txqueue.Queue to
+// the Sink, whose in-order completions release the charges; while the
+// budget is full the forwarder does not read its source. A super-packet
+// of more than frame.BurstSegments segments (TSO at a small MSS) goes
+// through a chunk of BurstSegments at a time, each admitted on its own.
+// The ReturnPath moves packets the other way, from a port's
+// frame.Receiver into a frame.Writer such as a TUN queue. Each of their loops has a Pulse, which tells from outside a
 // loop that works or waits for work from one that is wedged, for a
 // watchdog.
 //
