@@ -90,9 +90,9 @@ fuzz:
 KERNELS_FLAGS ?=
 KERNELS_SHORT = -short -packages dataplane/xsk,dataplane/afpacket,dataplane/tun,dataplane/udp,segment
 test-kernels: qemu
-	$(GO) run ./internal/kernels/cmd/test-kernels $(KERNELS_FLAGS)
+	$(GO) run ./internal/testing/kernels/cmd/test-kernels $(KERNELS_FLAGS)
 test-kernels-short: qemu
-	$(GO) run ./internal/kernels/cmd/test-kernels $(KERNELS_SHORT) $(KERNELS_FLAGS)
+	$(GO) run ./internal/testing/kernels/cmd/test-kernels $(KERNELS_SHORT) $(KERNELS_FLAGS)
 qemu:
 	@command -v qemu-system-x86_64 >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1 || \
 		{ echo "test-kernels: installing qemu-system-x86"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends qemu-system-x86 >/dev/null; }

@@ -23,7 +23,7 @@ import (
 	"math"
 
 	"github.com/gsoplane/gsoplane/dataplane"
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 const (

@@ -13,7 +13,7 @@ import (
 
 	"github.com/vishvananda/netns"
 
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 // requireRoot skips unless the test runs as root: the bench builds

@@ -42,7 +42,7 @@ import (
 
 	"github.com/gsoplane/gsoplane/dataplane/afpacket"
 	"github.com/gsoplane/gsoplane/dataplane/tun"
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 // Frame layout of the floor's buffers: the packet socket's virtio-net

@@ -34,7 +34,7 @@ import (
 	"github.com/gsoplane/gsoplane/dataplane/tun"
 	"github.com/gsoplane/gsoplane/dataplane/tunnel"
 	"github.com/gsoplane/gsoplane/dataplane/udp"
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 const (

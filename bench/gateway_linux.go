@@ -5,7 +5,9 @@ import (
 	"errors"
 
 	"github.com/gsoplane/gsoplane/dataplane"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/txqueue"
 )
 
 // gateway is a dataplane.Gateway running between the TUN device in A and
@@ -61,7 +63,7 @@ func (gw *gateway) counters(c *counters) {
 	// Not the host's own link-local traffic into the TUN (MLD reports,
 	// router solicitations), which a router does not forward: it is
 	// not the measured traffic, and it comes at random times.
-	c.Drops = st.Forward.Drops.Total() - st.Forward.Drops[pipeline.DropNotRouted] + st.Return.Drops.Total()
+	c.Drops = st.Forward.Drops.Total() - st.Forward.Drops[frame.DropNotRouted] + st.Return.Drops.Total()
 	c.RetPackets, c.RetWrites = st.Return.Packets, st.Return.Writes
 	c.BudgetInFlight, c.BudgetLimit = st.Budget.InFlight, st.Budget.Limit
 }
@@ -79,30 +81,33 @@ func (gw *gateway) extra() map[string]float64 {
 	case dataplane.PortXDP:
 		var kicks uint64
 		for _, x := range st.Port.Sockets {
-			kicks += x.Kicks
+			kicks += x.Counter("kicks")
 		}
 		m["xsk_kicks_per_super_packet"] = per(kicks)
 	case dataplane.PortPacket:
-		var p dataplane.SocketStats
+		var rx, tx uint64
+		sum := map[string]uint64{}
 		for _, x := range st.Port.Sockets {
-			p.TX, p.TXCalls, p.TXSuper, p.TXPartial, p.TXBusy = p.TX+x.TX, p.TXCalls+x.TXCalls, p.TXSuper+x.TXSuper, p.TXPartial+x.TXPartial, p.TXBusy+x.TXBusy
-			p.RX, p.RXCalls, p.RXSuper, p.RXKernelDrop = p.RX+x.RX, p.RXCalls+x.RXCalls, p.RXSuper+x.RXSuper, p.RXKernelDrop+x.RXKernelDrop
+			rx, tx = rx+x.RX, tx+x.TX
+			for _, c := range x.Counters {
+				sum[c.Name] += c.Value
+			}
 		}
-		m["packet_sendmmsg_per_super_packet"] = per(p.TXCalls)
-		m["packet_tx_frames"] = float64(p.TX)
-		m["packet_tx_super"] = float64(p.TXSuper)
-		m["packet_tx_partial"] = float64(p.TXPartial)
-		m["packet_tx_busy"] = float64(p.TXBusy)
-		m["packet_rx_frames"] = float64(p.RX)
-		m["packet_rx_super"] = float64(p.RXSuper)
-		m["packet_rx_per_recvmmsg"] = float64(p.RX) / float64(max(p.RXCalls, 1))
-		m["packet_rx_kernel_drops"] = float64(p.RXKernelDrop)
+		m["packet_sendmmsg_per_super_packet"] = per(sum["tx_calls"])
+		m["packet_tx_frames"] = float64(tx)
+		m["packet_tx_super"] = float64(sum["tx_super"])
+		m["packet_tx_partial"] = float64(sum["tx_partial"])
+		m["packet_tx_busy"] = float64(sum["tx_busy"])
+		m["packet_rx_frames"] = float64(rx)
+		m["packet_rx_super"] = float64(sum["rx_super"])
+		m["packet_rx_per_recvmmsg"] = float64(rx) / float64(max(sum["rx_calls"], 1))
+		m["packet_rx_kernel_drops"] = float64(sum["rx_kernel_drop"])
 	}
 	return m
 }
 
 // waits summarises a forwarder's waits for the JSON "extra" object.
-func waits(f pipeline.Stats, b dataplane.BudgetStats, q dataplane.QueueStats) map[string]float64 {
+func waits(f pipeline.Stats, b txqueue.BudgetStats, q txqueue.Stats) map[string]float64 {
 	m := map[string]float64{
 		"frame_stalls":       float64(f.FrameStalls),
 		"budget_stalls":      float64(b.Stalls),

@@ -33,6 +33,7 @@ import (
 	"os/exec"
 
 	"github.com/gsoplane/gsoplane/dataplane"
+	"github.com/gsoplane/gsoplane/dataplane/afpacket"
 )
 
 const tcpPort = 5201
@@ -74,7 +75,7 @@ func xdpNoCsum() dataplane.GatewayConfig {
 
 func gsoRows(opts measureOpts) []rowSpec {
 	gw, xdp := gatewayTCPRow, xdpTUNConfig
-	packet := func(mode dataplane.PacketGSO) dataplane.GatewayConfig {
+	packet := func(mode afpacket.GSOMode) dataplane.GatewayConfig {
 		return dataplane.GatewayConfig{Port: dataplane.PortPacket, Packet: dataplane.PacketOptions{GSO: mode}, DisableGRO: true}
 	}
 	rows := []rowSpec{
@@ -92,9 +93,9 @@ func gsoRows(opts measureOpts) []rowSpec {
 				return &labTrial{tr: tcpTraffic{s}, rxAtB: true}, nil
 			})
 		}}.copying(kernelCopies),
-		gw("packet-offload", packet(dataplane.PacketGSOAuto)).copying(inPlaceCopies),
-		gw("packet-partial", packet(dataplane.PacketGSOPartial)),
-		gw("packet-full", packet(dataplane.PacketGSOFull)),
+		gw("packet-offload", packet(afpacket.GSOModeAuto)).copying(inPlaceCopies),
+		gw("packet-partial", packet(afpacket.GSOModePartial)),
+		gw("packet-full", packet(afpacket.GSOModeFull)),
 		gw("xdp", xdp(true)),
 		gw("xdp-no-csum", xdpNoCsum()),
 		gw("xdp-no-offload", xdp(false)),

@@ -24,20 +24,22 @@ import (
 	"errors"
 
 	"github.com/gsoplane/gsoplane/dataplane"
+	"github.com/gsoplane/gsoplane/dataplane/afpacket"
+	"github.com/gsoplane/gsoplane/dataplane/xsk"
 )
 
 func ingressRows() []rowSpec {
 	return []rowSpec{
-		ingressTCPRow("packet", false, ingressPacket(dataplane.PacketGSOAuto)).copying(inPlaceCopies + wireCopies),
+		ingressTCPRow("packet", false, ingressPacket(afpacket.GSOModeAuto)).copying(inPlaceCopies + wireCopies),
 		ingressTCPRow("floor", false, func(l *lab) (dataplaneUnderTest, error) { return startIngressFloor(l) }).copying(floorCopies),
 		ingressTCPRow("xdp", false, func(l *lab) (dataplaneUnderTest, error) {
-			g, err := startGateway(l, ingressConfig(dataplane.PortXDP, dataplane.XDPModeGeneric, nil))
+			g, err := startGateway(l, ingressConfig(dataplane.PortXDP, xsk.ModeGeneric, nil))
 			if err != nil {
 				return nil, err
 			}
 			return gwDataplane{gateway: g}, nil
 		}).copying(forwardCopies + wireCopies + chainCopies),
-		ingressTCPRow("packet-cut", false, ingressPacket(dataplane.PacketGSOPartial)).copying(forwardCopies + wireCopies),
+		ingressTCPRow("packet-cut", false, ingressPacket(afpacket.GSOModePartial)).copying(forwardCopies + wireCopies),
 		ingressTCPRow("kernel", true, func(l *lab) (dataplaneUnderTest, error) {
 			return nil, errors.Join(l.A.Sysctl("net/ipv4/ip_forward", "1"), l.RouteKernel())
 		}).copying(kernelCopies),
@@ -47,9 +49,9 @@ func ingressRows() []rowSpec {
 
 // ingressPacket starts a gateway whose ports, on gw-c and gw-a, are
 // AF_PACKET in the given mode.
-func ingressPacket(mode dataplane.PacketGSO) func(l *lab) (dataplaneUnderTest, error) {
+func ingressPacket(mode afpacket.GSOMode) func(l *lab) (dataplaneUnderTest, error) {
 	return func(l *lab) (dataplaneUnderTest, error) {
-		cfg := ingressConfig(dataplane.PortPacket, dataplane.XDPModeAuto, nil)
+		cfg := ingressConfig(dataplane.PortPacket, xsk.ModeAuto, nil)
 		cfg.XDP, cfg.Packet.GSO = dataplane.XDPOptions{}, mode
 		g, err := startGateway(l, cfg)
 		if err != nil {

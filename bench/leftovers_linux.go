@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 // checkLeftovers removes stale namespaces, saying so, and reports whether

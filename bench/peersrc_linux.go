@@ -13,7 +13,7 @@ import (
 	tstun "github.com/tailscale/wireguard-go/tun"
 	wgtun "golang.zx2c4.com/wireguard/tun"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/segment"
 )
 
@@ -68,7 +68,7 @@ const wgVnetHdrLen = 10
 // Tailscale's tun.GSOSplit (github.com/tailscale/wireguard-go), into the
 // forwarder's buffers.
 type tsSource struct {
-	q       pipeline.Source // our TUN queue
+	q       frame.Source // our TUN queue
 	hdrSize int
 	raw     [][]byte // super-packets read, not yet split
 	rawLen  []int
@@ -76,7 +76,7 @@ type tsSource struct {
 	errors  atomic.Uint64
 }
 
-func newTSSource(q pipeline.Source, hdrSize int) *tsSource {
+func newTSSource(q frame.Source, hdrSize int) *tsSource {
 	s := &tsSource{q: q, hdrSize: hdrSize, raw: make([][]byte, 8), rawLen: make([]int, 8)}
 	for i := range s.raw {
 		s.raw[i] = make([]byte, hdrSize+65535)
@@ -90,7 +90,7 @@ func (s *tsSource) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 			n, err := s.q.Read(s.raw, s.rawLen, 0)
 			s.next, s.n = 0, n
 			if err != nil && n == 0 {
-				if errors.Is(err, pipeline.ErrPacketTruncated) {
+				if errors.Is(err, frame.ErrPacketTruncated) {
 					s.errors.Add(1)
 					continue
 				}

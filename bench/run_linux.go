@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 // scenarioDef is one scenario: its rows, how to compare them, and what to
@@ -160,7 +160,7 @@ var scenarios = map[string]scenarioDef{
 			"xdp: GatewayConfig.Ingress = gw-c, both AF_XDP ports in generic XDP mode (native XDP on a veth turns the",
 			"  peer's TSO off); C's super-packets reach the port whole (multi-buffer) and pipeline.WireSource cuts them.",
 			"packet: both ports AF_PACKET; each super-packet leaves gw-a whole with its virtio-net header (gw-a's TSO cuts it);",
-			"  packet-cut: the same ports, the gateway cutting every super-packet (PacketGSOPartial): what leaving whole saves.",
+			"  packet-cut: the same ports, the gateway cutting every super-packet (afpacket.GSOModePartial): what leaving whole saves.",
 			"kernel: no gateway; A forwards (ip_forward), C's super-packets cross to B unsegmented (GRO/GSO forwarding).",
 			"tun: the gso scenario's xdp row (TUN offloads, AF_XDP), the stream from A.",
 			"Where the time goes (perf, xdp row): ~40% of the bench process is the AF_XDP copy-mode TX kick on gw-a (one skb per",

@@ -31,7 +31,7 @@ import (
 	"github.com/gsoplane/gsoplane/dataplane/tunnel"
 	"github.com/gsoplane/gsoplane/dataplane/udp"
 	"github.com/gsoplane/gsoplane/examples/vpn"
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 // The tunnel rows' device and inner addresses (in 198.19.0.0/24, behind

@@ -23,7 +23,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/gsoplane/gsoplane/dataplane"
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 // The overlay: a VXLAN device in A and one in B, these addresses on them.

@@ -29,7 +29,7 @@ import (
 	"github.com/gsoplane/gsoplane/dataplane"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/dataplane/xsk"
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 // The generator's UMEM: 1024 TX frames, and a ring (and so a batch per
@@ -44,7 +44,7 @@ const ingressMTU = 1500
 
 // ingressConfig is a gateway from the ingress device gw-c to gw-a, both
 // ports of kind port (AF_XDP: the XDP programs in mode).
-func ingressConfig(port dataplane.PortKind, mode dataplane.XDPMode, hook pipeline.Hook) dataplane.GatewayConfig {
+func ingressConfig(port dataplane.PortKind, mode xsk.Mode, hook pipeline.Hook) dataplane.GatewayConfig {
 	return dataplane.GatewayConfig{
 		Ingress: dataplane.IngressOptions{Device: netlab.Ingress, Routes: netlab.SrvRoutes}, NextHop: netlab.NICB4,
 		Port: port, XDP: dataplane.XDPOptions{Mode: mode}, DisableGRO: true, Hook: hook,
@@ -72,7 +72,7 @@ func xdphookRow(name string, port dataplane.PortKind, hook pipeline.Hook) rowSpe
 				return nil, err
 			}
 			onStop := l.dropFloodAtB()
-			g, err := startGateway(l, ingressConfig(port, dataplane.XDPModeAuto, hook))
+			g, err := startGateway(l, ingressConfig(port, xsk.ModeAuto, hook))
 			if err != nil {
 				return nil, err
 			}

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/gsoplane/gsoplane/dataplane/xsk"
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 // TestPortChoice opens the gateway's NIC port on the reference veth
@@ -103,7 +103,7 @@ func TestZeroCopyInvalid(t *testing.T) {
 		opts XDPOptions
 	}{
 		{PortPacket, XDPOptions{ZeroCopy: XDPZeroCopyOn}},
-		{PortXDP, XDPOptions{Mode: XDPModeGeneric, ZeroCopy: XDPZeroCopyOn}},
+		{PortXDP, XDPOptions{Mode: xsk.ModeGeneric, ZeroCopy: XDPZeroCopyOn}},
 		{PortXDP, XDPOptions{ZeroCopy: XDPZeroCopyOff + 1}},
 	} {
 		_, err := openNIC(GatewayConfig{NIC: "nonexist0", Port: x.port, XDP: x.opts}, slog.New(slog.DiscardHandler))

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 // TestGatewayBusyPoll: a gateway whose AF_XDP sockets busy poll, on a NIC
@@ -39,8 +39,8 @@ func TestGatewayBusyPoll(t *testing.T) {
 	}
 	var polls uint64
 	for i, s := range st.Port.Sockets {
-		t.Logf("socket %d: %d busy polls, %d kicks, %d received, %d sent", i, s.BusyPolls, s.Kicks, s.RX, s.TX)
-		polls += s.BusyPolls
+		t.Logf("socket %d: %d busy polls, %d kicks, %d received, %d sent", i, s.Counter("busy_poll"), s.Counter("kicks"), s.RX, s.TX)
+		polls += s.Counter("busy_poll")
 	}
 	if polls == 0 {
 		t.Error("no socket busy polled")

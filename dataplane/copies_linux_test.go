@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gsoplane/gsoplane/dataplane/xsk"
 	"github.com/gsoplane/gsoplane/internal/copycount"
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 // TestCopies counts the copies user space makes of each super-packet on
@@ -64,7 +65,7 @@ func TestCopies(t *testing.T) {
 	}{
 		{"packet", portPacket.config(GatewayConfig{}), 1, 2},
 		{"xdp", portXDP.config(GatewayConfig{}), 2, 2},
-		{"xdp-generic", portXDP.config(GatewayConfig{XDP: XDPOptions{Mode: XDPModeGeneric}}), 3, 2},
+		{"xdp-generic", portXDP.config(GatewayConfig{XDP: XDPOptions{Mode: xsk.ModeGeneric}}), 3, 2},
 	} {
 		t.Run("ingress/"+c.name, func(t *testing.T) {
 			tp := newIngressTopology(t, 2, 2)

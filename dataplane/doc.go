@@ -25,8 +25,11 @@
 // The parts live in packages of their own, which embedders can use
 // without the gateway:
 //
-//	dataplane/pipeline  Source, Sink, Frame, Hook, Forwarder, ReturnPath,
-//	                    Stats: the forwarding pipeline, pure Go, any OS
+//	dataplane/frame     Source, Sink, Frame, Receiver, Writer, the drop
+//	                    reasons: the contract the ports implement
+//	dataplane/pipeline  Hook, Forwarder, ReturnPath, WireSource, Stats:
+//	                    the forwarding engine, pure Go, any OS
+//	dataplane/icmp      the Replier: ICMP errors for what the gateway drops
 //	dataplane/tun       the TUN port (IFF_VNET_HDR, multi-queue, offloads)
 //	dataplane/xsk       the AF_XDP port: sockets, rings, the XDP program,
 //	                    its Sink and Receiver
@@ -36,7 +39,8 @@
 //	                    (TSO/USO and checksum offload) and Receiver
 //	dataplane/udp       the VPN halves: a Sink that sends with UDP_SEGMENT
 //
-// Imports flow one way: dataplane → ports → pipeline → segment, txqueue.
+// Imports flow one way: dataplane → pipeline and the ports → frame →
+// segment; pipeline → txqueue.
 // No port imports another. The gateway needs Linux, CAP_NET_ADMIN,
 // CAP_BPF and CAP_NET_RAW; elsewhere OpenGateway returns an error
 // wrapping ErrNotSupported.

@@ -18,9 +18,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/dataplane/afpacket"
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/xsk"
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 // TestGatewayLinkFlap takes the NIC down and up again under a TCP stream,
@@ -44,7 +44,7 @@ func gatewayLinkFlap(t *testing.T, port labPort) {
 	st := lab.g.Stats()
 	var retried uint64
 	for _, s := range st.Port.Sockets {
-		retried += s.KickRetries + s.TXBusy
+		retried += s.Counter("kick_retry") + s.Counter("tx_busy")
 	}
 	t.Logf("NIC %+v, forward drops %v, kicks or sends retried %d, %d of %d super-packets offloaded in place", st.NIC, st.Forward.Drops, retried, st.Forward.InPlace, st.Forward.Offloaded)
 	if st.NIC.Downs != 1 || !st.NIC.Up {
@@ -180,7 +180,7 @@ func TestGatewayUnresolved(t *testing.T) {
 	}
 	st := lab.g.Stats()
 	t.Logf("host unreachable after %v; drops %v, ICMP %+v", took, st.Forward.Drops, st.Replies)
-	if st.Forward.Drops[pipeline.DropUnresolved] == 0 || st.Replies.Sent == 0 {
+	if st.Forward.Drops[frame.DropUnresolved] == 0 || st.Replies.Sent == 0 {
 		t.Errorf("drops %v, ICMP %+v: want unresolved drops and host unreachable sent", st.Forward.Drops, st.Replies)
 	}
 	netlab.Must(t, lab.stop())
@@ -191,7 +191,7 @@ func TestGatewayUnresolved(t *testing.T) {
 // the sinks took was sent or dropped by them, once.
 func checkSinkBalance(t *testing.T, st GatewayStats) {
 	t.Helper()
-	sinkDrops := st.Forward.Drops[pipeline.DropUnresolved] + st.Forward.Drops[pipeline.DropNotRouted] + st.Forward.HostControl
+	sinkDrops := st.Forward.Drops[frame.DropUnresolved] + st.Forward.Drops[frame.DropNotRouted] + st.Forward.HostControl
 	if st.Port.Sent+sinkDrops != st.Forward.Transmitted {
 		t.Errorf("sent %d + dropped or discarded by the sinks %d != taken by the sinks %d: a frame lost or counted twice", st.Port.Sent, sinkDrops, st.Forward.Transmitted)
 	}
@@ -236,7 +236,7 @@ func gatewayMTU(t *testing.T, port labPort) {
 	}
 	st := lab.g.Stats()
 	t.Logf("NIC %+v, drops %v, ICMP %+v", st.NIC, st.Forward.Drops, st.Replies)
-	if st.Forward.Drops[pipeline.DropTooBig] < 2 || st.Replies.Sent < 2 {
+	if st.Forward.Drops[frame.DropTooBig] < 2 || st.Replies.Sent < 2 {
 		t.Errorf("drops %v, ICMP %+v: want the datagrams dropped as too big and answered", st.Forward.Drops, st.Replies)
 	}
 	setMTU(lab.A, netlab.NICA, 1500)
@@ -417,9 +417,9 @@ func (c *capture) frames(t *testing.T) []capturedFrame {
 // port, its frames sized from the NIC's MTU, sends 9000-byte segments.
 func TestGatewayJumbo(t *testing.T) {
 	netlab.RequireRoot(t)
-	for _, mode := range []XDPMode{XDPModeGeneric, XDPModeNative} {
+	for _, mode := range []xsk.Mode{xsk.ModeGeneric, xsk.ModeNative} {
 		t.Run("xdp-"+mode.String(), func(t *testing.T) {
-			if mode == XDPModeNative {
+			if mode == xsk.ModeNative {
 				// A veth takes a native program on a 9000-byte link
 				// only with frags, which the port loads only with
 				// multi-buffer sockets.
@@ -484,7 +484,7 @@ func gatewayJumbo(t *testing.T, cfg GatewayConfig, want int) {
 	}
 	s := lab.g.Stats()
 	t.Logf("NIC %+v, drops %v, ICMP %+v", s.NIC, s.Forward.Drops, s.Replies)
-	if s.Forward.Drops[pipeline.DropTooBig] < 2 || s.Replies.Sent < 2 || s.Forward.Drops[pipeline.DropOversize] != 0 {
+	if s.Forward.Drops[frame.DropTooBig] < 2 || s.Replies.Sent < 2 || s.Forward.Drops[frame.DropOversize] != 0 {
 		t.Errorf("drops %v, ICMP %+v: want the datagrams dropped as too big (not oversize) and answered", s.Forward.Drops, s.Replies)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/gsoplane/gsoplane/dataplane/afpacket"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
+	"github.com/gsoplane/gsoplane/dataplane/icmp"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/dataplane/tun"
 	"github.com/gsoplane/gsoplane/dataplane/xsk"
@@ -16,11 +18,11 @@ import (
 
 // ErrInvalidConfig is wrapped by every error about a configuration the
 // gateway, the pipeline or a port refused before any system call.
-var ErrInvalidConfig = pipeline.ErrInvalidConfig
+var ErrInvalidConfig = frame.ErrInvalidConfig
 
 // ErrNotSupported is wrapped by the error OpenGateway returns on a system
 // without the gateway (any but Linux); it wraps errors.ErrUnsupported.
-var ErrNotSupported = pipeline.ErrNotSupported
+var ErrNotSupported = frame.ErrNotSupported
 
 // ErrTUNGone is wrapped by the error Run returns when the gateway's TUN
 // device was deleted from outside while it ran.
@@ -28,7 +30,7 @@ var ErrTUNGone = tun.ErrDeviceGone
 
 // ErrNoDevice is wrapped by the error OpenGateway returns when the NIC or
 // the ingress device does not exist in the caller's network namespace.
-var ErrNoDevice = pipeline.ErrNoDevice
+var ErrNoDevice = frame.ErrNoDevice
 
 // ErrZeroCopy is wrapped by the error OpenGateway returns when
 // XDPOptions.ZeroCopy is XDPZeroCopyOn and the NIC's driver does not take
@@ -67,7 +69,7 @@ type GatewayConfig struct {
 	// does not resolve, fragmentation needed or packet too big for a
 	// packet over the NIC's MTU). Not the TUN's own address, which the
 	// host would drop as a martian. Without one for a version, those
-	// errors are not sent (ReplyStats.Silent). With an ingress device,
+	// errors are not sent (icmp.Stats.Silent). With an ingress device,
 	// the default is its addresses, and the errors go through the host's
 	// stack (raw sockets), which routes them.
 	RouterAddrs []netip.Addr
@@ -84,7 +86,7 @@ type GatewayConfig struct {
 	// TCP super-packets (and UDP ones when the TUN device took the USO
 	// offloads) before they are written into the TUN: one write per
 	// packet instead of one per super-packet (an ablation). GRO needs the
-	// inside's writer to be a pipeline.VectorWriter (a TUN queue is).
+	// inside's writer to be a frame.VectorWriter (a TUN queue is).
 	DisableGRO bool
 	// OnDetach is what the gateway does when its XDP program is detached
 	// from outside: attach it again (the default) or stop.
@@ -134,10 +136,10 @@ type IngressOptions struct {
 
 // XDPOptions describe how an AF_XDP port runs.
 type XDPOptions struct {
-	Mode XDPMode // how the XDP program runs
+	Mode xsk.Mode // how the XDP program runs
 	// ZeroCopy says whether the sockets bind with XDP_ZEROCOPY, on the
-	// driver's own buffers (the program in the driver: XDPModeNative, or
-	// XDPModeAuto taken as native). XDPZeroCopyAuto, the default, tries
+	// driver's own buffers (the program in the driver: xsk.ModeNative, or
+	// xsk.ModeAuto taken as native). XDPZeroCopyAuto, the default, tries
 	// it where the mode allows: refused, PortXDP binds in copy mode and
 	// PortAuto takes AF_PACKET instead, saying why in one log line.
 	// XDPZeroCopyOn fails OpenGateway where the driver refuses (an error
@@ -154,7 +156,7 @@ type XDPOptions struct {
 	// DisableTXChecksum makes the port compute every checksum itself (an
 	// ablation). By default, on a kernel with AF_XDP TX metadata (Linux
 	// 6.11) and in copy mode, segments leave with partial checksums that
-	// the kernel or the NIC completes (SocketStats.TXCsumOffload).
+	// the kernel or the NIC completes (SocketStats counter tx_csum_offload).
 	DisableTXChecksum bool
 }
 
@@ -178,66 +180,15 @@ func (z XDPZeroCopy) String() string {
 	return fmt.Sprintf("XDPZeroCopy(%d)", int(z))
 }
 
-// XDPMode is how an AF_XDP port's XDP program is attached.
-type XDPMode = xsk.Mode
-
-// The XDP modes.
-const (
-	XDPModeAuto    = xsk.ModeAuto    // native, else generic
-	XDPModeNative  = xsk.ModeNative  // in the driver
-	XDPModeGeneric = xsk.ModeGeneric // on the kernel's skb path
-)
-
 // PacketOptions describe how an AF_PACKET port runs.
 type PacketOptions struct {
-	GSO PacketGSO // what the port leaves to the NIC
+	GSO afpacket.GSOMode // what the port leaves to the NIC
 	// HostFilter is how the port attaches the ingress program that keeps
 	// the routed prefixes' packets from the host's stack: tcx where the
-	// kernel has it (the default), or cls_bpf on a clsact qdisc.
-	HostFilter PacketHostFilter
+	// kernel has it (the default), or cls_bpf on a clsact qdisc; with
+	// afpacket.HostFilterAuto the gateway logs which and why.
+	HostFilter afpacket.HostFilter
 }
-
-// PacketHostFilter says how an AF_PACKET port attaches its ingress
-// program.
-type PacketHostFilter = afpacket.HostFilter
-
-// The ways an AF_PACKET port attaches its ingress program.
-const (
-	// PacketHostFilterAuto, the default, attaches through tcx and, on a
-	// kernel without tcx (before Linux 6.6), as a cls_bpf filter on a
-	// clsact qdisc; the gateway logs which and why.
-	PacketHostFilterAuto = afpacket.HostFilterAuto
-	// PacketHostFilterTCX attaches through a tcx link (Linux 6.6), which
-	// the kernel removes when the process dies.
-	PacketHostFilterTCX = afpacket.HostFilterTCX
-	// PacketHostFilterClsact attaches as a direct-action cls_bpf filter
-	// on a clsact qdisc (added if the NIC has none), which the gateway
-	// removes on Close, but a killed process leaves behind.
-	PacketHostFilterClsact = afpacket.HostFilterClsact
-)
-
-// PacketGSO says what an AF_PACKET port leaves to the NIC: whole
-// super-packets, checksums, or nothing.
-type PacketGSO = afpacket.GSOMode
-
-// The AF_PACKET GSO modes.
-const (
-	// PacketGSOAuto, the default, hands a super-packet to the NIC whole
-	// where the NIC segments its kind, else cuts it here with partial
-	// checksums where the NIC completes them, else with complete ones.
-	PacketGSOAuto = afpacket.GSOModeAuto
-	// PacketGSOOffload decides as PacketGSOAuto, but opening the port
-	// fails when the NIC segments no kind at all.
-	PacketGSOOffload = afpacket.GSOModeOffload
-	PacketGSOPartial = afpacket.GSOModePartial // never whole super-packets: segments with partial checksums where the NIC completes them
-	PacketGSOFull    = afpacket.GSOModeFull    // complete segments: no offload
-)
-
-// Limits of the options.
-const (
-	MaxTUNQueues = tun.MaxQueues   // the most TUNOptions.Queues
-	MaxBusyPoll  = xsk.MaxBusyPoll // the longest XDPOptions.BusyPoll
-)
 
 // PortKind is the kind of NIC port a gateway opens.
 type PortKind int
@@ -248,7 +199,7 @@ const (
 	// measured (docs/udpfwd.md, "Choosing the port"): AF_XDP with
 	// zero-copy sockets where the driver takes them (XDPOptions.ZeroCopy
 	// not off), else AF_PACKET, which hands whole super-packets to a NIC
-	// that segments them (PacketGSOAuto). AF_XDP in copy mode, one skb
+	// that segments them (afpacket.GSOModeAuto). AF_XDP in copy mode, one skb
 	// per segment, forwards half AF_PACKET offload's TCP throughput on a
 	// veth and is ahead of AF_PACKET only forward on a NIC that segments
 	// nothing (by about a quarter), where AF_PACKET keeps the kernel's
@@ -284,11 +235,11 @@ const (
 // Host is the inside of a gateway when it is not a TUN device opened by
 // the gateway: a benchmark's or a VPN's own reader and writer.
 type Host struct {
-	Source pipeline.Source // super-packets, virtio-net header first
+	Source frame.Source // super-packets, virtio-net header first
 	// Writer takes the returning packets, virtio-net header first; with
 	// GRO (unless GatewayConfig.DisableGRO) it must be a
-	// pipeline.VectorWriter.
-	Writer     pipeline.Writer
+	// frame.VectorWriter.
+	Writer     frame.Writer
 	HeaderSize int // virtio-net header size of both
 	Batch      int // packets per Source.Read; 0: the pipeline's default
 	// Close unblocks a Source.Read in progress; the gateway calls it when
@@ -302,19 +253,13 @@ type GatewayStats struct {
 	Reverse pipeline.Stats       // toward the ingress device (GatewayConfig.Ingress), the same way
 	Wire    pipeline.WireStats   // the packets from the ingress device and from the NIC toward it
 	Return  pipeline.ReturnStats // summed over the return paths
-	Budget  BudgetStats          // summed over the TUN queues' budgets
-	Queue   QueueStats           // summed over their queues
+	Budget  txqueue.BudgetStats  // summed over the TUN queues' budgets
+	Queue   txqueue.Stats        // summed over their queues
 	Port    PortStats            // the NIC's port
 	Ingress PortStats            // the ingress device's port (GatewayConfig.Ingress)
-	Replies pipeline.ReplyStats  // ICMP errors written into the TUN
+	Replies icmp.Stats           // ICMP errors written into the TUN
 	NIC     NICStats
 }
-
-// BudgetStats are the counters of the send budgets.
-type BudgetStats = txqueue.BudgetStats
-
-// QueueStats are the counters of the transmit queues.
-type QueueStats = txqueue.Stats
 
 // PortStats are the counters of a port and its sockets, one per queue.
 type PortStats struct {
@@ -329,55 +274,19 @@ type PortStats struct {
 }
 
 // SocketStats are the counters of one socket of a port, AF_XDP or
-// AF_PACKET (PortStats.Kind); a counter the other kind keeps stays 0.
+// AF_PACKET (PortStats.Kind): the three they share, and the others by
+// name as the port names them (xsk.Stats.AppendCounters,
+// afpacket.Stats.AppendCounters).
 type SocketStats struct {
 	RX        uint64 // packets received (an AF_XDP multi-buffer chain counts once)
 	TX        uint64 // frames handed to the kernel
 	Completed uint64 // frames the kernel reported sent (AF_PACKET: once it has copied them, so TX)
-
-	// AF_XDP: sendto/recvfrom wakeups; those that got EAGAIN, EBUSY,
-	// ENOBUFS, EINTR or ENETDOWN (retried later); those that failed
-	// otherwise; non-blocking calls made while waiting to run the NAPI
-	// poll (XDPOptions.BusyPoll); frame addresses refused and bad ring
-	// entries.
-	Kicks, KickRetries, KickErrors, BusyPolls, BadFrames uint64
-	// AF_XDP multi-buffer receive: chains of two frames or more (counted
-	// in RX too); chains dropped as too long, or as broken (a bad
-	// descriptor, shorter than an Ethernet header).
-	RXMultiBuffer, RXChainTooLong, RXChainBroken uint64
-	// AF_XDP: frames sent with a partial checksum that the kernel or the
-	// NIC completes (XDPOptions.DisableTXChecksum).
-	TXCsumOffload uint64
-	// AF_XDP, from the kernel (XDP_STATISTICS): packets dropped for other
-	// reasons (e.g. too big for a frame), invalid RX descriptors, packets
-	// dropped for a full RX ring, times the fill ring was empty when a
-	// packet came, invalid TX descriptors, times the TX ring was empty on
-	// a wakeup.
-	RXDropped, RXInvalid, RXRingFull, RXFillEmpty, TXInvalid, TXRingEmpty uint64
-	// AF_XDP, from the XDP program of the socket's queue: frames for the
-	// routed prefixes passed to the kernel instead of the socket, as
-	// longer than a socket takes, sent to another host's unicast MAC
-	// address, or to a broadcast or multicast one; and IP frames of any
-	// destination whose version is not that of the EtherType.
-	Oversize, OtherHost, NotUnicast, VersionMismatch uint64
-
-	// AF_PACKET: the socket's system calls, bytes and offloads.
-	RXBytes, TXBytes uint64 // Ethernet bytes received and sent
-	RXCalls, TXCalls uint64 // recvmmsg and sendmmsg calls
-	RXSuper          uint64 // received frames with a GSO type: the kernel's GRO merged them
-	TXSuper          uint64 // transmitted frames with a GSO type: the NIC segments them
-	TXPartial        uint64 // transmitted frames with a partial checksum
-	TXBusy           uint64 // sends cut short by a full send buffer, device queue or a link down, retried
-	KernelPackets    uint64 // packets the kernel had for the socket, the dropped ones included
-	// AF_PACKET drops.
-	RXMalformed  uint64 // received frames not IPv4/IPv6, with the wrong EtherType or shorter than their headers
-	RXTruncated  uint64 // received frames larger than a receive buffer
-	RXHeader     uint64 // received packets the kernel could not describe with a virtio-net header
-	RXKernelDrop uint64 // packets the kernel dropped before the socket saw them, its receive buffer full
-	TXUnresolved uint64 // frames to transmit whose next hop did not resolve
-	TXNotRouted  uint64 // frames to transmit to an address a router does not forward
-	TXRefused    uint64 // frames the kernel refused to transmit
+	Counters  []frame.Counter
 }
+
+// Counter returns the value of the counter called name, 0 if the port
+// keeps none of that name.
+func (s SocketStats) Counter(name string) uint64 { return frame.Lookup(s.Counters, name) }
 
 // NICStats is the NIC as the gateway last saw it.
 type NICStats struct {
@@ -401,21 +310,21 @@ const UMEMFrameSize = xsk.DefaultFrameSize
 // UMEMFrames is the number of UMEM frames, half of them for TX, of each
 // AF_XDP socket a gateway with a fixed budget of that many truesize bytes
 // opens: enough TX frames to hold the budget plus one burst
-// (pipeline.BurstSegments). Without a fixed budget (0) it is
+// (frame.BurstSegments). Without a fixed budget (0) it is
 // xsk.DefaultNumFrames.
 func UMEMFrames(budget int) int {
 	if budget <= 0 {
 		return xsk.DefaultNumFrames
 	}
 	size := txqueue.Truesize(UMEMFrameSize)
-	tx := (budget+size-1)/size + pipeline.BurstSegments
+	tx := (budget+size-1)/size + frame.BurstSegments
 	return min(2*tx, xsk.MaxNumFrames)
 }
 
 // BudgetRange returns the range of a fixed GatewayConfig.Budget: from one
-// burst (pipeline.BurstSegments) of default-sized frames to what the most
+// burst (frame.BurstSegments) of default-sized frames to what the most
 // AF_XDP TX frames hold besides one.
 func BudgetRange() (lo, hi int64) {
 	size := int64(txqueue.Truesize(UMEMFrameSize))
-	return pipeline.BurstSegments * size, (xsk.MaxNumFrames/2 - pipeline.BurstSegments) * size
+	return frame.BurstSegments * size, (xsk.MaxNumFrames/2 - frame.BurstSegments) * size
 }

@@ -10,6 +10,8 @@ import (
 	"sync"
 
 	"github.com/gsoplane/gsoplane/dataplane/afpacket"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
+	"github.com/gsoplane/gsoplane/dataplane/icmp"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/dataplane/tun"
 	"github.com/gsoplane/gsoplane/dataplane/xsk"
@@ -33,8 +35,8 @@ type Gateway struct {
 	fanIns  []*pipeline.FanIn // the ingress mode's receive queues read by one forwarder
 	rets    []*pipeline.ReturnPath
 	budgets []*txqueue.Budget
-	queues  []*txqueue.Queue[pipeline.Frame]
-	reply   *pipeline.ICMP
+	queues  []*txqueue.Queue[frame.Frame]
+	reply   *icmp.Replier
 	mtu     mtuFollower
 	mon     *monitor
 }
@@ -48,7 +50,7 @@ type path struct {
 
 // add runs a forwarder from src, whose virtio-net headers are hdrSize
 // bytes, to a sink on l (see newForwarder).
-func (p *path) add(g *Gateway, cfg GatewayConfig, src pipeline.Source, hdrSize int, l lane) error {
+func (p *path) add(g *Gateway, cfg GatewayConfig, src frame.Source, hdrSize int, l lane) error {
 	sink, err := l.newSink()
 	if err != nil {
 		return err
@@ -73,8 +75,8 @@ func (p *path) stats() (pipeline.Stats, pipeline.WireStats) {
 	}
 	for _, k := range p.sinks {
 		d := k.Drops()
-		s.Drops[pipeline.DropUnresolved] += d[pipeline.DropUnresolved]
-		s.Drops[pipeline.DropNotRouted] += d[pipeline.DropNotRouted]
+		s.Drops[frame.DropUnresolved] += d[frame.DropUnresolved]
+		s.Drops[frame.DropNotRouted] += d[frame.DropNotRouted]
 		s.HostControl += k.HostControl()
 	}
 	for _, x := range p.wires {
@@ -92,8 +94,8 @@ func (p *path) close() {
 
 // inside is one queue of the TUN device or the Host.
 type inside struct {
-	src pipeline.Source
-	w   pipeline.Writer
+	src frame.Source
+	w   frame.Writer
 }
 
 // OpenGateway opens the TUN device (unless cfg.Host or cfg.Ingress is
@@ -214,7 +216,7 @@ func (g *Gateway) open(cfg GatewayConfig) error {
 // queue, and a return path from each NIC queue into the inside.
 func (g *Gateway) wireInside(cfg GatewayConfig) error {
 	n := g.nic
-	g.reply = pipeline.NewICMP(g.inside[0].w, g.headerSize(), routerAddr(cfg, true), routerAddr(cfg, false))
+	g.reply = icmp.NewReplier(g.inside[0].w, g.headerSize(), routerAddr(cfg, true), routerAddr(cfg, false))
 	if len(g.inside) > len(n.lanes) {
 		return fmt.Errorf("dataplane: %w: %d TUN queues, %d NIC queues", ErrInvalidConfig, len(g.inside), len(n.lanes))
 	}
@@ -279,7 +281,7 @@ func firstOf(addrs []netip.Addr, v4 bool) netip.Addr {
 
 // returnConfig configures the return path from l into w: GRO merges TCP,
 // and UDP too when the TUN device takes USO super-packets.
-func (g *Gateway) returnConfig(cfg GatewayConfig, l lane, w pipeline.Writer) pipeline.ReturnConfig {
+func (g *Gateway) returnConfig(cfg GatewayConfig, l lane, w frame.Writer) pipeline.ReturnConfig {
 	log := logger(cfg)
 	uso := g.tun != nil && g.tun.Offloads().Has(tun.OffloadUSO4|tun.OffloadUSO6)
 	return pipeline.ReturnConfig{
@@ -294,7 +296,7 @@ func (g *Gateway) returnConfig(cfg GatewayConfig, l lane, w pipeline.Writer) pip
 
 // newForwarder returns a forwarder from src to sink, a sink on l, with
 // its own budget and queue.
-func (g *Gateway) newForwarder(cfg GatewayConfig, src pipeline.Source, hdrSize int, sink nicSink, l lane) (*pipeline.Forwarder, error) {
+func (g *Gateway) newForwarder(cfg GatewayConfig, src frame.Source, hdrSize int, sink nicSink, l lane) (*pipeline.Forwarder, error) {
 	budget, queue, err := newAccounting(cfg, l)
 	if err != nil {
 		return nil, err
@@ -310,7 +312,7 @@ func (g *Gateway) newForwarder(cfg GatewayConfig, src pipeline.Source, hdrSize i
 // newAccounting returns the budget and the queue in front of l, sized
 // from its TX frames and cfg's DisableBackpressure, Budget and QueueLen:
 // without backpressure no budget and a DropTail queue.
-func newAccounting(cfg GatewayConfig, l lane) (*txqueue.Budget, *txqueue.Queue[pipeline.Frame], error) {
+func newAccounting(cfg GatewayConfig, l lane) (*txqueue.Budget, *txqueue.Queue[frame.Frame], error) {
 	frames := l.frames
 	size := txqueue.Truesize(l.frameSize)
 	qlen := frames
@@ -321,10 +323,10 @@ func newAccounting(cfg GatewayConfig, l lane) (*txqueue.Budget, *txqueue.Queue[p
 		qlen = cfg.QueueLen
 	}
 	if cfg.DisableBackpressure {
-		q, err := txqueue.NewQueue[pipeline.Frame](txqueue.QueueConfig{Policy: txqueue.DropTail, Packets: qlen, Bytes: qlen * size})
+		q, err := txqueue.NewQueue[frame.Frame](txqueue.QueueConfig{Policy: txqueue.DropTail, Packets: qlen, Bytes: qlen * size})
 		return nil, q, err
 	}
-	burst := pipeline.BurstSegments * size
+	burst := frame.BurstSegments * size
 	limit := cfg.Budget
 	if limit <= 0 {
 		limit = max(qlen*size, burst)
@@ -333,7 +335,7 @@ func newAccounting(cfg GatewayConfig, l lane) (*txqueue.Budget, *txqueue.Queue[p
 	if err != nil {
 		return nil, nil, fmt.Errorf("dataplane: %w: %w", ErrInvalidConfig, err)
 	}
-	q, err := txqueue.NewQueue[pipeline.Frame](txqueue.QueueConfig{Policy: txqueue.Block, Packets: qlen, Bytes: limit + burst})
+	q, err := txqueue.NewQueue[frame.Frame](txqueue.QueueConfig{Policy: txqueue.Block, Packets: qlen, Bytes: limit + burst})
 	return b, q, err
 }
 

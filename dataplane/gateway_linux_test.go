@@ -25,8 +25,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/dataplane/afpacket"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 // The reference topology (netlab.Topology): the gateway and an
@@ -208,7 +209,7 @@ func (lab *gwLab) settledStats() GatewayStats {
 // those to multicast and link-local addresses, which a router does not
 // forward (the host's own MLD reports and router solicitations are not
 // even drops: Stats.HostControl).
-func lost(d pipeline.Drops) uint64 { return d.Total() - d[pipeline.DropNotRouted] }
+func lost(d frame.Drops) uint64 { return d.Total() - d[frame.DropNotRouted] }
 
 // TestGatewayTCP moves SHA-256-checked TCP streams both ways, over IPv4
 // and IPv6, through each NIC port: AF_XDP, and AF_PACKET in each GSO
@@ -394,8 +395,8 @@ func checkPort(t *testing.T, st GatewayStats, port labPort) {
 	}
 	var tx, super, partial, refused, busy, rxSuper uint64
 	for _, s := range st.Port.Sockets {
-		tx, super, partial, refused = tx+s.TX, super+s.TXSuper, partial+s.TXPartial, refused+s.TXRefused
-		busy, rxSuper = busy+s.TXBusy, rxSuper+s.RXSuper
+		tx, super, partial, refused = tx+s.TX, super+s.Counter("tx_super"), partial+s.Counter("tx_partial"), refused+s.Counter("tx_refused")
+		busy, rxSuper = busy+s.Counter("tx_busy"), rxSuper+s.Counter("rx_super")
 	}
 	t.Logf("AF_PACKET %v: %d frames sent, %d whole super-packets (%d offloaded by the forwarder, %d of them not copied), %d with partial checksums, %d sends retried, %d refused, %d super-packets received",
 		port.gso, tx, super, st.Forward.Offloaded, st.Forward.InPlace, partial, busy, refused, rxSuper)
@@ -437,7 +438,7 @@ func checkKernelGRO(t *testing.T, st GatewayStats) {
 	t.Helper()
 	var rx, rxSuper uint64
 	for _, s := range st.Port.Sockets {
-		rx, rxSuper = rx+s.RX, rxSuper+s.RXSuper
+		rx, rxSuper = rx+s.RX, rxSuper+s.Counter("rx_super")
 	}
 	r := st.Return
 	t.Logf("return path: %d frames received, %d of them the kernel's super-packets; %d packets in %d writes, %d merged here",

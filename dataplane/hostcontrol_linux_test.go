@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 )
 
@@ -42,11 +43,11 @@ func gatewayHostControl(t *testing.T, port labPort) {
 	}
 	var f pipeline.Stats
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if f = lab.g.Stats().Forward; f.HostControl >= 2 && f.Drops[pipeline.DropNotRouted] >= 2 {
+		if f = lab.g.Stats().Forward; f.HostControl >= 2 && f.Drops[frame.DropNotRouted] >= 2 {
 			break
 		}
 	}
-	if f.HostControl < 2 || f.Drops[pipeline.DropNotRouted] != uint64(len(groups)) || f.Drops.Total() != f.Drops[pipeline.DropNotRouted] {
+	if f.HostControl < 2 || f.Drops[frame.DropNotRouted] != uint64(len(groups)) || f.Drops.Total() != f.Drops[frame.DropNotRouted] {
 		t.Errorf("host control %d, drops %v; want the MLD and IGMP reports as host control (2 or more) and the %d datagrams alone dropped, as not routed",
 			f.HostControl, f.Drops, len(groups))
 	}

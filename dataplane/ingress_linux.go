@@ -9,6 +9,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/gsoplane/gsoplane/dataplane/frame"
+	"github.com/gsoplane/gsoplane/dataplane/icmp"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/segment"
 )
@@ -41,7 +43,7 @@ func (g *Gateway) openIngress(cfg GatewayConfig, log *slog.Logger) error {
 	if g.raw, err = openRaw(); err != nil {
 		return err
 	}
-	g.reply = pipeline.NewICMP(g.raw, 0, firstOf(routers, true), firstOf(routers, false))
+	g.reply = icmp.NewReplier(g.raw, 0, firstOf(routers, true), firstOf(routers, false))
 	nicMTU := g.mon.stats().MTU
 	mss := pipeline.NewMSSTable(pipeline.MSSConfig{})
 	// Each direction drops what claims a source on the side it goes to
@@ -63,7 +65,7 @@ func (g *Gateway) openIngress(cfg GatewayConfig, log *slog.Logger) error {
 func (g *Gateway) wireLanes(cfg GatewayConfig, p *path, wc pipeline.WireConfig, mss *pipeline.MSSTable, from, to *nic) error {
 	k := min(len(from.lanes), len(to.lanes))
 	for j := range k {
-		var rs []pipeline.Receiver
+		var rs []frame.Receiver
 		for i := j; i < len(from.lanes); i += k {
 			rs = append(rs, from.lanes[i].recv)
 		}

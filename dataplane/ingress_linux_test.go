@@ -17,7 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 // An ingress lab: the application in C behind gw-c, the gateway in A

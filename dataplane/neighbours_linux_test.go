@@ -17,8 +17,8 @@ import (
 	"golang.org/x/net/ipv6"
 	"golang.org/x/sys/unix"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 // Destinations beside the server on its link (198.19.0.0/24, on link
@@ -218,12 +218,12 @@ func gatewayNeighbours(t *testing.T, lab *gwLab, app *netlab.NS) {
 		t.Errorf("the stream's sender retransmitted %d segments, %d after timeouts, %d fast: the gateway held or dropped its segments",
 			info.Total_retrans, tcp["TCPTimeouts"], tcp["TCPFastRetrans"])
 	}
-	if n := st.Forward.Drops[pipeline.DropUnresolved]; n != deadFrames {
+	if n := st.Forward.Drops[frame.DropUnresolved]; n != deadFrames {
 		t.Errorf("%d frames dropped as unresolved, want the %d to the dead addresses", n, deadFrames)
 	}
 	for r, n := range st.Forward.Drops {
-		if n != 0 && r != int(pipeline.DropUnresolved) && r != int(pipeline.DropNotRouted) {
-			t.Errorf("%d dropped as %v", n, pipeline.DropReason(r))
+		if n != 0 && r != int(frame.DropUnresolved) && r != int(frame.DropNotRouted) {
+			t.Errorf("%d dropped as %v", n, frame.DropReason(r))
 		}
 	}
 	if answers4[1] != unreachable || answers4[2] != unreachable || answers6[3] != unreachable || !udpUnreachable {

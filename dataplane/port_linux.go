@@ -7,7 +7,7 @@ import (
 	"net"
 
 	"github.com/gsoplane/gsoplane/dataplane/afpacket"
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/xsk"
 	"github.com/gsoplane/gsoplane/internal/ethernet"
 	"github.com/gsoplane/gsoplane/internal/ethtool"
@@ -27,11 +27,11 @@ type nicPort interface {
 
 // nicSink is what the gateway needs of a port's sink.
 type nicSink interface {
-	pipeline.Sink
-	SetReplier(r pipeline.Replier)
+	frame.Sink
+	SetReplier(r frame.Replier)
 	SetLinkUp(up bool)
 	SetMAC(mac net.HardwareAddr)
-	Drops() pipeline.Drops
+	Drops() frame.Drops
 	HostControl() uint64
 	Close()
 }
@@ -51,7 +51,7 @@ type nic struct {
 
 // lane is one queue of the NIC port.
 type lane struct {
-	recv      pipeline.Receiver
+	recv      frame.Receiver
 	frameSize int // of a TX frame, for truesize
 	frames    int // TX frames: the most segments in flight
 	newSink   func() (nicSink, error)
@@ -85,7 +85,7 @@ func checkXDPOptions(cfg GatewayConfig) error {
 		return fmt.Errorf("dataplane: %w: busy polling (%v) is for AF_XDP sockets, not AF_PACKET", ErrInvalidConfig, x.BusyPoll)
 	case cfg.Port == PortPacket && x.ZeroCopy == XDPZeroCopyOn:
 		return fmt.Errorf("dataplane: %w: zero-copy is for AF_XDP sockets, not AF_PACKET", ErrInvalidConfig)
-	case x.Mode == XDPModeGeneric && x.ZeroCopy == XDPZeroCopyOn:
+	case x.Mode == xsk.ModeGeneric && x.ZeroCopy == XDPZeroCopyOn:
 		return fmt.Errorf("dataplane: %w: zero-copy needs the XDP program in the driver, not generic mode", ErrInvalidConfig)
 	}
 	return nil
@@ -126,7 +126,7 @@ func openZeroCopy(cfg GatewayConfig, log *slog.Logger, why string) (n *nic, whyN
 	switch {
 	case cfg.XDP.ZeroCopy == XDPZeroCopyOff:
 		return nil, "zero-copy off", nil
-	case cfg.XDP.Mode == XDPModeGeneric:
+	case cfg.XDP.Mode == xsk.ModeGeneric:
 		return nil, "zero-copy needs the XDP program in the driver, not generic mode", nil
 	}
 	n, err = openXDP(cfg, log, true, why)
@@ -244,7 +244,7 @@ func packetFrames(budget int) int {
 		return 0
 	}
 	size := txqueue.Truesize(afpacket.MinFrameSize)
-	return min((budget+size-1)/size+pipeline.BurstSegments, afpacket.MaxFrames)
+	return min((budget+size-1)/size+frame.BurstSegments, afpacket.MaxFrames)
 }
 
 // stats returns the counters of the port's sockets.
@@ -270,25 +270,11 @@ func (n *nic) stats() PortStats {
 // xskSocketStats maps an AF_XDP socket's counters, with its queue's XDP
 // program counters.
 func xskSocketStats(x xsk.Stats) SocketStats {
-	return SocketStats{
-		RX: x.RX, TX: x.TX, Completed: x.Completed,
-		Kicks: x.Kicks, KickRetries: x.KickRetries, KickErrors: x.KickErrors, BusyPolls: x.BusyPolls, BadFrames: x.BadFrames,
-		RXMultiBuffer: x.RXMultiBuffer, RXChainTooLong: x.RXChainTooLong, RXChainBroken: x.RXChainBroken,
-		TXCsumOffload: x.TXCsumOffload,
-		RXDropped:     x.RXDropped, RXInvalid: x.RXInvalid, RXRingFull: x.RXRingFull, RXFillEmpty: x.RXFillEmpty,
-		TXInvalid: x.TXInvalid, TXRingEmpty: x.TXRingEmpty,
-		Oversize: x.Oversize, OtherHost: x.OtherHost, NotUnicast: x.NotUnicast, VersionMismatch: x.VersionMismatch,
-	}
+	return SocketStats{RX: x.RX, TX: x.TX, Completed: x.Completed, Counters: x.AppendCounters(nil)}
 }
 
 // packetSocketStats maps an AF_PACKET socket's counters. A frame is
 // complete once the kernel has copied it.
 func packetSocketStats(p afpacket.Stats) SocketStats {
-	return SocketStats{
-		RX: p.RX, TX: p.TX, Completed: p.TX,
-		RXBytes: p.RXBytes, TXBytes: p.TXBytes, RXCalls: p.RXCalls, TXCalls: p.TXCalls,
-		RXSuper: p.RXSuper, TXSuper: p.TXSuper, TXPartial: p.TXPartial, TXBusy: p.TXBusy, KernelPackets: p.KernelPackets,
-		RXMalformed: p.Drops.Invalid, RXTruncated: p.Drops.Truncated, RXHeader: p.Drops.Header, RXKernelDrop: p.Drops.Kernel,
-		TXUnresolved: p.Drops.Unresolved, TXNotRouted: p.Drops.NotRouted, TXRefused: p.Drops.Refused,
-	}
+	return SocketStats{RX: p.RX, TX: p.TX, Completed: p.TX, Counters: p.AppendCounters(nil)}
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/gsoplane/gsoplane/internal/iphdr"
 )
 
-// rawWriter is a pipeline.Writer that hands IP packets to the host's
+// rawWriter is a frame.Writer that hands IP packets to the host's
 // stack through raw sockets (IPPROTO_RAW: the header is the caller's),
 // which routes them: how a gateway whose inside is a network device
 // rather than a TUN sends its ICMP errors. The packets have no virtio-net

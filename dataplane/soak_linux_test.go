@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 // soakEnv names the soak's duration; without it TestSoak skips. make

@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 // TestGatewayStalledReader stops the application in A reading while the

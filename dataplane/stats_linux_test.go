@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/gsoplane/gsoplane/dataplane/afpacket"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/xsk"
 )
 
@@ -25,12 +26,17 @@ func fillCounters(v reflect.Value, next *uint64) uint64 {
 	return sum
 }
 
-// sumCounters adds up the uint64 counters of a SocketStats.
-func sumCounters(s SocketStats) uint64 {
-	v := reflect.ValueOf(s)
-	var sum uint64
-	for i := range v.NumField() {
-		sum += v.Field(i).Uint()
+// sumCounters adds up the counters of a SocketStats, checking that their
+// names are set and unique.
+func sumCounters(t *testing.T, s SocketStats) uint64 {
+	sum := s.RX + s.TX + s.Completed
+	seen := map[string]bool{}
+	for _, c := range s.Counters {
+		if c.Name == "" || seen[c.Name] {
+			t.Errorf("counter %q: empty or twice", c.Name)
+		}
+		seen[c.Name] = true
+		sum += c.Value
 	}
 	return sum
 }
@@ -40,12 +46,22 @@ func sumCounters(s SocketStats) uint64 {
 func TestSocketStats(t *testing.T) {
 	var next uint64
 	var x xsk.Stats
-	if want, got := fillCounters(reflect.ValueOf(&x).Elem(), &next), sumCounters(xskSocketStats(x)); got != want {
+	if want, got := fillCounters(reflect.ValueOf(&x).Elem(), &next), sumCounters(t, xskSocketStats(x)); got != want {
 		t.Errorf("AF_XDP: the socket stats sum to %d, want %d", got, want)
 	}
 	var p afpacket.Stats
 	want := fillCounters(reflect.ValueOf(&p).Elem(), &next) + p.TX
-	if got := sumCounters(packetSocketStats(p)); got != want {
+	if got := sumCounters(t, packetSocketStats(p)); got != want {
 		t.Errorf("AF_PACKET: the socket stats sum to %d, want %d", got, want)
+	}
+}
+
+// Appending a socket's counters to a slice with room does not allocate.
+func TestAppendCountersAllocs(t *testing.T) {
+	buf := make([]frame.Counter, 0, 64)
+	var x xsk.Stats
+	var p afpacket.Stats
+	if n := testing.AllocsPerRun(100, func() { buf = p.AppendCounters(x.AppendCounters(buf[:0])) }); n != 0 {
+		t.Errorf("%v allocations per append", n)
 	}
 }

@@ -3,7 +3,7 @@ package dataplane
 import (
 	"testing"
 
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 // TestXDPTXChecksum: the AF_XDP port sends TCP segments with partial
@@ -29,7 +29,7 @@ func TestXDPTXChecksum(t *testing.T) {
 			st := lab.settledStats()
 			var csum, tx uint64
 			for _, s := range st.Port.Sockets {
-				csum, tx = csum+s.TXCsumOffload, tx+s.TX
+				csum, tx = csum+s.Counter("tx_csum_offload"), tx+s.TX
 			}
 			t.Logf("%d of %d frames sent with checksum offload", csum, tx)
 			switch {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/gsoplane/gsoplane/dataplane/afpacket"
 	"github.com/gsoplane/gsoplane/dataplane/tun"
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 	"github.com/gsoplane/gsoplane/segment"
 )
 

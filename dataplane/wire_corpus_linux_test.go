@@ -49,10 +49,10 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/tun"
 	"github.com/gsoplane/gsoplane/dataplane/xsk"
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 const (
@@ -107,7 +107,7 @@ func TestWireCorpus(t *testing.T) {
 	}
 	setups = append(setups,
 		wireSetup{name: "xdp-generic/jumbo", cases: wireJumboCases, mtu: 9000,
-			cfg: GatewayConfig{Port: PortXDP, XDP: XDPOptions{Mode: XDPModeGeneric}}},
+			cfg: GatewayConfig{Port: PortXDP, XDP: XDPOptions{Mode: xsk.ModeGeneric}}},
 		wireSetup{name: "packet/jumbo", cases: wireJumboCases, mtu: 9000,
 			cfg: GatewayConfig{Port: PortPacket}})
 	for _, s := range setups {
@@ -459,7 +459,7 @@ func (w *wireRun) counters() map[string]uint64 {
 		"return.packets": r.Packets, "return.writes": r.Writes,
 		"return.supers": r.SuperPackets, "return.refused": r.Refused,
 	}
-	for i := range pipeline.NumDropReasons {
+	for i := range frame.NumDropReasons {
 		m["return.drop."+i.String()] = r.Drops[i]
 	}
 	g := r.GRO
@@ -473,17 +473,20 @@ func (w *wireRun) counters() map[string]uint64 {
 	}
 	for _, x := range st.Port.Sockets {
 		m["port.rx"] += x.RX
-		m["xsk.RXDropped"] += x.RXDropped
-		m["xsk.RXInvalid"] += x.RXInvalid
-		m["xdp.Oversize"] += x.Oversize
-		m["xdp.OtherHost"] += x.OtherHost
-		m["xdp.NotUnicast"] += x.NotUnicast
-		m["xdp.VersionMismatch"] += x.VersionMismatch
-		m["packet.KernelPackets"] += x.KernelPackets
-		m["packet.Invalid"] += x.RXMalformed
-		m["packet.Truncated"] += x.RXTruncated
-		m["packet.Header"] += x.RXHeader
-		m["packet.Kernel"] += x.RXKernelDrop
+		if st.Port.Kind == PortPacket {
+			m["packet.KernelPackets"] += x.Counter("kernel_packets")
+			m["packet.Invalid"] += x.Counter("rx_invalid")
+			m["packet.Truncated"] += x.Counter("rx_truncated")
+			m["packet.Header"] += x.Counter("rx_header")
+			m["packet.Kernel"] += x.Counter("rx_kernel_drop")
+			continue
+		}
+		m["xsk.RXDropped"] += x.Counter("rx_dropped")
+		m["xsk.RXInvalid"] += x.Counter("rx_invalid")
+		m["xdp.Oversize"] += x.Counter("pass_oversize")
+		m["xdp.OtherHost"] += x.Counter("pass_other_host")
+		m["xdp.NotUnicast"] += x.Counter("pass_not_unicast")
+		m["xdp.VersionMismatch"] += x.Counter("pass_version_mismatch")
 	}
 	kc, err := wireKernel(w.lab.A)
 	netlab.Must(w.t, err)

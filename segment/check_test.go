@@ -11,7 +11,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
-	"github.com/gsoplane/gsoplane/internal/dirtybuf"
+	"github.com/gsoplane/gsoplane/internal/testing/dirtybuf"
 )
 
 // This file holds the independent checker the table, property and fuzz

@@ -8,7 +8,7 @@ import (
 
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
-	"github.com/gsoplane/gsoplane/internal/dirtybuf"
+	"github.com/gsoplane/gsoplane/internal/testing/dirtybuf"
 )
 
 // tunnelSpecs are tunnel packets of every shape: VXLAN and Geneve, outer

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gsoplane/gsoplane/internal/docrecipe"
+	"github.com/gsoplane/gsoplane/internal/testing/docrecipe"
 )
 
 // recipe returns the first sh block after the heading title in the

@@ -14,6 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/dataplane"
+	"github.com/gsoplane/gsoplane/dataplane/afpacket"
+	"github.com/gsoplane/gsoplane/dataplane/xsk"
 )
 
 // gateway is the running dataplane plus what udpfwd configured around
@@ -47,11 +49,11 @@ func openGateway(cfg *config, log *slog.Logger) (*gateway, error) {
 
 // gatewayConfig translates the flags into the dataplane's configuration.
 func gatewayConfig(cfg *config) dataplane.GatewayConfig {
-	modes := map[string]dataplane.XDPMode{"auto": dataplane.XDPModeAuto, "native": dataplane.XDPModeNative, "generic": dataplane.XDPModeGeneric}
+	modes := map[string]xsk.Mode{"auto": xsk.ModeAuto, "native": xsk.ModeNative, "generic": xsk.ModeGeneric}
 	zeroCopy := map[string]dataplane.XDPZeroCopy{"auto": dataplane.XDPZeroCopyAuto, "on": dataplane.XDPZeroCopyOn, "off": dataplane.XDPZeroCopyOff}
 	ports := map[string]dataplane.PortKind{"auto": dataplane.PortAuto, "xdp": dataplane.PortXDP, "packet": dataplane.PortPacket}
-	gso := map[string]dataplane.PacketGSO{"auto": dataplane.PacketGSOAuto, "offload": dataplane.PacketGSOOffload, "partial": dataplane.PacketGSOPartial, "full": dataplane.PacketGSOFull}
-	filters := map[string]dataplane.PacketHostFilter{"auto": dataplane.PacketHostFilterAuto, "tcx": dataplane.PacketHostFilterTCX, "clsact": dataplane.PacketHostFilterClsact}
+	gso := map[string]afpacket.GSOMode{"auto": afpacket.GSOModeAuto, "offload": afpacket.GSOModeOffload, "partial": afpacket.GSOModePartial, "full": afpacket.GSOModeFull}
+	filters := map[string]afpacket.HostFilter{"auto": afpacket.HostFilterAuto, "tcx": afpacket.HostFilterTCX, "clsact": afpacket.HostFilterClsact}
 	return dataplane.GatewayConfig{
 		TUN:                 dataplane.TUNOptions{Name: cfg.TUN, Queues: cfg.Queues, MTU: cfg.MTU, DisableOffload: !cfg.GSO},
 		NIC:                 cfg.NIC,

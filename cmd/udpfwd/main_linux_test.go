@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 // The udpfwd binary the privileged tests run, built once into binDir.

@@ -6,6 +6,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gsoplane/gsoplane/dataplane"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
+	"github.com/gsoplane/gsoplane/dataplane/icmp"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 )
 
@@ -44,9 +46,9 @@ var (
 	descTxErrors     = desc("tx_errors_total", "Transmit calls that failed.", "port")
 	descHostControl  = desc("host_control_packets_total", "Packets the host itself sent into the TUN for its link (router and neighbour solicitations, MLD reports, IGMP): not forwarded, as a router does not forward them, and not drops.")
 	descDrops        = desc("drops_total", "Packets dropped, by direction and reason (invalid, oversize, no_frames: super-packets; others: segments or packets).", "direction", "reason")
-	descXSKEvents    = desc("xsk_events_total", "AF_XDP socket events from the kernel (XDP_STATISTICS) and kick failures, and frames the XDP program passed to the kernel instead of the socket, by device (nic or ingress) and RX queue.", "device", "queue", "event")
+	descXSKEvents    = desc("xsk_events_total", "AF_XDP socket counters: events from the kernel (XDP_STATISTICS), wakeups and their failures, multi-buffer chains, and frames the XDP program passed to the kernel instead of the socket, by device (nic or ingress) and RX queue.", "device", "queue", "event")
 	descWire         = desc("wire_packets_total", "With -ingress, packets from a wire (both directions) by what was done: received, cut (handed on as super-packets, cut here or by the NIC), clamped (SYN MSS lowered), too_big (refused, answered with ICMP), bad_checksum, invalid, spoofed (a source on the other side), ttl_exceeded (arrived with TTL or hop limit 1 or less: dropped, answered with ICMP time exceeded), big_tcp (BIG TCP super-packets over 64 KiB: dropped).", "event")
-	descPacketEvents = desc("packet_events_total", "AF_PACKET socket events: frames dropped or refused, the kernel's receive drops and sends retried, by device (nic or ingress) and socket.", "device", "queue", "event")
+	descPacketEvents = desc("packet_events_total", "AF_PACKET socket counters: frames dropped or refused, the kernel's receive drops, sends retried, system calls, bytes and offloads, by device (nic or ingress) and socket.", "device", "queue", "event")
 	descBudgetUsed   = desc("budget_in_use_bytes", "Truesize bytes charged to the send budget and not yet completed (first TUN queue).")
 	descBudgetLimit  = desc("budget_limit_bytes", "Current send budget limit (first TUN queue).")
 	descBudgetPeak   = desc("budget_peak_bytes", "Highest budget use seen (first TUN queue).")
@@ -154,7 +156,7 @@ func (e emitter) ingress(s dataplane.GatewayStats) {
 		e.counter(descSegments, d.f.Segments, d.dir, e.port)
 		e.counter(descPackets, d.sent, d.dir, e.port)
 		e.counter(descBytes, d.f.Bytes, d.dir, e.port)
-		for _, r := range pipeline.ForwardDropReasons {
+		for _, r := range frame.ForwardDropReasons {
 			e.counter(descDrops, d.f.Drops[r], d.dir, r.String())
 		}
 	}
@@ -193,61 +195,32 @@ func (e emitter) gro(r pipeline.ReturnStats) {
 // drops exports both directions' drops in the pipeline's one vocabulary,
 // each with only the reasons that can happen in it.
 func (e emitter) drops(s dataplane.GatewayStats) {
-	for _, r := range pipeline.ForwardDropReasons {
+	for _, r := range frame.ForwardDropReasons {
 		e.counter(descDrops, s.Forward.Drops[r], toNIC, r.String())
 	}
-	for _, r := range pipeline.ReturnDropReasons {
+	for _, r := range frame.ReturnDropReasons {
 		e.counter(descDrops, s.Return.Drops[r], toTUN, r.String())
 	}
 }
 
-// sockets exports the events of a port's sockets, AF_XDP or AF_PACKET;
-// dev is the device the port is on (nic or ingress).
+// sockets exports the named counters of a port's sockets, AF_XDP or
+// AF_PACKET, as events; dev is the device the port is on (nic or
+// ingress).
 func (e emitter) sockets(dev string, p dataplane.PortStats) {
-	switch p.Kind {
-	case dataplane.PortXDP:
-		e.xsk(dev, p.Sockets)
-	case dataplane.PortPacket:
-		e.packet(dev, p.Sockets)
+	events := descPacketEvents
+	if p.Kind == dataplane.PortXDP {
+		events = descXSKEvents
 	}
-}
-
-func (e emitter) xsk(dev string, socks []dataplane.SocketStats) {
-	for i, x := range socks {
+	for i, s := range p.Sockets {
 		q := strconv.Itoa(i)
-		counter := func(v uint64, event string) { e.counter(descXSKEvents, v, dev, q, event) }
-		counter(x.RXDropped, "rx_dropped")
-		counter(x.RXInvalid, "rx_invalid")
-		counter(x.RXRingFull, "rx_ring_full")
-		counter(x.RXFillEmpty, "rx_fill_ring_empty")
-		counter(x.TXInvalid, "tx_invalid")
-		counter(x.KickErrors, "kick_error")
-		counter(x.RXMultiBuffer, "rx_multi_buffer")
-		counter(x.RXChainTooLong, "rx_chain_too_long")
-		counter(x.RXChainBroken, "rx_chain_broken")
-		counter(x.TXCsumOffload, "tx_csum_offload")
-		counter(x.Oversize, "pass_oversize")
-		counter(x.OtherHost, "pass_other_host")
-		counter(x.NotUnicast, "pass_not_unicast")
-		counter(x.VersionMismatch, "pass_version_mismatch")
-	}
-}
-
-func (e emitter) packet(dev string, socks []dataplane.SocketStats) {
-	for i, x := range socks {
-		q := strconv.Itoa(i)
-		counter := func(v uint64, event string) { e.counter(descPacketEvents, v, dev, q, event) }
-		counter(x.RXMalformed, "rx_invalid")
-		counter(x.RXTruncated, "rx_truncated")
-		counter(x.RXHeader, "rx_header")
-		counter(x.RXKernelDrop, "rx_kernel_drop")
-		counter(x.TXRefused, "tx_refused")
-		counter(x.TXBusy, "tx_busy")
+		for _, c := range s.Counters {
+			e.counter(events, c.Value, dev, q, c.Name)
+		}
 	}
 }
 
 // icmp exports the ICMP errors the gateway answered with.
-func (e emitter) icmp(r pipeline.ReplyStats) {
+func (e emitter) icmp(r icmp.Stats) {
 	e.counter(descICMP, r.Sent, "sent")
 	e.counter(descICMP, r.Limited, "rate_limited")
 	e.counter(descICMP, r.Silent, "silent")
@@ -306,7 +279,7 @@ func (e emitter) histograms(f pipeline.Stats) {
 	for i, b := range pipeline.SegmentBounds {
 		segBounds[i] = float64(b)
 	}
-	cut := f.Segments + f.Drops[pipeline.DropHook]
+	cut := f.Segments + f.Drops[frame.DropHook]
 	e.ch <- histogram(descSegsPerSP, segBounds, f.SegmentsPerRead[:], float64(cut))
 
 	latBounds := make([]float64, len(pipeline.LatencyBounds))

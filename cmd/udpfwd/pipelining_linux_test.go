@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 // pipelinedRSSGrowth bounds how much udpfwd's resident set may grow

@@ -9,6 +9,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/dataplane"
+	"github.com/gsoplane/gsoplane/dataplane/tun"
+	"github.com/gsoplane/gsoplane/dataplane/xsk"
 )
 
 // Flag limits.
@@ -20,7 +22,7 @@ const (
 	maxDrainTimeout = 10 * time.Minute
 )
 
-// The fixed budget's range: from one burst of pipeline.BurstSegments
+// The fixed budget's range: from one burst of frame.BurstSegments
 // segments (the dataplane's Burst) to what the most TX frames hold
 // besides one.
 var minBudget, maxBudget = dataplane.BudgetRange()
@@ -76,8 +78,8 @@ func (c *config) validateTUN() problems {
 	}
 	p.merge(networkProblems("-route", c.Routes))
 	p.merge(networkProblems("-redirect", c.Redirect))
-	if c.Queues < 1 || c.Queues > dataplane.MaxTUNQueues {
-		p.add("-queues %d: want 1 to %d", c.Queues, dataplane.MaxTUNQueues)
+	if c.Queues < 1 || c.Queues > tun.MaxQueues {
+		p.add("-queues %d: want 1 to %d", c.Queues, tun.MaxQueues)
 	}
 	return p
 }
@@ -117,10 +119,10 @@ func (c *config) validateNIC() problems {
 		p.add("-next-hop %v: %s", c.NextHop.addr, msg)
 	}
 	switch b := c.BusyPoll; {
-	case b != 0 && (b < time.Microsecond || b > dataplane.MaxBusyPoll):
+	case b != 0 && (b < time.Microsecond || b > xsk.MaxBusyPoll):
 		// SO_BUSY_POLL counts whole microseconds; a wait that polls
 		// longer than the sink's own 1ms wait burns a core for nothing.
-		p.add("-busy-poll %v: want 0 (off) or %v to %v", b, time.Microsecond, dataplane.MaxBusyPoll)
+		p.add("-busy-poll %v: want 0 (off) or %v to %v", b, time.Microsecond, xsk.MaxBusyPoll)
 	case b != 0 && c.Port.value == "packet":
 		p.add("-busy-poll %v: busy polling is for AF_XDP sockets, not -port packet", b)
 	}

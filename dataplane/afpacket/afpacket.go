@@ -7,7 +7,7 @@ import (
 	"net"
 	"net/netip"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/internal/ethernet"
 	"github.com/gsoplane/gsoplane/internal/prefix"
 	"github.com/gsoplane/gsoplane/segment"
@@ -37,7 +37,7 @@ const (
 	LargeFrameSize = Headroom + 40 + 65535
 )
 
-// Errors callers can act on (see also pipeline.ErrInvalidConfig).
+// Errors callers can act on (see also frame.ErrInvalidConfig).
 var (
 	// ErrClosed is returned by a socket's methods after Port.Close; it
 	// wraps net.ErrClosed, which ends a pipeline.ReturnPath quietly.
@@ -140,7 +140,7 @@ func (h HostFilter) String() string {
 // withDefaults fills in defaults that need no system call and checks cfg.
 func (cfg Config) withDefaults() (Config, error) {
 	bad := func(format string, a ...any) (Config, error) {
-		return cfg, fmt.Errorf("afpacket: %w: %s", pipeline.ErrInvalidConfig, fmt.Sprintf(format, a...))
+		return cfg, fmt.Errorf("afpacket: %w: %s", frame.ErrInvalidConfig, fmt.Sprintf(format, a...))
 	}
 	cfg.Frames = cmp.Or(cfg.Frames, DefaultFrames)
 	cfg.LargeFrames = cmp.Or(cfg.LargeFrames, DefaultLargeFrames)
@@ -184,13 +184,13 @@ type GSOMode int
 // The GSO modes.
 const (
 	// GSOModeAuto, the default, lets the NIC do as much as it can, per
-	// packet: a super-packet goes whole (pipeline.OffloadGSO) when the
+	// packet: a super-packet goes whole (frame.OffloadGSO) when the
 	// NIC segments its kind in hardware (tx-tcp-segmentation for TCP
 	// over IPv4, tx-tcp6-segmentation over IPv6, and also
 	// tx-tcp-ecn-segmentation with the ECN flag; tx-udp-segmentation for
 	// USO) and it is within the device's gso_max_size and gso_max_segs;
 	// otherwise it is cut here with partial checksums
-	// (pipeline.OffloadCsum) when the NIC checksums TCP/UDP of that IP
+	// (frame.OffloadCsum) when the NIC checksums TCP/UDP of that IP
 	// version (tx-checksum-ip-generic, or tx-checksum-ipv4 /
 	// tx-checksum-ipv6), and with complete checksums otherwise. A
 	// whole super-packet the NIC cannot take is never sent: a packet
@@ -271,4 +271,27 @@ type Stats struct {
 	// From the kernel (PACKET_STATISTICS, accumulated: the kernel clears
 	// its counters on every read).
 	KernelPackets uint64 // packets the kernel had for the socket, the dropped ones included
+}
+
+// AppendCounters appends the counters but RX and TX to dst, by name
+// (docs/udpfwd.md: udpfwd_packet_events_total), and returns it.
+func (s Stats) AppendCounters(dst []frame.Counter) []frame.Counter {
+	return append(dst,
+		frame.Counter{Name: "rx_bytes", Value: s.RXBytes},
+		frame.Counter{Name: "rx_calls", Value: s.RXCalls},
+		frame.Counter{Name: "rx_super", Value: s.RXSuper},
+		frame.Counter{Name: "tx_bytes", Value: s.TXBytes},
+		frame.Counter{Name: "tx_calls", Value: s.TXCalls},
+		frame.Counter{Name: "tx_super", Value: s.TXSuper},
+		frame.Counter{Name: "tx_partial", Value: s.TXPartial},
+		frame.Counter{Name: "tx_busy", Value: s.TXBusy},
+		frame.Counter{Name: "rx_invalid", Value: s.Drops.Invalid},
+		frame.Counter{Name: "rx_truncated", Value: s.Drops.Truncated},
+		frame.Counter{Name: "rx_header", Value: s.Drops.Header},
+		frame.Counter{Name: "rx_kernel_drop", Value: s.Drops.Kernel},
+		frame.Counter{Name: "tx_unresolved", Value: s.Drops.Unresolved},
+		frame.Counter{Name: "tx_not_routed", Value: s.Drops.NotRouted},
+		frame.Counter{Name: "tx_refused", Value: s.Drops.Refused},
+		frame.Counter{Name: "kernel_packets", Value: s.KernelPackets},
+	)
 }

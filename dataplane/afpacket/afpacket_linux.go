@@ -13,9 +13,9 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
-	"github.com/gsoplane/gsoplane/internal/egress"
-	"github.com/gsoplane/gsoplane/internal/port"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
+	"github.com/gsoplane/gsoplane/dataplane/internal/egress"
+	"github.com/gsoplane/gsoplane/dataplane/internal/port"
 )
 
 // ethPAll is htons(ETH_P_ALL): the socket's protocol. A socket bound to
@@ -54,7 +54,7 @@ func Open(cfg Config) (*Port, error) {
 	}
 	a := lnk.Attrs()
 	if len(a.HardwareAddr) != 6 || (a.EncapType != "" && a.EncapType != "ether") {
-		return nil, fmt.Errorf("afpacket: %w: %s is not an Ethernet interface (%s)", pipeline.ErrInvalidConfig, cfg.Ifname, a.EncapType)
+		return nil, fmt.Errorf("afpacket: %w: %s is not an Ethernet interface (%s)", frame.ErrInvalidConfig, cfg.Ifname, a.EncapType)
 	}
 	if cfg.Queues == 0 {
 		cfg.Queues = min(port.RXQueues(lnk), MaxQueues)
@@ -164,7 +164,7 @@ func (p *Port) Leftovers() int {
 	return p.filter.cls.leftovers
 }
 
-// ingressAttachment is the port's filter as internal/port drives it.
+// ingressAttachment is the port's filter as dataplane/internal/port drives it.
 type ingressAttachment struct{ f *filter }
 
 func (a ingressAttachment) SetPrefixes(prefixes []netip.Prefix) error {

@@ -7,8 +7,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 // TestAllocs: a batch through the sink (Alloc, Transmit, Complete), to a
@@ -27,7 +27,7 @@ func TestAllocs(t *testing.T) {
 	// rate limited, and the receiver below takes only what it sent).
 	pkt := udpFrame(gwB.Attrs().HardwareAddr, gwA.Attrs().HardwareAddr,
 		netip.AddrPortFrom(netlab.NICA4, 1000), netip.AddrPortFrom(netlab.NICB4, 9), 600)[Headroom:]
-	frames := make([]pipeline.Frame, 32)
+	frames := make([]frame.Frame, 32)
 	batchTo := func(sink *Sink) {
 		n := sink.Alloc(frames)
 		for i := range frames[:n] {
@@ -60,7 +60,7 @@ func TestAllocs(t *testing.T) {
 	if a := testing.AllocsPerRun(20, func() { batchTo(dead) }); a != 0 {
 		t.Errorf("sink batch to a next hop being resolved: %v allocations", a)
 	}
-	if d := dead.Drops(); d[pipeline.DropUnresolved] == 0 {
+	if d := dead.Drops(); d[frame.DropUnresolved] == 0 {
 		t.Errorf("drops %v: want frames dropped from the full queue", d)
 	}
 

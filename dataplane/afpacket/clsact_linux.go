@@ -9,7 +9,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/gsoplane/gsoplane/internal/port"
+	"github.com/gsoplane/gsoplane/dataplane/internal/port"
 )
 
 // clsactName names the port's cls_bpf filter (TCA_BPF_NAME), as tc

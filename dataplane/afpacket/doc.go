@@ -61,7 +61,7 @@
 // traffic for the host's own addresses and all other traffic go to the
 // host only.
 //
-// TX: NewSink returns a pipeline.OffloadSink. Offload decides per
+// TX: NewSink returns a frame.OffloadSink. Offload decides per
 // super-packet from what the NIC advertises (ethtool features, gso
 // limits) and a GSOMode: whole super-packets the NIC segments, segments
 // with partial checksums it completes, or complete segments. Transmit
@@ -70,10 +70,10 @@
 // from the sink's frames, stops the sink (EAGAIN, then a wait through
 // the Go runtime poller) while the kernel still holds that much truesize
 // of its packets: backpressure on top of the forwarder's budget. The
-// Ethernet destination comes from internal/nexthop. In the modes that
+// Ethernet destination comes from dataplane/internal/nexthop. In the modes that
 // hand super-packets whole (auto, offload) the sink lends its large
 // frames to the forwarder, which reads the TUN's super-packets straight
-// into them (pipeline.OffloadSink): a super-packet the NIC segments is
+// into them (frame.OffloadSink): a super-packet the NIC segments is
 // copied twice on its way, by the TUN read and by sendmmsg, and not a
 // third time between them; partial and full lend none.
 //
@@ -182,7 +182,7 @@
 // needs CAP_NET_RAW for the sockets and CAP_NET_ADMIN and CAP_BPF for the
 // programs (SO_SNDBUFFORCE and SO_RCVBUFFORCE need CAP_NET_ADMIN too),
 // and works in the network namespace of the calling thread. On other
-// systems Open returns an error. It imports pipeline, segment and
+// systems Open returns an error. It imports frame, segment and
 // internal packages; the gateway (package dataplane) and embedders import
 // it. It uses no package unsafe of its own: its sendmmsg(2) and
 // recvmmsg(2) batches are internal/mmsg's.

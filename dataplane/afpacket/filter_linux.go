@@ -26,8 +26,8 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
+	"github.com/gsoplane/gsoplane/dataplane/internal/port"
 	"github.com/gsoplane/gsoplane/internal/bpfprog"
-	"github.com/gsoplane/gsoplane/internal/port"
 	"github.com/gsoplane/gsoplane/internal/prefix"
 )
 

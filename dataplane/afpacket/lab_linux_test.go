@@ -10,9 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/dataplane/tun"
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 	"github.com/gsoplane/gsoplane/segment"
 	"github.com/gsoplane/gsoplane/txqueue"
 )
@@ -87,7 +88,7 @@ func (l *lab) newSink(t testing.TB, s *Socket, gateway netip.Addr, mode GSOMode)
 // recordingReceiver passes a port's receiver on and remembers what it saw
 // of the kernel's headers.
 type recordingReceiver struct {
-	pipeline.HeaderReceiver
+	frame.HeaderReceiver
 	mu        sync.Mutex
 	gsoTypes  map[segment.GSOType]int
 	maxSize   int
@@ -128,11 +129,11 @@ func (r *recordingReceiver) superFrames() (int, int) {
 // between them until the test ends.
 func (l *lab) gateway(t testing.TB, cfg Config, mode GSOMode) {
 	t.Helper()
-	l.gatewayWith(t, cfg, mode, func(s *Socket) pipeline.HeaderReceiver { return s.Receiver() })
+	l.gatewayWith(t, cfg, mode, func(s *Socket) frame.HeaderReceiver { return s.Receiver() })
 }
 
 // gatewayWith is gateway with the receivers newRecv makes.
-func (l *lab) gatewayWith(t testing.TB, cfg Config, mode GSOMode, newRecv func(*Socket) pipeline.HeaderReceiver) {
+func (l *lab) gatewayWith(t testing.TB, cfg Config, mode GSOMode, newRecv func(*Socket) frame.HeaderReceiver) {
 	t.Helper()
 	l.open(t, cfg)
 	l.A.Do(t, func() {
@@ -196,16 +197,16 @@ func (l *lab) gatewayWith(t testing.TB, cfg Config, mode GSOMode, newRecv func(*
 
 // newForwarder makes a forwarder from a TUN queue into sink with
 // backpressure, sized from the sink's frames.
-func newForwarder(t testing.TB, src pipeline.Source, hdrSize int, sink *Sink) *pipeline.Forwarder {
+func newForwarder(t testing.TB, src frame.Source, hdrSize int, sink *Sink) *pipeline.Forwarder {
 	t.Helper()
 	size := txqueue.Truesize(sink.FrameSize())
 	frames := sink.s.Frames()
-	burst := pipeline.BurstSegments * size
+	burst := frame.BurstSegments * size
 	budget, err := txqueue.NewBudget(txqueue.BudgetConfig{Burst: burst, Limit: max(frames*size, burst)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	queue, err := txqueue.NewQueue[pipeline.Frame](txqueue.QueueConfig{Policy: txqueue.Block, Packets: frames + sink.nLarge, Bytes: frames*size + burst})
+	queue, err := txqueue.NewQueue[frame.Frame](txqueue.QueueConfig{Policy: txqueue.Block, Packets: frames + sink.nLarge, Bytes: frames*size + burst})
 	if err != nil {
 		t.Fatal(err)
 	}

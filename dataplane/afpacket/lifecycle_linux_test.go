@@ -20,8 +20,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 // hostFilters are the ways of attaching the ingress program the tests
@@ -172,7 +172,7 @@ func TestHostFilterAuto(t *testing.T) {
 	}
 	var err error
 	l.A.Do(t, func() { _, err = Open(Config{Ifname: netlab.NICA, HostFilter: HostFilterClsact + 1}) })
-	if !errors.Is(err, pipeline.ErrInvalidConfig) {
+	if !errors.Is(err, frame.ErrInvalidConfig) {
 		t.Errorf("Open with host filter %d: %v, want ErrInvalidConfig", HostFilterClsact+1, err)
 	}
 }
@@ -337,7 +337,7 @@ func TestOpenErrors(t *testing.T) {
 		t.Errorf("missing interface: %v", err)
 	}
 	l.A.Do(t, func() { _, err = Open(Config{Ifname: "lo"}) })
-	if !errors.Is(err, pipeline.ErrInvalidConfig) {
+	if !errors.Is(err, frame.ErrInvalidConfig) {
 		t.Errorf("loopback: %v, want ErrInvalidConfig", err)
 	}
 	if n := openFDs(t); n != fds {
@@ -389,7 +389,7 @@ func TestStopAndClose(t *testing.T) {
 		t.Errorf("10 Receives after StopReceive took %v", d)
 	}
 
-	got := make([]pipeline.Frame, 1)
+	got := make([]frame.Frame, 1)
 	if sink.Alloc(got) != 1 {
 		t.Fatal("Alloc")
 	}

@@ -33,10 +33,10 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/internal/ethernet"
 	"github.com/gsoplane/gsoplane/internal/mmsg"
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 	"github.com/gsoplane/gsoplane/segment"
 )
 
@@ -337,9 +337,9 @@ func BenchmarkStreamMechanism(b *testing.B) {
 			}
 			b.Run(name, func(b *testing.B) {
 				l := newLab(b, true)
-				newRecv := func(s *Socket) pipeline.HeaderReceiver { return s.Receiver() }
+				newRecv := func(s *Socket) frame.HeaderReceiver { return s.Receiver() }
 				if mech == "v3ring" {
-					newRecv = func(s *Socket) pipeline.HeaderReceiver {
+					newRecv = func(s *Socket) frame.HeaderReceiver {
 						rr, err := newRingReceiver(s, 1<<20, 32, 1)
 						netlab.Must(b, err)
 						b.Cleanup(rr.close)

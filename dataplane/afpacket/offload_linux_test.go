@@ -8,7 +8,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/segment"
 )
 
@@ -105,7 +105,7 @@ func TestOffload(t *testing.T) {
 	small := all
 	small.gso4MaxSize = 16384
 	none := nic{gsoMaxSize: 65536, gso4MaxSize: 65536, gsoMaxSegs: 65535}
-	const G, C, N = pipeline.OffloadGSO, pipeline.OffloadCsum, pipeline.OffloadNone
+	const G, C, N = frame.OffloadGSO, frame.OffloadCsum, frame.OffloadNone
 	for _, c := range []struct {
 		name    string
 		nic     nic
@@ -113,23 +113,23 @@ func TestOffload(t *testing.T) {
 		proto   uint8
 		payload int
 		ecn     bool
-		want    [4]pipeline.Offload // auto, offload, partial, full
+		want    [4]frame.Offload // auto, offload, partial, full
 	}{
-		{"tso4", all, false, tcp, 20000, false, [4]pipeline.Offload{G, G, C, N}},
-		{"tso6", all, true, tcp, 20000, false, [4]pipeline.Offload{G, G, C, N}},
-		{"uso4", all, false, udp, 20000, false, [4]pipeline.Offload{G, G, C, N}},
-		{"uso6", all, true, udp, 20000, false, [4]pipeline.Offload{G, G, C, N}},
-		{"tso4 ecn", all, false, tcp, 20000, true, [4]pipeline.Offload{G, G, C, N}},
-		{"tso4 ecn, nic without ecn", noECN, false, tcp, 20000, true, [4]pipeline.Offload{C, C, C, N}},
-		{"tso6 on a tso4-only nic", tso4Only, true, tcp, 20000, false, [4]pipeline.Offload{N, N, N, N}},
-		{"uso4 on a tso4-only nic", tso4Only, false, udp, 20000, false, [4]pipeline.Offload{C, C, C, N}},
-		{"tso4 on a checksum-only nic", csumOnly, false, tcp, 20000, false, [4]pipeline.Offload{C, C, C, N}},
-		{"tso4 over gso_max_segs", fewSegs, false, tcp, 20000, false, [4]pipeline.Offload{C, C, C, N}},
-		{"tso4 under gso_max_segs", fewSegs, false, tcp, 3000, false, [4]pipeline.Offload{G, G, C, N}},
-		{"tso4 over gso_ipv4_max_size", small, false, tcp, 20000, false, [4]pipeline.Offload{C, C, C, N}},
-		{"tso6 and gso_ipv4_max_size", small, true, tcp, 20000, false, [4]pipeline.Offload{G, G, C, N}},
-		{"one segment", all, false, tcp, 1000, false, [4]pipeline.Offload{C, C, C, N}},
-		{"tso4 on a bare nic", none, false, tcp, 20000, false, [4]pipeline.Offload{N, N, N, N}},
+		{"tso4", all, false, tcp, 20000, false, [4]frame.Offload{G, G, C, N}},
+		{"tso6", all, true, tcp, 20000, false, [4]frame.Offload{G, G, C, N}},
+		{"uso4", all, false, udp, 20000, false, [4]frame.Offload{G, G, C, N}},
+		{"uso6", all, true, udp, 20000, false, [4]frame.Offload{G, G, C, N}},
+		{"tso4 ecn", all, false, tcp, 20000, true, [4]frame.Offload{G, G, C, N}},
+		{"tso4 ecn, nic without ecn", noECN, false, tcp, 20000, true, [4]frame.Offload{C, C, C, N}},
+		{"tso6 on a tso4-only nic", tso4Only, true, tcp, 20000, false, [4]frame.Offload{N, N, N, N}},
+		{"uso4 on a tso4-only nic", tso4Only, false, udp, 20000, false, [4]frame.Offload{C, C, C, N}},
+		{"tso4 on a checksum-only nic", csumOnly, false, tcp, 20000, false, [4]frame.Offload{C, C, C, N}},
+		{"tso4 over gso_max_segs", fewSegs, false, tcp, 20000, false, [4]frame.Offload{C, C, C, N}},
+		{"tso4 under gso_max_segs", fewSegs, false, tcp, 3000, false, [4]frame.Offload{G, G, C, N}},
+		{"tso4 over gso_ipv4_max_size", small, false, tcp, 20000, false, [4]frame.Offload{C, C, C, N}},
+		{"tso6 and gso_ipv4_max_size", small, true, tcp, 20000, false, [4]frame.Offload{G, G, C, N}},
+		{"one segment", all, false, tcp, 1000, false, [4]frame.Offload{C, C, C, N}},
+		{"tso4 on a bare nic", none, false, tcp, 20000, false, [4]frame.Offload{N, N, N, N}},
 	} {
 		pkt, h := superPacket(c.v6, c.proto, c.payload, 1400, c.ecn)
 		l := layoutOf(t, pkt, h)
@@ -163,7 +163,7 @@ func TestGSOModeString(t *testing.T) {
 }
 
 // TestConfigErrors: bad configurations are refused before any system
-// call, wrapping pipeline.ErrInvalidConfig.
+// call, wrapping frame.ErrInvalidConfig.
 func TestConfigErrors(t *testing.T) {
 	for _, cfg := range []Config{
 		{},
@@ -180,7 +180,7 @@ func TestConfigErrors(t *testing.T) {
 		{Ifname: "x", Redirect: []netip.Prefix{{}}},
 	} {
 		_, err := Open(cfg)
-		if !errors.Is(err, pipeline.ErrInvalidConfig) {
+		if !errors.Is(err, frame.ErrInvalidConfig) {
 			t.Errorf("Open(%+v): %v, want ErrInvalidConfig", cfg, err)
 		}
 	}

@@ -10,14 +10,14 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/internal/ethernet"
 	"github.com/gsoplane/gsoplane/internal/mmsg"
 	"github.com/gsoplane/gsoplane/segment"
 )
 
-// A socket's Receiver is a pipeline.HeaderReceiver.
-var _ pipeline.HeaderReceiver = (*receiver)(nil)
+// A socket's Receiver is a frame.HeaderReceiver.
+var _ frame.HeaderReceiver = (*receiver)(nil)
 
 const (
 	rxBatch = 64 // most frames one recvmmsg takes
@@ -63,7 +63,7 @@ func rxSizeFor(a *netlink.LinkAttrs) int {
 }
 
 // Receiver returns the socket's receive side as a
-// pipeline.HeaderReceiver. Each Receive takes up to 64 frames with one
+// frame.HeaderReceiver. Each Receive takes up to 64 frames with one
 // recvmmsg(2) into buffers of its own (allocated here, once: 64 of
 // rxSizeFor bytes, some 4 MiB, up to 32 MiB on a device that may hand
 // over BIG TCP packets, of which only what the kernel writes takes
@@ -80,7 +80,7 @@ func rxSizeFor(a *netlink.LinkAttrs) int {
 // version, or that is truncated or too short, comes back with an empty
 // packet (the return path counts it as invalid; Stats counts why). Use one Receiver per socket, from one
 // goroutine.
-func (s *Socket) Receiver() pipeline.HeaderReceiver {
+func (s *Socket) Receiver() frame.HeaderReceiver {
 	r := &receiver{
 		s:    s,
 		bufs: make([][]byte, rxBatch),

@@ -212,7 +212,7 @@ func (r *rxRingV3) next(ms int, fn func(pkt []byte)) (int, error) {
 	return num, nil
 }
 
-// ringReceiver is a pipeline.HeaderReceiver on a port socket turned into
+// ringReceiver is a frame.HeaderReceiver on a port socket turned into
 // a TPACKET_V3 RX ring (the socket stays in its fanout group; its
 // prot_hook becomes tpacket_rcv): what the port would be with a ring.
 type ringReceiver struct {

@@ -13,17 +13,17 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
-	"github.com/gsoplane/gsoplane/internal/egress"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
+	"github.com/gsoplane/gsoplane/dataplane/internal/egress"
+	"github.com/gsoplane/gsoplane/dataplane/internal/framepool"
 	"github.com/gsoplane/gsoplane/internal/ethernet"
 	"github.com/gsoplane/gsoplane/internal/ethtool"
-	"github.com/gsoplane/gsoplane/internal/framepool"
 	"github.com/gsoplane/gsoplane/internal/mmsg"
 	"github.com/gsoplane/gsoplane/segment"
 )
 
-// A Sink is a pipeline.OffloadSink.
-var _ pipeline.OffloadSink = (*Sink)(nil)
+// A Sink is a frame.OffloadSink.
+var _ frame.OffloadSink = (*Sink)(nil)
 
 const (
 	sinkBatch = 64 // most frames one sendmmsg carries
@@ -50,7 +50,7 @@ type nic struct {
 // Transmit fills in: the header from Frame.Header (csum_start counted from
 // the Ethernet header, as packet sockets count it), the Ethernet
 // destination from the kernel's routing and neighbour tables
-// (internal/nexthop). Transmit sends a batch with one sendmmsg(2); a
+// (dataplane/internal/nexthop). Transmit sends a batch with one sendmmsg(2); a
 // frame is complete once the kernel has copied it, that is when sendmmsg
 // returned, and Complete reports the frames taken since its last call, in
 // order, and puts them back in the pool. The socket's send buffer holds
@@ -63,7 +63,7 @@ type nic struct {
 // The frames are allocated once by NewSink: Config.Frames small ones for
 // segments and Config.LargeFrames of LargeFrameSize for whole
 // super-packets (AllocLarge), which the forwarder reads super-packets
-// into where the sink hands them whole (see pipeline.OffloadSink). Alloc and Free may run concurrently with
+// into where the sink hands them whole (see frame.OffloadSink). Alloc and Free may run concurrently with
 // Transmit, Complete and Wait, which one goroutine (the sink loop) calls.
 type Sink struct {
 	s         *Socket
@@ -94,11 +94,11 @@ type Sink struct {
 // interface; mode says which offloads it uses (see GSOMode). It reads the
 // NIC's features now: make a new Sink after changing them. Call it in the
 // interface's network namespace: it starts a next-hop resolver there
-// (internal/nexthop: netlink sockets and goroutines). Close it when done
+// (dataplane/internal/nexthop: netlink sockets and goroutines). Close it when done
 // (the Socket belongs to its port).
 func NewSink(s *Socket, ifindex int, gateway netip.Addr, mode GSOMode) (*Sink, error) {
 	if mode < GSOModeAuto || mode > GSOModeFull {
-		return nil, fmt.Errorf("afpacket: sink: %w: mode %v", pipeline.ErrInvalidConfig, mode)
+		return nil, fmt.Errorf("afpacket: sink: %w: mode %v", frame.ErrInvalidConfig, mode)
 	}
 	if s == nil || s.closed.Load() {
 		return nil, ErrClosed
@@ -193,7 +193,7 @@ func (k nic) plan(mode GSOMode) string {
 // SetReplier sets who answers the senders of packets whose next hop
 // failed to resolve (nil: nobody), with an ICMP error. Call it before the
 // sink is used.
-func (s *Sink) SetReplier(r pipeline.Replier) { s.layer.SetReplier(r) }
+func (s *Sink) SetReplier(r frame.Replier) { s.layer.SetReplier(r) }
 
 // SetLinkUp tells the sink whether the NIC is up. While it is down,
 // Transmit sends nothing: the frames wait in the forwarder's queue and
@@ -236,17 +236,17 @@ func (s *Sink) GSOOff() bool { return s.gsoOff.Load() }
 
 // Offload says what the NIC finishes for packets of layout l, per the
 // sink's mode (see GSOMode).
-func (s *Sink) Offload(l segment.Layout) pipeline.Offload {
+func (s *Sink) Offload(l segment.Layout) frame.Offload {
 	if s.mode == GSOModeFull {
-		return pipeline.OffloadNone
+		return frame.OffloadNone
 	}
 	if s.mode != GSOModePartial && l.Segments() > 1 && !s.gsoOff.Load() && s.segments(l) {
-		return pipeline.OffloadGSO
+		return frame.OffloadGSO
 	}
 	if s.checksums(l) {
-		return pipeline.OffloadCsum
+		return frame.OffloadCsum
 	}
-	return pipeline.OffloadNone
+	return frame.OffloadNone
 }
 
 // segments reports whether the NIC segments the super-packet l itself:
@@ -293,7 +293,7 @@ func (s *Sink) checksums(l segment.Layout) bool {
 }
 
 // Alloc takes free small frames.
-func (s *Sink) Alloc(frames []pipeline.Frame) int { return s.pool.Alloc(frames) }
+func (s *Sink) Alloc(frames []frame.Frame) int { return s.pool.Alloc(frames) }
 
 // AllocLarge takes a free frame for a whole super-packet of size bytes
 // after the headroom; false when none is free, or when the sink hands no
@@ -301,16 +301,16 @@ func (s *Sink) Alloc(frames []pipeline.Frame) int { return s.pool.Alloc(frames) 
 // forwarder reads nothing into a frame that would only be cut. (A packet
 // too large even for it gets one anyway, and the forwarder drops it as
 // oversize.)
-func (s *Sink) AllocLarge(size int) (pipeline.Frame, bool) {
+func (s *Sink) AllocLarge(size int) (frame.Frame, bool) {
 	if s.mode == GSOModePartial || s.mode == GSOModeFull || s.gsoOff.Load() {
-		return pipeline.Frame{}, false
+		return frame.Frame{}, false
 	}
 	return s.pool.AllocLarge()
 }
 
 // Free returns allocated frames that will not be sent; frames that are
 // not allocated are ignored.
-func (s *Sink) Free(frames []pipeline.Frame) { s.pool.Free(frames) }
+func (s *Sink) Free(frames []frame.Frame) { s.pool.Free(frames) }
 
 // Transmit sends frames in order, at most 64 per call, and returns how
 // many it took: sent, kept for a next hop being resolved (see Backlog),
@@ -325,7 +325,7 @@ func (s *Sink) Free(frames []pipeline.Frame) { s.pool.Free(frames) }
 // then on. A frame that is not an allocated frame, or whose length does
 // not fit it, stops the batch with ErrBadFrame; a closed socket, with
 // ErrClosed; an interface that is gone, with the kernel's error.
-func (s *Sink) Transmit(frames []pipeline.Frame) (int, error) {
+func (s *Sink) Transmit(frames []frame.Frame) (int, error) {
 	s.txMu.Lock()
 	defer s.txMu.Unlock()
 	if s.s.closed.Load() {
@@ -340,7 +340,7 @@ type sinkWire Sink
 
 // Check returns how many frames from the front are allocated frames with
 // a length that fits them, and the error about the first that is not.
-func (w *sinkWire) Check(frames []pipeline.Frame) (int, error) {
+func (w *sinkWire) Check(frames []frame.Frame) (int, error) {
 	good := w.pool.Allocated(frames, Headroom)
 	if good < len(frames) {
 		f := frames[good]
@@ -350,35 +350,35 @@ func (w *sinkWire) Check(frames []pipeline.Frame) (int, error) {
 }
 
 // Packet returns the frame's Ethernet header and packet.
-func (w *sinkWire) Packet(f pipeline.Frame) (eth, pkt []byte) {
+func (w *sinkWire) Packet(f frame.Frame) (eth, pkt []byte) {
 	b := w.pool.Frame(uint32(f.ID))
 	return b[vnetHdrLen:Headroom], b[Headroom : Headroom+f.Len]
 }
 
 // Send writes the frames' virtio-net headers, points the messages at
 // them and sends them.
-func (w *sinkWire) Send(frames []pipeline.Frame) (int, bool, error) {
+func (w *sinkWire) Send(frames []frame.Frame) (int, bool, error) {
 	return w.sendFrames(frames, false)
 }
 
 // SendKept sends kept frames, which go back to the pool once sent.
-func (w *sinkWire) SendKept(frames []pipeline.Frame) (int, bool, error) {
+func (w *sinkWire) SendKept(frames []frame.Frame) (int, bool, error) {
 	return w.sendFrames(frames, true)
 }
 
 // Discard takes a frame dropped for want of a next hop.
-func (w *sinkWire) Discard(f pipeline.Frame) { w.pool.Take([]pipeline.Frame{f}) }
+func (w *sinkWire) Discard(f frame.Frame) { w.pool.Take([]frame.Frame{f}) }
 
 // Keep keeps a frame that waits for its next hop, if one in
 // egress.QueueShare of the frames of its size is not kept already.
-func (w *sinkWire) Keep(f pipeline.Frame) bool { return w.pool.Keep(f, egress.QueueShare) }
+func (w *sinkWire) Keep(f frame.Frame) bool { return w.pool.Keep(f, egress.QueueShare) }
 
 // Release puts a kept frame back.
-func (w *sinkWire) Release(f pipeline.Frame) { w.pool.Release([]pipeline.Frame{f}) }
+func (w *sinkWire) Release(f frame.Frame) { w.pool.Release([]frame.Frame{f}) }
 
 // sendFrames writes the frames' virtio-net headers, points the messages
 // at them and sends them.
-func (w *sinkWire) sendFrames(frames []pipeline.Frame, kept bool) (int, bool, error) {
+func (w *sinkWire) sendFrames(frames []frame.Frame, kept bool) (int, bool, error) {
 	for i, f := range frames {
 		b := w.pool.Frame(uint32(f.ID))
 		putVnetHeader(b, f.Header, f.Len)
@@ -403,7 +403,7 @@ func putVnetHeader(b []byte, h segment.Header, n int) {
 // send sends the m prepared messages and returns how many frames it took
 // (sent or refused) and whether to stop the batch (a full send buffer or
 // device queue).
-func (s *Sink) send(frames []pipeline.Frame, kept bool) (taken int, stop bool, err error) {
+func (s *Sink) send(frames []frame.Frame, kept bool) (taken int, stop bool, err error) {
 	m := len(frames)
 	defer s.msgs.Clear(m)
 	for taken < m {
@@ -468,7 +468,7 @@ func (s *Sink) doSend(fd uintptr) { s.sent, s.errno = s.msgs.Send(fd, s.from, s.
 
 // done marks frames the kernel took (sent or refused): taken, for
 // Complete to report, or, kept ones, put back.
-func (s *Sink) done(frames []pipeline.Frame, kept bool) {
+func (s *Sink) done(frames []frame.Frame, kept bool) {
 	if kept {
 		s.pool.Release(frames)
 	} else {
@@ -477,7 +477,7 @@ func (s *Sink) done(frames []pipeline.Frame, kept bool) {
 }
 
 // account counts frames as sent.
-func (s *Sink) account(frames []pipeline.Frame) {
+func (s *Sink) account(frames []frame.Frame) {
 	var bytes, super, partial uint64
 	for _, f := range frames {
 		b := s.pool.Frame(uint32(f.ID))
@@ -498,7 +498,7 @@ func (s *Sink) account(frames []pipeline.Frame) {
 // Drops returns how many frames the sink dropped, by reason:
 // DropUnresolved (a next hop the kernel could not resolve, or no room in
 // the queue for one) and DropNotRouted.
-func (s *Sink) Drops() pipeline.Drops { return s.layer.Drops() }
+func (s *Sink) Drops() frame.Drops { return s.layer.Drops() }
 
 // HostControl returns how many frames the sink discarded as the host's
 // own link signalling: neighbour discovery, MLD, IGMP (not drops).

@@ -16,9 +16,9 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/internal/ethernet"
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 	"github.com/gsoplane/gsoplane/segment"
 )
 
@@ -210,8 +210,8 @@ func TestGSOWithoutTSO(t *testing.T) {
 	lay := layoutOf(t, pkt, h)
 	after, err := sinkOn(GSOModeAuto)
 	netlab.Must(t, err)
-	if got := after.Offload(lay); got != pipeline.OffloadCsum {
-		t.Errorf("auto without TSO: Offload = %v, want %v", got, pipeline.OffloadCsum)
+	if got := after.Offload(lay); got != frame.OffloadCsum {
+		t.Errorf("auto without TSO: Offload = %v, want %v", got, frame.OffloadCsum)
 	}
 	if _, err := sinkOn(GSOModeOffload); err == nil || !errors.Is(err, ErrNoOffload) {
 		t.Errorf("offload mode without TSO: %v, want ErrNoOffload", err)
@@ -220,8 +220,8 @@ func TestGSOWithoutTSO(t *testing.T) {
 	// The sink made while the NIC segmented still offers it whole; the
 	// kernel refuses it again and again, until the sink drops it and
 	// stops offloading.
-	if got := before.Offload(lay); got != pipeline.OffloadGSO {
-		t.Fatalf("Offload = %v, want %v", got, pipeline.OffloadGSO)
+	if got := before.Offload(lay); got != frame.OffloadGSO {
+		t.Fatalf("Offload = %v, want %v", got, frame.OffloadGSO)
 	}
 	dropped0 := l.A.LinkT(t, netlab.NICA).Attrs().Statistics.TxDropped
 	f, ok := before.AllocLarge(len(pkt))
@@ -229,7 +229,7 @@ func TestGSOWithoutTSO(t *testing.T) {
 		t.Fatal("no large frame")
 	}
 	f.Len, f.Header = copy(f.Buf[Headroom:], pkt), lay.GSOHeader()
-	frames := []pipeline.Frame{f}
+	frames := []frame.Frame{f}
 	deadline := time.Now().Add(labWait)
 	for {
 		n, err := before.Transmit(frames)
@@ -251,8 +251,8 @@ func TestGSOWithoutTSO(t *testing.T) {
 	if !before.GSOOff() || st.Drops.Refused != 1 || st.TX != 0 || dropped < gsoRefusals {
 		t.Errorf("GSOOff %v, refused %d, sent %d, tx_dropped +%d", before.GSOOff(), st.Drops.Refused, st.TX, dropped)
 	}
-	if got := before.Offload(lay); got != pipeline.OffloadCsum {
-		t.Errorf("after the refusals: Offload = %v, want %v", got, pipeline.OffloadCsum)
+	if got := before.Offload(lay); got != frame.OffloadCsum {
+		t.Errorf("after the refusals: Offload = %v, want %v", got, frame.OffloadCsum)
 	}
 }
 
@@ -269,7 +269,7 @@ func TestUnresolved(t *testing.T) {
 	var replies unreachables
 	sink.SetReplier(&replies)
 	pkt, _ := superPacket(false, uint8(header.UDPProtocolNumber), 100, 1400, false)
-	frames := make([]pipeline.Frame, 2)
+	frames := make([]frame.Frame, 2)
 	if sink.Alloc(frames) != 2 {
 		t.Fatal("Alloc")
 	}
@@ -280,8 +280,8 @@ func TestUnresolved(t *testing.T) {
 	if n, err := sink.Transmit(frames); n != 2 || err != nil {
 		t.Fatalf("Transmit: %d, %v; want the frames taken", n, err)
 	}
-	if n, _ := sink.Complete(); n != 2 || sink.Drops()[pipeline.DropUnresolved] != 0 {
-		t.Errorf("while resolving: completed %d, unresolved %d; want 2, 0", n, sink.Drops()[pipeline.DropUnresolved])
+	if n, _ := sink.Complete(); n != 2 || sink.Drops()[frame.DropUnresolved] != 0 {
+		t.Errorf("while resolving: completed %d, unresolved %d; want 2, 0", n, sink.Drops()[frame.DropUnresolved])
 	}
 	for replies.n.Load() == 0 {
 		select {
@@ -293,8 +293,8 @@ func TestUnresolved(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n, _ := sink.Complete(); n != 0 || sink.Drops()[pipeline.DropUnresolved] != 2 || replies.n.Load() != 2 || sink.Backlog() != nil {
-		t.Errorf("after the failure: completed %d more, unresolved %d, replies %d, backlog %v; want 0, 2, 2, none", n, sink.Drops()[pipeline.DropUnresolved], replies.n.Load(), sink.Backlog())
+	if n, _ := sink.Complete(); n != 0 || sink.Drops()[frame.DropUnresolved] != 2 || replies.n.Load() != 2 || sink.Backlog() != nil {
+		t.Errorf("after the failure: completed %d more, unresolved %d, replies %d, backlog %v; want 0, 2, 2, none", n, sink.Drops()[frame.DropUnresolved], replies.n.Load(), sink.Backlog())
 	}
 	if st := p.Sockets()[0].Stats(); st.TX != 0 || st.Drops.Unresolved != 2 {
 		t.Errorf("stats %+v", st)
@@ -302,7 +302,7 @@ func TestUnresolved(t *testing.T) {
 	t.Logf("failed after %v", time.Since(start))
 }
 
-// unreachables is a pipeline.Replier that counts Unreachable calls.
+// unreachables is a frame.Replier that counts Unreachable calls.
 type unreachables struct{ n atomic.Int64 }
 
 func (u *unreachables) Unreachable([]byte)  { u.n.Add(1) }

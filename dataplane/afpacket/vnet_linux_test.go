@@ -3,7 +3,7 @@ package afpacket
 import (
 	"testing"
 
-	"github.com/gsoplane/gsoplane/internal/dirtybuf"
+	"github.com/gsoplane/gsoplane/internal/testing/dirtybuf"
 	"github.com/gsoplane/gsoplane/segment"
 )
 

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/segment"
 )
@@ -105,7 +106,7 @@ func TestForwarderAllocs(t *testing.T) {
 	lending.record = false
 	for _, c := range []struct {
 		name   string
-		sink   pipeline.Sink
+		sink   frame.Sink
 		pkt    []byte
 		chunks float64
 	}{
@@ -131,14 +132,14 @@ func TestForwarderAllocs(t *testing.T) {
 // large frame, queue, transmit, complete) allocates nothing.
 func TestWireWholeAllocs(t *testing.T) {
 	m := newMarks(200, 2000)
-	frame := wireFrame(tcpSuperPacket(64000)[segment.HeaderSize:])
+	pkt := wireFrame(tcpSuperPacket(64000)[segment.HeaderSize:])
 	src, err := pipeline.NewWireSource(pipeline.WireConfig{
-		Receiver: &steadyReceiver{m, frame}, MTU: 1500, MSS: pipeline.NewMSSTable(pipeline.MSSConfig{Flows: 64}), Clamp: true,
+		Receiver: &steadyReceiver{m, pkt}, MTU: 1500, MSS: pipeline.NewMSSTable(pipeline.MSSConfig{Flows: 64}), Clamp: true,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink := &offloadSink{memSink: newMemSink(64, 2048), mode: pipeline.OffloadGSO, large: make([]byte, 1<<16), quiet: true}
+	sink := &offloadSink{memSink: newMemSink(64, 2048), mode: frame.OffloadGSO, large: make([]byte, 1<<16), quiet: true}
 	sink.memSink.record = false
 	f, _, _ := newTestForwarder(t, src, sink)
 	if a := allocsPerPacket(t, f, m); a > 0.01 {

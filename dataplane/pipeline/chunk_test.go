@@ -6,6 +6,7 @@ import (
 	"io"
 	"testing"
 
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/segment"
 	"github.com/gsoplane/gsoplane/txqueue"
@@ -35,15 +36,15 @@ func withMSS(raw []byte, mss int) []byte {
 // whole gets it cut, with partial checksums.
 func TestForwarderManySegments(t *testing.T) {
 	size := txqueue.Truesize(2048)
-	burst := pipeline.BurstSegments * size
+	burst := frame.BurstSegments * size
 	for _, c := range []struct {
 		name string
 		mss  int
-		mode pipeline.Offload
+		mode frame.Offload
 	}{
-		{"mss88", 88, pipeline.OffloadNone},
-		{"mss88/gso-sink", 88, pipeline.OffloadGSO},
-		{"mss1", 1, pipeline.OffloadNone},
+		{"mss88", 88, frame.OffloadNone},
+		{"mss88/gso-sink", 88, frame.OffloadGSO},
+		{"mss1", 1, frame.OffloadNone},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			raw := withMSS(tcpSuperPacket(65535-40), c.mss)
@@ -53,7 +54,7 @@ func TestForwarderManySegments(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sink := &offloadSink{memSink: newMemSink(pipeline.BurstSegments, 2048), mode: c.mode, large: make([]byte, 1<<17), quiet: c.mss == 1}
+			sink := &offloadSink{memSink: newMemSink(frame.BurstSegments, 2048), mode: c.mode, large: make([]byte, 1<<17), quiet: c.mss == 1}
 			sink.memSink.record = c.mss == 1
 			budget, err := txqueue.NewBudget(txqueue.BudgetConfig{Burst: burst, Limit: burst, Fixed: true})
 			if err != nil {
@@ -84,7 +85,7 @@ func TestForwarderManySegments(t *testing.T) {
 				checkLengths(t, sink.sent, l)
 				return
 			}
-			checkSegments(t, sink.got, pkt, h, c.mode != pipeline.OffloadNone)
+			checkSegments(t, sink.got, pkt, h, c.mode != frame.OffloadNone)
 		})
 	}
 }
@@ -104,7 +105,7 @@ func checkLengths(t *testing.T, sent []int, l segment.Layout) {
 
 // checkSegments checks that the frames the sink got are Split's segments
 // of pkt, those with a partial checksum once it is finished.
-func checkSegments(t *testing.T, got []pipeline.Frame, pkt []byte, h segment.Header, partial bool) {
+func checkSegments(t *testing.T, got []frame.Frame, pkt []byte, h segment.Header, partial bool) {
 	t.Helper()
 	l, _ := segment.Validate(pkt, h)
 	want := make([][]byte, l.Segments())

@@ -1,28 +1,29 @@
 // Package pipeline is gsoplane's forwarding pipeline, independent of any
-// device: the Forwarder moves super-packets from a Source through
+// device: the Forwarder moves super-packets from a frame.Source through
 // validation, admission by a txqueue.Budget, segmentation straight into a
-// Sink's frames, an optional per-segment Hook and a txqueue.Queue to the
-// Sink, whose in-order completions release the charges; while the budget
-// is full the forwarder does not read its source. A super-packet of more
-// than BurstSegments segments (TSO at a small MSS) goes through a chunk
-// of BurstSegments at a time, each admitted on its own. The ReturnPath moves
-// packets the other way, from a port's Receiver into a Writer such as a
-// TUN queue. Each of their loops has a Pulse, which tells from outside a
+// frame.Sink's frames, an optional per-segment Hook and a txqueue.Queue to
+// the Sink, whose in-order completions release the charges; while the
+// budget is full the forwarder does not read its source. A super-packet
+// of more than frame.BurstSegments segments (TSO at a small MSS) goes
+// through a chunk of BurstSegments at a time, each admitted on its own.
+// The ReturnPath moves packets the other way, from a port's
+// frame.Receiver into a frame.Writer such as a TUN queue. Each of their loops has a Pulse, which tells from outside a
 // loop that works or waits for work from one that is wedged, for a
 // watchdog.
 //
-// Ports implement the interfaces: dataplane/tun (a Source and a Writer),
-// dataplane/xsk (a Sink and a Receiver on AF_XDP), dataplane/afpacket
-// (the same on AF_PACKET, with offloads), dataplane/udp (a Sink for
-// VPNs). A VPN embeds the pipeline with its own Source or Sink; the
-// package example shows one in memory.
+// The interfaces, the frames and the drop reasons are package frame's,
+// the contract the ports implement: dataplane/tun (a Source and a
+// Writer), dataplane/xsk (a Sink and a Receiver on AF_XDP),
+// dataplane/afpacket (the same on AF_PACKET, with offloads),
+// dataplane/udp (a Sink for VPNs). A VPN embeds the pipeline with its own
+// Source or Sink; the package example shows one in memory.
 //
 // A packet the forwarder cannot send, it answers as a router does, through
-// a Replier: the ICMP Replier writes fragmentation needed or packet too
-// big (a packet over ForwarderConfig.MTU) and host unreachable (a next
-// hop a port's sink could not resolve) back into the TUN device, within
-// Linux's rate limits, and time exceeded (a packet from a wire whose TTL
-// ran out).
+// a frame.Replier: dataplane/icmp's writes fragmentation needed or packet
+// too big (a packet over ForwarderConfig.MTU) and host unreachable (a
+// next hop a port's sink could not resolve) back into the TUN device,
+// within Linux's rate limits, and time exceeded (a packet from a wire
+// whose TTL ran out).
 //
 // A WireSource takes packets from a wire instead, without a virtio-net
 // header, takes one off each one's TTL (hop limit) as a router does and
@@ -35,7 +36,6 @@
 // of more receive queues than its egress port has transmit queues.
 //
 // The package is pure Go with no system calls and builds on every OS. It
-// imports only segment, txqueue, internal/icmperr and internal/iphdr;
-// ports and the gateway (package dataplane) import it, never the other
-// way round.
+// imports only frame, segment, txqueue and internal/iphdr; the gateway (package dataplane) and dataplane/tunnel
+// import it, the ports never do.
 package pipeline

@@ -11,6 +11,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/segment"
 	"github.com/gsoplane/gsoplane/txqueue"
@@ -30,7 +31,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	queue, err := txqueue.NewQueue[pipeline.Frame](txqueue.QueueConfig{
+	queue, err := txqueue.NewQueue[frame.Frame](txqueue.QueueConfig{
 		Policy: txqueue.Block, Packets: 256, Bytes: 256 * size,
 	})
 	if err != nil {
@@ -133,18 +134,18 @@ func newMemSink(n, size int) *memSink {
 
 func (s *memSink) Headroom() int { return 0 }
 
-func (s *memSink) Alloc(frames []pipeline.Frame) int {
+func (s *memSink) Alloc(frames []frame.Frame) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := min(len(frames), len(s.free))
 	for i, id := range s.free[len(s.free)-n:] {
-		frames[i] = pipeline.Frame{Buf: s.frames[id], ID: id}
+		frames[i] = frame.Frame{Buf: s.frames[id], ID: id}
 	}
 	s.free = s.free[:len(s.free)-n]
 	return n
 }
 
-func (s *memSink) Free(frames []pipeline.Frame) {
+func (s *memSink) Free(frames []frame.Frame) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, f := range frames {
@@ -152,7 +153,7 @@ func (s *memSink) Free(frames []pipeline.Frame) {
 	}
 }
 
-func (s *memSink) Transmit(frames []pipeline.Frame) (int, error) {
+func (s *memSink) Transmit(frames []frame.Frame) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, f := range frames {

@@ -4,6 +4,7 @@ import (
 	"net"
 	"sync"
 
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/segment"
 )
 
@@ -18,11 +19,11 @@ import (
 // It passes on the headers of those that are HeaderReceivers (the
 // others' frames get the zero Header).
 type FanIn struct {
-	rs      []Receiver
-	hrs     []HeaderReceiver // rs[i], if it is one
-	batches chan fanBatch    // the batches handed over, at most one per Receiver
-	release []chan struct{}  // per Receiver: its batch is used up
-	done    chan struct{}    // closed by Close
+	rs      []frame.Receiver
+	hrs     []frame.HeaderReceiver // rs[i], if it is one
+	batches chan fanBatch          // the batches handed over, at most one per Receiver
+	release []chan struct{}        // per Receiver: its batch is used up
+	done    chan struct{}          // closed by Close
 	start   sync.Once
 	wg      sync.WaitGroup
 
@@ -42,17 +43,17 @@ type fanBatch struct {
 
 // NewFanIn returns a FanIn of rs, which must have the same Headroom.
 // Close it once the ports of rs have stopped receiving.
-func NewFanIn(rs []Receiver) *FanIn {
+func NewFanIn(rs []frame.Receiver) *FanIn {
 	f := &FanIn{
 		rs:      rs,
 		batches: make(chan fanBatch, len(rs)),
 		release: make([]chan struct{}, len(rs)),
 		done:    make(chan struct{}),
-		hrs:     make([]HeaderReceiver, len(rs)),
+		hrs:     make([]frame.HeaderReceiver, len(rs)),
 	}
 	for i := range f.release {
 		f.release[i] = make(chan struct{}, 1)
-		f.hrs[i], _ = rs[i].(HeaderReceiver)
+		f.hrs[i], _ = rs[i].(frame.HeaderReceiver)
 	}
 	return f
 }
@@ -109,7 +110,7 @@ func (f *FanIn) run(size int) {
 // receive hands over r's batches until r fails or the FanIn is closed:
 // frames (then it waits for their release), and an error or an empty
 // Receive on its own, so that the caller sees them as from r.
-func (f *FanIn) receive(i int, r Receiver, frames [][]byte) {
+func (f *FanIn) receive(i int, r frame.Receiver, frames [][]byte) {
 	defer f.wg.Done()
 	for {
 		n, err := r.Receive(frames)

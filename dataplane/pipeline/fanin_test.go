@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/segment"
 )
@@ -17,7 +18,7 @@ import (
 func TestFanIn(t *testing.T) {
 	a := &frameReceiver{batches: [][][]byte{{[]byte("a1"), []byte("a2")}, {[]byte("a3")}}}
 	b := &frameReceiver{batches: [][][]byte{{[]byte("b1")}, {[]byte("b2"), []byte("b3"), []byte("b4")}}}
-	f := pipeline.NewFanIn([]pipeline.Receiver{a, b})
+	f := pipeline.NewFanIn([]frame.Receiver{a, b})
 	if f.Headroom() != 14 {
 		t.Errorf("headroom %d", f.Headroom())
 	}
@@ -64,7 +65,7 @@ func (r *reusingReceiver) Receive(frames [][]byte) (int, error) {
 // TestFanInHolds: a Receiver is not asked again while the caller still
 // has its frames; its frame keeps its contents until the next Receive.
 func TestFanInHolds(t *testing.T) {
-	rs := []pipeline.Receiver{&reusingReceiver{buf: []byte{0}}, &reusingReceiver{buf: []byte{0}}}
+	rs := []frame.Receiver{&reusingReceiver{buf: []byte{0}}, &reusingReceiver{buf: []byte{0}}}
 	f := pipeline.NewFanIn(rs)
 	defer f.Close()
 	frames := make([][]byte, 4)
@@ -83,8 +84,8 @@ func TestFanInHolds(t *testing.T) {
 
 // TestFanInAllocs: a Receive through a FanIn allocates nothing.
 func TestFanInAllocs(t *testing.T) {
-	frame := make([]byte, 100)
-	f := pipeline.NewFanIn([]pipeline.Receiver{&loopReceiver{frames: [][]byte{frame}}, &loopReceiver{frames: [][]byte{frame, frame}}})
+	pkt := make([]byte, 100)
+	f := pipeline.NewFanIn([]frame.Receiver{&loopReceiver{frames: [][]byte{pkt}}, &loopReceiver{frames: [][]byte{pkt, pkt}}})
 	defer f.Close()
 	frames := make([][]byte, 8)
 	f.Receive(frames)
@@ -118,7 +119,7 @@ func TestFanInHeaders(t *testing.T) {
 	a := &sizedReceiver{frameReceiver: frameReceiver{batches: [][][]byte{{{'a', 1}, {'a', 2}, {'a', 3}}, {{'a', 4}}}}}
 	b := &sizedReceiver{frameReceiver: frameReceiver{batches: [][][]byte{{{'b', 5}, {'b', 6}}}}}
 	c := &frameReceiver{batches: [][][]byte{{{'c', 7}, {'c', 8}}}}
-	f := pipeline.NewFanIn([]pipeline.Receiver{a, b, c})
+	f := pipeline.NewFanIn([]frame.Receiver{a, b, c})
 	defer f.Close()
 	frames, seen := make([][]byte, 4), 0 // the first Receive sizes the batches
 	for ends := 0; ends < 3; {

@@ -7,115 +7,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/segment"
 	"github.com/gsoplane/gsoplane/txqueue"
 )
-
-// A Source yields packets, each behind its virtio-net header: packet i of a
-// batch at bufs[i][offset:offset+sizes[i]]. tun.Queue is one. An error
-// wrapping ErrPacketTruncated loses one packet and is not fatal; any other
-// error ends the forwarder.
-type Source interface {
-	Read(bufs [][]byte, sizes []int, offset int) (n int, err error)
-}
-
-// A Frame is one transmit buffer owned by a Sink.
-type Frame struct {
-	Buf []byte // the packet goes at Buf[Sink.Headroom():]
-	Len int    // the packet's length, without the headroom
-	ID  uint64 // the sink's handle, such as a UMEM address
-	// Header describes the packet to an OffloadSink: all zero for a
-	// complete packet, NEEDS_CSUM for a partial checksum (OffloadCsum), a
-	// GSO type for a whole super-packet (OffloadGSO).
-	Header segment.Header
-}
-
-// Offload is what an OffloadSink's device finishes itself.
-type Offload int
-
-// What a device may finish.
-const (
-	OffloadNone Offload = iota // nothing: complete segments, checksums included
-	OffloadCsum                // checksums: segments with partial checksums
-	OffloadGSO                 // segmentation: the whole super-packet in one frame
-)
-
-// An OffloadSink is a Sink whose device checksums or segments packets
-// itself, such as an AF_PACKET socket with a virtio-net header per packet
-// on a NIC with TSO. The forwarder asks it per super-packet; with
-// OffloadGSO it still charges the budget every future segment's truesize,
-// released when the frame completes. A super-packet of more than
-// BurstSegments segments is cut here instead, as for OffloadCsum: a
-// device that segments packets completes their checksums.
-//
-// Where the sink's headroom has room for the source's virtio-net header
-// and its large frames for the largest packet, the forwarder reads
-// packets straight into large frames it takes before it knows them, the
-// packet at the headroom as always: a super-packet the device segments
-// then leaves from the frame it was read into, without a copy
-// (Stats.InPlace). A frame whose packet was cut into small frames, or
-// that no packet was read into, stays with the forwarder for its next
-// read, and all are freed when it stops: it may hold every free large
-// frame while the source is idle. A sink that hands nothing whole (its
-// device segments nothing) should return no large frame, so that none is
-// taken in vain.
-type OffloadSink interface {
-	Sink
-	// Offload says what the device finishes for packets of this layout.
-	Offload(l segment.Layout) Offload
-	// AllocLarge takes a free frame with room for a whole super-packet of
-	// size bytes after the headroom; false when none is free.
-	AllocLarge(size int) (Frame, bool)
-}
-
-// A BackloggedSink is a Sink with work of its own: frames whose
-// completion it reported but that it keeps to send later, such as frames
-// waiting for their next hop (the NIC ports' sinks). Backlog returns a
-// channel that is ready when Transmit, called with no frames, has some
-// of them to send or drop, or nil while it keeps none. The sink loop
-// waits for it beside the queue, and calls it from the same goroutine as
-// Transmit.
-type BackloggedSink interface {
-	Sink
-	Backlog() <-chan struct{}
-}
-
-// A Sink transmits IP packets from frames it owns and reports when they are
-// gone. The forwarder calls Alloc and Free from its producer and Transmit,
-// Complete and Wait from its sink loop, concurrently: a Sink must allow
-// that. It must own at least BurstSegments frames: the forwarder takes
-// the frames of a super-packet's segments, BurstSegments at most, at
-// once, and drops a packet that needs more than the sink owns. Transmit and
-// Complete return an error only when the sink can no longer send: that
-// stops the forwarder; transient conditions are the sink's to retry and
-// count. xsk.Sink and udp.Sink are Sinks.
-type Sink interface {
-	// Headroom is the space before each packet that the sink fills in
-	// itself, such as a link-layer header.
-	Headroom() int
-	// Alloc fills frames with free frames, at most len(frames), and
-	// returns how many; 0 when every frame is in flight.
-	Alloc(frames []Frame) int
-	// Free returns frames that were allocated but not transmitted.
-	Free(frames []Frame)
-	// Transmit sends frames in order and returns how many it took; the
-	// rest are offered again later.
-	Transmit(frames []Frame) (int, error)
-	// Complete returns how many transmitted frames are gone since the last
-	// call, in Transmit order; their frames are free again.
-	Complete() (int, error)
-	// Wait blocks for at most d until Complete may report more. An
-	// error from Transmit, Complete or Wait ends the forwarder.
-	Wait(d time.Duration) error
-}
-
-// BurstSegments is the most segments the forwarder cuts and queues per
-// admission of its budget. A super-packet of more (TSO at a small MSS: a
-// 64 KiB one at MSS 88 has 745) is cut and queued BurstSegments at a time,
-// each chunk admitted on its own, so that a Budget's Burst of
-// BurstSegments truesizes bounds what every admission charges, however
-// small the MSS. USO, the kernel's 128 segments at most, fits one chunk.
-const BurstSegments = 128
 
 // A Hook sees every segment before it is queued and returns false to drop
 // it, like a netfilter hook; a super-packet an OffloadSink takes whole is
@@ -125,16 +20,16 @@ type Hook func(pkt []byte) bool
 
 // ForwarderConfig configures a Forwarder.
 type ForwarderConfig struct {
-	Source     Source
+	Source     frame.Source
 	HeaderSize int // virtio-net header size of Source: segment.HeaderSize, HeaderSizeMrg or HeaderSizeTunnel
-	Sink       Sink
+	Sink       frame.Sink
 	FrameSize  int // size of the sink's frames, for truesize
 
 	// Budget charges every segment's truesize until its completion; the
 	// producer stops reading the source while it is full. Nil turns
 	// backpressure off (an ablation): then Queue should drop.
 	Budget *txqueue.Budget
-	Queue  *txqueue.Queue[Frame]
+	Queue  *txqueue.Queue[frame.Frame]
 
 	Segmenter *segment.Segmenter
 	Hook      Hook // nil: every segment passes
@@ -148,7 +43,7 @@ type ForwarderConfig struct {
 	MTU int
 	// Replier answers the senders of packets dropped as too big; nil:
 	// they are only counted.
-	Replier Replier
+	Replier frame.Replier
 	// DrainTime bounds how long Run, once stopped, waits for the queue to
 	// empty; 0 → DefaultDrainTime.
 	DrainTime time.Duration
@@ -174,13 +69,13 @@ func headerSizeOK(n int) bool {
 func NewForwarder(cfg ForwarderConfig) (*Forwarder, error) {
 	switch {
 	case cfg.Source == nil || cfg.Sink == nil || cfg.Queue == nil:
-		return nil, fmt.Errorf("pipeline: %w: forwarder needs a Source, a Sink and a Queue", ErrInvalidConfig)
+		return nil, fmt.Errorf("pipeline: %w: forwarder needs a Source, a Sink and a Queue", frame.ErrInvalidConfig)
 	case !headerSizeOK(cfg.HeaderSize):
-		return nil, fmt.Errorf("pipeline: %w: virtio-net header size %d, want %d, %d or %d", ErrInvalidConfig, cfg.HeaderSize, segment.HeaderSize, segment.HeaderSizeMrg, segment.HeaderSizeTunnel)
+		return nil, fmt.Errorf("pipeline: %w: virtio-net header size %d, want %d, %d or %d", frame.ErrInvalidConfig, cfg.HeaderSize, segment.HeaderSize, segment.HeaderSizeMrg, segment.HeaderSizeTunnel)
 	case cfg.FrameSize < cfg.Sink.Headroom()+576:
-		return nil, fmt.Errorf("pipeline: %w: frame size %d too small", ErrInvalidConfig, cfg.FrameSize)
+		return nil, fmt.Errorf("pipeline: %w: frame size %d too small", frame.ErrInvalidConfig, cfg.FrameSize)
 	case cfg.MTU < 0:
-		return nil, fmt.Errorf("pipeline: %w: MTU %d", ErrInvalidConfig, cfg.MTU)
+		return nil, fmt.Errorf("pipeline: %w: MTU %d", frame.ErrInvalidConfig, cfg.MTU)
 	}
 	if cfg.Segmenter == nil {
 		cfg.Segmenter = new(segment.Segmenter)

@@ -8,13 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/segment"
 	"github.com/gsoplane/gsoplane/txqueue"
 )
 
 // newTestForwarder wires src and sink with a budget and a Block queue.
-func newTestForwarder(t testing.TB, src pipeline.Source, sink pipeline.Sink) (*pipeline.Forwarder, *txqueue.Budget, *txqueue.Queue[pipeline.Frame]) {
+func newTestForwarder(t testing.TB, src frame.Source, sink frame.Sink) (*pipeline.Forwarder, *txqueue.Budget, *txqueue.Queue[frame.Frame]) {
 	t.Helper()
 	size := txqueue.Truesize(2048)
 	budget, err := txqueue.NewBudget(txqueue.BudgetConfig{Burst: 128 * size, Limit: 512 * size})
@@ -32,10 +33,10 @@ func newTestForwarder(t testing.TB, src pipeline.Source, sink pipeline.Sink) (*p
 }
 
 // newQueue returns a Block queue of 256 frames of 2048 bytes.
-func newQueue(t testing.TB) *txqueue.Queue[pipeline.Frame] {
+func newQueue(t testing.TB) *txqueue.Queue[frame.Frame] {
 	t.Helper()
 	size := txqueue.Truesize(2048)
-	queue, err := txqueue.NewQueue[pipeline.Frame](txqueue.QueueConfig{Policy: txqueue.Block, Packets: 256, Bytes: 1024 * size})
+	queue, err := txqueue.NewQueue[frame.Frame](txqueue.QueueConfig{Policy: txqueue.Block, Packets: 256, Bytes: 1024 * size})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +63,7 @@ type failingSink struct {
 	left int
 }
 
-func (s *failingSink) Transmit(frames []pipeline.Frame) (int, error) {
+func (s *failingSink) Transmit(frames []frame.Frame) (int, error) {
 	if s.left <= 0 {
 		return 0, errors.New("link gone")
 	}
@@ -121,7 +122,7 @@ func (s *truncSource) Read(bufs [][]byte, sizes []int, offset int) (int, error) 
 	switch s.calls {
 	case 1:
 		sizes[0] = copy(bufs[0][offset:], tcpSuperPacket(3000))
-		return 1, pipeline.ErrPacketTruncated
+		return 1, frame.ErrPacketTruncated
 	case 2:
 		sizes[0] = copy(bufs[0][offset:], tcpSuperPacket(3000))
 		return 1, nil
@@ -137,7 +138,7 @@ func TestForwarderReadError(t *testing.T) {
 		t.Fatalf("Run = %v, want io.EOF", err)
 	}
 	st := f.Stats()
-	if st.SuperPackets != 2 || st.Segments != 6 || st.Drops[pipeline.DropInvalid] != 1 {
+	if st.SuperPackets != 2 || st.Segments != 6 || st.Drops[frame.DropInvalid] != 1 {
 		t.Fatalf("stats %+v: want 2 super-packets, 6 segments, 1 invalid", st)
 	}
 }
@@ -150,7 +151,7 @@ func TestForwarderSmallSink(t *testing.T) {
 	if err := runWithin(t, f); !errors.Is(err, io.EOF) {
 		t.Fatalf("Run = %v, want io.EOF", err)
 	}
-	if st := f.Stats(); st.Drops[pipeline.DropNoFrames] != 1 || st.Segments != 3 {
+	if st := f.Stats(); st.Drops[frame.DropNoFrames] != 1 || st.Segments != 3 {
 		t.Fatalf("stats %+v: want 1 super-packet dropped for want of frames, 3 segments forwarded", st)
 	}
 }
@@ -187,7 +188,7 @@ func (s *backlogSink) Backlog() <-chan struct{} {
 	return s.ready
 }
 
-func (s *backlogSink) Transmit(frames []pipeline.Frame) (int, error) {
+func (s *backlogSink) Transmit(frames []frame.Frame) (int, error) {
 	if len(frames) == 0 && !s.done.Swap(true) {
 		close(s.flushed)
 	}

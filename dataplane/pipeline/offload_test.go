@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/segment"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
@@ -18,33 +19,33 @@ import (
 // large frame for whole super-packets, free again once transmitted.
 type offloadSink struct {
 	*memSink
-	mode  pipeline.Offload
+	mode  frame.Offload
 	mu    sync.Mutex // large: AllocLarge and Free run on the producer, Transmit on the sink loop
 	large []byte
-	got   []pipeline.Frame // copies of what was transmitted
-	quiet bool             // keep no copies
+	got   []frame.Frame // copies of what was transmitted
+	quiet bool          // keep no copies
 }
 
-func (s *offloadSink) Offload(segment.Layout) pipeline.Offload { return s.mode }
+func (s *offloadSink) Offload(segment.Layout) frame.Offload { return s.mode }
 
-func (s *offloadSink) AllocLarge(size int) (pipeline.Frame, bool) {
+func (s *offloadSink) AllocLarge(size int) (frame.Frame, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.large == nil {
-		return pipeline.Frame{}, false
+		return frame.Frame{}, false
 	}
-	f := pipeline.Frame{Buf: s.large, ID: 1 << 20}
+	f := frame.Frame{Buf: s.large, ID: 1 << 20}
 	s.large = nil
 	return f, true
 }
 
-func (s *offloadSink) Free(frames []pipeline.Frame) {
+func (s *offloadSink) Free(frames []frame.Frame) {
 	for _, f := range frames {
 		if f.ID == 1<<20 {
 			s.putLarge(f.Buf)
 			continue
 		}
-		s.memSink.Free([]pipeline.Frame{f})
+		s.memSink.Free([]frame.Frame{f})
 	}
 }
 
@@ -54,7 +55,7 @@ func (s *offloadSink) putLarge(b []byte) {
 	s.mu.Unlock()
 }
 
-func (s *offloadSink) Transmit(frames []pipeline.Frame) (int, error) {
+func (s *offloadSink) Transmit(frames []frame.Frame) (int, error) {
 	for _, f := range frames {
 		if !s.quiet {
 			c := f
@@ -80,7 +81,7 @@ func TestForwarderOffload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(mode pipeline.Offload) (*offloadSink, pipeline.Stats) {
+	run := func(mode frame.Offload) (*offloadSink, pipeline.Stats) {
 		sink := &offloadSink{memSink: newMemSink(64, 2048), mode: mode, large: make([]byte, 1<<16)}
 		sink.memSink.record = false
 		f, budget, queue := newTestForwarder(t, &sliceSource{pkts: [][]byte{raw}}, sink)
@@ -94,7 +95,7 @@ func TestForwarderOffload(t *testing.T) {
 		return sink, f.Stats()
 	}
 
-	sink, st := run(pipeline.OffloadGSO)
+	sink, st := run(frame.OffloadGSO)
 	if len(sink.got) != 1 || !bytes.Equal(sink.got[0].Buf, pkt) || sink.got[0].Header != l.GSOHeader() {
 		t.Fatalf("GSO: %d frames, header %+v; want the super-packet whole with %+v", len(sink.got), sink.got[0].Header, l.GSOHeader())
 	}
@@ -110,7 +111,7 @@ func TestForwarderOffload(t *testing.T) {
 	if _, err := segment.Split(pkt, h, full, sizes, 0); err != nil {
 		t.Fatal(err)
 	}
-	sink, st = run(pipeline.OffloadCsum)
+	sink, st = run(frame.OffloadCsum)
 	if len(sink.got) != l.Segments() {
 		t.Fatalf("checksum offload: %d frames, want %d", len(sink.got), l.Segments())
 	}
@@ -213,22 +214,22 @@ func newLendingSinkOf(large, size int) *lendingSink {
 	return s
 }
 
-func (s *lendingSink) Headroom() int                           { return lendingHeadroom }
-func (s *lendingSink) Offload(segment.Layout) pipeline.Offload { return pipeline.OffloadGSO }
+func (s *lendingSink) Headroom() int                        { return lendingHeadroom }
+func (s *lendingSink) Offload(segment.Layout) frame.Offload { return frame.OffloadGSO }
 
-func (s *lendingSink) AllocLarge(int) (pipeline.Frame, bool) {
+func (s *lendingSink) AllocLarge(int) (frame.Frame, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.free) == 0 {
-		return pipeline.Frame{}, false
+		return frame.Frame{}, false
 	}
 	i := s.free[len(s.free)-1]
 	s.free = s.free[:len(s.free)-1]
 	s.lent++
-	return pipeline.Frame{Buf: s.large[i], ID: uint64(lendingID + i)}, true
+	return frame.Frame{Buf: s.large[i], ID: uint64(lendingID + i)}, true
 }
 
-func (s *lendingSink) Free(frames []pipeline.Frame) {
+func (s *lendingSink) Free(frames []frame.Frame) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, f := range frames {
@@ -236,11 +237,11 @@ func (s *lendingSink) Free(frames []pipeline.Frame) {
 			s.free = append(s.free, int(f.ID-lendingID))
 			continue
 		}
-		s.memSink.Free([]pipeline.Frame{f})
+		s.memSink.Free([]frame.Frame{f})
 	}
 }
 
-func (s *lendingSink) Transmit(frames []pipeline.Frame) (int, error) {
+func (s *lendingSink) Transmit(frames []frame.Frame) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, f := range frames {
@@ -254,7 +255,7 @@ func (s *lendingSink) Transmit(frames []pipeline.Frame) (int, error) {
 			s.done++
 			continue
 		}
-		s.memSink.Transmit([]pipeline.Frame{f})
+		s.memSink.Transmit([]frame.Frame{f})
 	}
 	return len(frames), nil
 }
@@ -402,7 +403,7 @@ func TestReturnPathBigTCP(t *testing.T) {
 		t.Errorf("the pieces carry %d bytes, not the %d of the super-packet in order", len(data), payload)
 	}
 	st := r.Stats()
-	if st.BigTCP != 1 || st.Packets != 3 || st.Drops[pipeline.DropInvalid] != 1 || st.Drops.Total() != 1 {
+	if st.BigTCP != 1 || st.Packets != 3 || st.Drops[frame.DropInvalid] != 1 || st.Drops.Total() != 1 {
 		t.Errorf("stats %+v: want 1 BIG TCP super-packet of 3 packets, 1 dropped as invalid", st)
 	}
 }

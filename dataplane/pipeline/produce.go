@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/internal/copycount"
 	"github.com/gsoplane/gsoplane/segment"
 	"github.com/gsoplane/gsoplane/txqueue"
@@ -26,24 +27,24 @@ const (
 // allocated once.
 type producer struct {
 	f        *Forwarder
-	offload  OffloadSink        // the sink, if it offloads
+	offload  frame.OffloadSink  // the sink, if it offloads
 	partial  *segment.Segmenter // cuts with partial checksums, for OffloadCsum
 	bufs     [][]byte           // read buffers: own, or lent (see lend)
 	own      [][]byte           // the producer's own read buffers
 	sizes    []int
-	lent     []Frame // large frames bufs[:nLent] read into; Buf nil once a packet left in it
+	lent     []frame.Frame // large frames bufs[:nLent] read into; Buf nil once a packet left in it
 	nLent    int
-	lends    bool    // the sink's large frames can be read into
-	waitLend bool    // the last super-packet left whole: wait for a large frame to read into
-	frames   []Frame // one per segment of the chunk at hand (see BurstSegments)
+	lends    bool          // the sink's large frames can be read into
+	waitLend bool          // the last super-packet left whole: wait for a large frame to read into
+	frames   []frame.Frame // one per segment of the chunk at hand (see BurstSegments)
 	segs     [][]byte
 	lens     []int
-	items    []txqueue.Item[Frame]
+	items    []txqueue.Item[frame.Frame]
 	size     int // truesize of one segment
 }
 
 func newProducer(f *Forwarder) *producer {
-	offload, _ := f.cfg.Sink.(OffloadSink)
+	offload, _ := f.cfg.Sink.(frame.OffloadSink)
 	p := &producer{
 		f:       f,
 		offload: offload,
@@ -51,12 +52,12 @@ func newProducer(f *Forwarder) *producer {
 		bufs:    make([][]byte, f.cfg.Batch),
 		own:     make([][]byte, f.cfg.Batch),
 		sizes:   make([]int, f.cfg.Batch),
-		lent:    make([]Frame, f.cfg.Batch),
+		lent:    make([]frame.Frame, f.cfg.Batch),
 		lends:   offload != nil && f.cfg.Sink.Headroom() >= f.cfg.HeaderSize,
-		frames:  make([]Frame, BurstSegments),
-		segs:    make([][]byte, BurstSegments),
-		lens:    make([]int, BurstSegments),
-		items:   make([]txqueue.Item[Frame], 0, BurstSegments),
+		frames:  make([]frame.Frame, frame.BurstSegments),
+		segs:    make([][]byte, frame.BurstSegments),
+		lens:    make([]int, frame.BurstSegments),
+		items:   make([]txqueue.Item[frame.Frame], 0, frame.BurstSegments),
 		size:    txqueue.Truesize(f.cfg.FrameSize),
 	}
 	for i := range p.own {
@@ -88,8 +89,8 @@ func (f *Forwarder) produce(ctx context.Context) error {
 		switch {
 		case ctx.Err() != nil:
 			return ctx.Err()
-		case errors.Is(err, ErrPacketTruncated):
-			f.stats.drop(DropInvalid, 1) // one packet larger than a buffer
+		case errors.Is(err, frame.ErrPacketTruncated):
+			f.stats.drop(frame.DropInvalid, 1) // one packet larger than a buffer
 		case err != nil:
 			return fmt.Errorf("pipeline: %w: %w", ErrSourceClosed, err)
 		}
@@ -111,17 +112,17 @@ func (p *producer) forward(ctx context.Context, raw []byte, i int) error {
 	st.superPackets.Add(1)
 	h, err := segment.DecodeHeader(raw, cfg.HeaderSize)
 	if err != nil {
-		st.drop(DropInvalid, 1)
+		st.drop(frame.DropInvalid, 1)
 		return nil
 	}
 	pkt := raw[cfg.HeaderSize:]
 	l, err := cfg.Segmenter.Validate(pkt, h)
 	if err != nil {
-		st.drop(DropInvalid, 1)
+		st.drop(frame.DropInvalid, 1)
 		return nil
 	}
 	if mtu := int(p.f.mtu.Load()); mtu > 0 && l.MaxSegLen() > mtu {
-		st.drop(DropTooBig, 1)
+		st.drop(frame.DropTooBig, 1)
 		if cfg.Replier != nil {
 			cfg.Replier.TooBig(pkt, mtu)
 		}
@@ -137,11 +138,11 @@ func (p *producer) forward(ctx context.Context, raw []byte, i int) error {
 		}
 	}
 	mode := p.offloadMode(l)
-	p.waitLend = mode == OffloadGSO && l.Segments() > 1
+	p.waitLend = mode == frame.OffloadGSO && l.Segments() > 1
 	if p.waitLend {
 		return p.whole(ctx, pkt, l, flow, i)
 	}
-	return p.split(ctx, pkt, l, flow, mode == OffloadCsum)
+	return p.split(ctx, pkt, l, flow, mode == frame.OffloadCsum)
 }
 
 // offloadMode asks the sink what its device finishes for l. A
@@ -149,20 +150,20 @@ func (p *producer) forward(ctx context.Context, raw []byte, i int) error {
 // since its charge would exceed one admission's: it is cut here, its
 // checksums left to the device, which completes those of what it
 // segments.
-func (p *producer) offloadMode(l segment.Layout) Offload {
+func (p *producer) offloadMode(l segment.Layout) frame.Offload {
 	if p.offload == nil {
-		return OffloadNone
+		return frame.OffloadNone
 	}
 	mode := p.offload.Offload(l)
-	if mode == OffloadGSO && l.Segments() > BurstSegments {
-		return OffloadCsum
+	if mode == frame.OffloadGSO && l.Segments() > frame.BurstSegments {
+		return frame.OffloadCsum
 	}
 	return mode
 }
 
 // alloc fills frames from the sink, waiting for completions when every
 // frame is in flight (see waitFreed).
-func (p *producer) alloc(ctx context.Context, frames []Frame) error {
+func (p *producer) alloc(ctx context.Context, frames []frame.Frame) error {
 	got := p.f.cfg.Sink.Alloc(frames)
 	for got < len(frames) {
 		if err := p.waitFreed(ctx); err != nil {
@@ -176,13 +177,13 @@ func (p *producer) alloc(ctx context.Context, frames []Frame) error {
 
 // allocLarge takes a frame for a whole super-packet of size bytes from an
 // OffloadSink, waiting like alloc.
-func (p *producer) allocLarge(ctx context.Context, size int) (Frame, error) {
+func (p *producer) allocLarge(ctx context.Context, size int) (frame.Frame, error) {
 	for {
 		if f, ok := p.offload.AllocLarge(size); ok {
 			return f, nil
 		}
 		if err := p.waitFreed(ctx); err != nil {
-			return Frame{}, err
+			return frame.Frame{}, err
 		}
 	}
 }
@@ -229,14 +230,14 @@ func (p *producer) whole(ctx context.Context, pkt []byte, l segment.Layout, flow
 	f, inPlace, err := p.largeFrame(ctx, pkt, i)
 	switch {
 	case err == errNoFrames:
-		st.drop(DropNoFrames, 1)
+		st.drop(frame.DropNoFrames, 1)
 		return nil
 	case err != nil:
 		return err
 	case len(f.Buf) < headroom+len(pkt):
 		p.frames[0] = f
 		cfg.Sink.Free(p.frames[:1])
-		st.drop(DropOversize, 1)
+		st.drop(frame.DropOversize, 1)
 		return nil
 	}
 	p.frames[0] = f
@@ -248,7 +249,7 @@ func (p *producer) whole(ctx context.Context, pkt []byte, l segment.Layout, flow
 	st.segmented(segs)
 	if cfg.Hook != nil && !cfg.Hook(f.Buf[headroom:headroom+f.Len]) {
 		cfg.Sink.Free(p.frames[:1])
-		st.drop(DropHook, segs)
+		st.drop(frame.DropHook, segs)
 		return nil
 	}
 	st.offloaded.Add(1)
@@ -257,7 +258,7 @@ func (p *producer) whole(ctx context.Context, pkt []byte, l segment.Layout, flow
 	}
 	st.segments.Add(uint64(segs))
 	st.bytes.Add(uint64(len(pkt) + (segs-1)*l.HdrLen()))
-	p.items = append(p.items[:0], txqueue.Item[Frame]{Owner: cfg.Budget, Flow: flow, Size: segs * p.size, Value: f})
+	p.items = append(p.items[:0], txqueue.Item[frame.Frame]{Owner: cfg.Budget, Flow: flow, Size: segs * p.size, Value: f})
 	return p.enqueue(ctx)
 }
 
@@ -265,7 +266,7 @@ func (p *producer) whole(ctx context.Context, pkt []byte, l segment.Layout, flow
 // into, with its length set, taking it from the lent ones (inPlace); or,
 // if it was read into the producer's own buffer, a free large frame for
 // the caller to copy pkt into, waiting like alloc.
-func (p *producer) largeFrame(ctx context.Context, pkt []byte, i int) (f Frame, inPlace bool, err error) {
+func (p *producer) largeFrame(ctx context.Context, pkt []byte, i int) (f frame.Frame, inPlace bool, err error) {
 	if i < p.nLent && p.lent[i].Buf != nil {
 		f = p.lent[i]
 		p.lent[i].Buf = nil // handed over: keepLent drops it
@@ -318,7 +319,7 @@ func (p *producer) lend(ctx context.Context) ([][]byte, error) {
 // lent: the sink's most recently freed frame is the one most likely still
 // in the CPU's caches, where an older one, read into in turn, would not
 // be.
-func (p *producer) lendFirst(f Frame, headroom int) {
+func (p *producer) lendFirst(f frame.Frame, headroom int) {
 	copy(p.lent[1:p.nLent+1], p.lent[:p.nLent])
 	copy(p.bufs[1:p.nLent+1], p.bufs[:p.nLent])
 	p.lent[0], p.bufs[0] = f, f.Buf[headroom-p.f.cfg.HeaderSize:]
@@ -362,15 +363,15 @@ func (p *producer) split(ctx context.Context, pkt []byte, l segment.Layout, flow
 	if partial {
 		seg, hdr = p.partial, l.SegmentHeader(true)
 	}
-	for first := 0; first < l.Segments(); first += BurstSegments {
+	for first := 0; first < l.Segments(); first += frame.BurstSegments {
 		if first > 0 && cfg.Budget != nil {
 			if err := cfg.Budget.Admit(ctx, flow); err != nil {
 				return err
 			}
 		}
-		frames := p.frames[:min(BurstSegments, l.Segments()-first)]
+		frames := p.frames[:min(frame.BurstSegments, l.Segments()-first)]
 		if err := p.alloc(ctx, frames); err == errNoFrames {
-			st.drop(DropNoFrames, 1) // the rest of the super-packet, not cut
+			st.drop(frame.DropNoFrames, 1) // the rest of the super-packet, not cut
 			return nil
 		} else if err != nil {
 			return err
@@ -380,7 +381,7 @@ func (p *producer) split(ctx context.Context, pkt []byte, l segment.Layout, flow
 		}
 		if _, err := seg.SplitFrom(pkt, l, first, p.segs[:len(frames)], p.lens, cfg.Sink.Headroom()); err != nil {
 			cfg.Sink.Free(frames) // segments larger than a frame: at the first chunk
-			st.drop(DropOversize, 1)
+			st.drop(frame.DropOversize, 1)
 			return nil
 		}
 		if first == 0 {
@@ -398,7 +399,7 @@ func (p *producer) split(ctx context.Context, pkt []byte, l segment.Layout, flow
 
 // queue runs the hook on the segments just cut into frames, each of
 // p.lens' length with the header hdr, and queues those it passes.
-func (p *producer) queue(ctx context.Context, frames []Frame, hdr segment.Header, flow uint64) error {
+func (p *producer) queue(ctx context.Context, frames []frame.Frame, hdr segment.Header, flow uint64) error {
 	cfg, st := &p.f.cfg, &p.f.stats
 	headroom := cfg.Sink.Headroom()
 	p.items = p.items[:0]
@@ -407,11 +408,11 @@ func (p *producer) queue(ctx context.Context, frames []Frame, hdr segment.Header
 		frames[i].Len, frames[i].Header = p.lens[i], hdr
 		if cfg.Hook != nil && !cfg.Hook(frames[i].Buf[headroom:headroom+p.lens[i]]) {
 			cfg.Sink.Free(frames[i : i+1])
-			st.drop(DropHook, 1)
+			st.drop(frame.DropHook, 1)
 			continue
 		}
 		bytes += p.lens[i]
-		p.items = append(p.items, txqueue.Item[Frame]{Owner: cfg.Budget, Flow: flow, Size: p.size, Value: frames[i]})
+		p.items = append(p.items, txqueue.Item[frame.Frame]{Owner: cfg.Budget, Flow: flow, Size: p.size, Value: frames[i]})
 	}
 	st.segments.Add(uint64(len(p.items))) // once per chunk: the counters are shared
 	st.bytes.Add(uint64(bytes))
@@ -434,7 +435,7 @@ func (p *producer) enqueue(ctx context.Context) error {
 	}
 	p.f.cfg.Sink.Free(rest)
 	if errors.Is(err, txqueue.ErrQueueFull) {
-		p.f.stats.drop(DropQueueFull, len(p.items)-n)
+		p.f.stats.drop(frame.DropQueueFull, len(p.items)-n)
 		return nil
 	}
 	return err

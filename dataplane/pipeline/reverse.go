@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/internal/iphdr"
 	"github.com/gsoplane/gsoplane/segment"
 )
@@ -21,56 +22,11 @@ const returnBatch = 64
 // length field can say, and a TUN write with a virtio-net header takes.
 const maxWriteLen = 65535
 
-// A Receiver is a port's receive side. Receive returns up to len(frames)
-// received frames, views into the port's memory that stay valid until the
-// next Receive, which gives them back to the port. The IP packet of frame
-// i is frames[i][Headroom():]: the headroom (a link-layer header, a
-// tunnel's header) is at least as long as a virtio-net header, and the
-// return path writes one there. A frame whose packet is empty is one the
-// receiver refused (a bad link-layer header) and is counted as invalid.
-// Receive either waits a short while for frames (a poll timeout, as the
-// AF_XDP and AF_PACKET receivers do) and may return 0 with a nil error,
-// or blocks until frames come and is then a ReadDeadliner (udp.Receiver
-// is), so that a ReturnPath or WireSource wakes it when its context
-// ends; an error wrapping net.ErrClosed means the port was closed.
-type Receiver interface {
-	Receive(frames [][]byte) (int, error)
-	Headroom() int
-}
-
-// A HeaderReceiver is a Receiver whose frames carry the virtio-net header
-// the kernel gave them, such as an AF_PACKET socket with PACKET_VNET_HDR,
-// behind which the kernel's own GRO may have merged packets already:
-// Header(i) is that of frame i of the last Receive. A frame with a GSO
-// type or a partial checksum goes into the writer whole, with its header,
-// but for a BIG TCP super-packet (longer than an IP length field can say,
-// segment.IsBig), which is cut into TSO super-packets of at most 65535
-// bytes first; the others go on as from any Receiver.
-type HeaderReceiver interface {
-	Receiver
-	Header(i int) segment.Header
-}
-
-// A Writer writes packets, bufs[i][offset:] each, virtio-net header
-// first, in order, and returns how many it wrote; on error, bufs[n] is
-// the packet that failed. tun.Queue is one.
-type Writer interface {
-	Write(bufs [][]byte, offset int) (int, error)
-}
-
-// A VectorWriter is a Writer that also writes packets given in pieces:
-// packet i is the concatenation of pkts[i], virtio-net header first, as a
-// segment.Coalescer produces them. tun.Queue is one.
-type VectorWriter interface {
-	Writer
-	WriteVectors(pkts [][][]byte) (int, error)
-}
-
 // ReturnConfig configures a ReturnPath.
 type ReturnConfig struct {
-	Receiver   Receiver
-	Writer     Writer // a VectorWriter when TCP or UDP is set
-	HeaderSize int    // virtio-net header size of Writer: segment.HeaderSize, HeaderSizeMrg or HeaderSizeTunnel
+	Receiver   frame.Receiver
+	Writer     frame.Writer // a VectorWriter when TCP or UDP is set
+	HeaderSize int          // virtio-net header size of Writer: segment.HeaderSize, HeaderSizeMrg or HeaderSizeTunnel
 	// TCP and UDP turn GRO on: each received batch is merged into TCP
 	// and UDP super-packets by the kernel's rules (segment.Coalescer),
 	// written with one writev(2) each. UDP needs a TUN device that takes
@@ -89,13 +45,13 @@ type ReturnConfig struct {
 
 // ReturnStats counts the return path.
 type ReturnStats struct {
-	Packets      uint64 // IP packets received and handed on
-	Bytes        uint64 // their IP bytes
-	Writes       uint64 // packets written, a super-packet counting once
-	SuperPackets uint64 // writes that carried two packets or more
-	Refused      uint64 // super-packets the writer refused (their packets went one by one)
-	BigTCP       uint64 // BIG TCP super-packets from a HeaderReceiver, cut into ones of at most 64 KiB
-	Drops        Drops  // DropInvalid: refused by the receiver or (without GRO) not a valid IP packet; DropWriteError: refused by the writer; DropSpoofed: a source inside
+	Packets      uint64      // IP packets received and handed on
+	Bytes        uint64      // their IP bytes
+	Writes       uint64      // packets written, a super-packet counting once
+	SuperPackets uint64      // writes that carried two packets or more
+	Refused      uint64      // super-packets the writer refused (their packets went one by one)
+	BigTCP       uint64      // BIG TCP super-packets from a HeaderReceiver, cut into ones of at most 64 KiB
+	Drops        frame.Drops // DropInvalid: refused by the receiver or (without GRO) not a valid IP packet; DropWriteError: refused by the writer; DropSpoofed: a source inside
 	// GRO counts what the coalescer merged and why it passed packets
 	// through (zero with GRO off).
 	GRO segment.CoalesceStats
@@ -109,7 +65,7 @@ func (s ReturnStats) Add(o ReturnStats) ReturnStats {
 	s.SuperPackets += o.SuperPackets
 	s.Refused += o.Refused
 	s.BigTCP += o.BigTCP
-	s.Drops.add(o.Drops)
+	s.Drops.Add(o.Drops)
 	s.GRO = s.GRO.Add(o.GRO)
 	return s
 }
@@ -120,13 +76,13 @@ func (s ReturnStats) Add(o ReturnStats) ReturnStats {
 // is copied on the way.
 type ReturnPath struct {
 	cfg       ReturnConfig
-	vw        VectorWriter
-	hr        HeaderReceiver     // the receiver, if it gives headers
-	gro       *segment.Coalescer // nil with GRO off
-	seg       segment.Segmenter  // cuts BIG TCP super-packets
-	refused   [2]bool            // TCP, UDP: OnRefused was called
-	closed    bool               // the writer said it was closed
-	beat      heartbeat          // the loop's (see Pulse)
+	vw        frame.VectorWriter
+	hr        frame.HeaderReceiver // the receiver, if it gives headers
+	gro       *segment.Coalescer   // nil with GRO off
+	seg       segment.Segmenter    // cuts BIG TCP super-packets
+	refused   [2]bool              // TCP, UDP: OnRefused was called
+	closed    bool                 // the writer said it was closed
+	beat      heartbeat            // the loop's (see Pulse)
 	packets   atomic.Uint64
 	bytes     atomic.Uint64
 	writes    atomic.Uint64
@@ -144,22 +100,22 @@ type ReturnPath struct {
 func NewReturnPath(cfg ReturnConfig) (*ReturnPath, error) {
 	switch {
 	case cfg.Receiver == nil || cfg.Writer == nil:
-		return nil, fmt.Errorf("pipeline: %w: a return path needs a Receiver and a Writer", ErrInvalidConfig)
+		return nil, fmt.Errorf("pipeline: %w: a return path needs a Receiver and a Writer", frame.ErrInvalidConfig)
 	case !headerSizeOK(cfg.HeaderSize):
-		return nil, fmt.Errorf("pipeline: %w: virtio-net header size %d", ErrInvalidConfig, cfg.HeaderSize)
+		return nil, fmt.Errorf("pipeline: %w: virtio-net header size %d", frame.ErrInvalidConfig, cfg.HeaderSize)
 	case cfg.Receiver.Headroom() < cfg.HeaderSize:
-		return nil, fmt.Errorf("pipeline: %w: receiver headroom %d is shorter than the virtio-net header", ErrInvalidConfig, cfg.Receiver.Headroom())
+		return nil, fmt.Errorf("pipeline: %w: receiver headroom %d is shorter than the virtio-net header", frame.ErrInvalidConfig, cfg.Receiver.Headroom())
 	}
 	// The cap keeps a BIG TCP super-packet's pieces within a batch's
 	// buffers.
 	r := &ReturnPath{cfg: cfg, seg: segment.Segmenter{MaxSegments: returnBatch}}
-	r.hr, _ = cfg.Receiver.(HeaderReceiver)
+	r.hr, _ = cfg.Receiver.(frame.HeaderReceiver)
 	if !cfg.TCP && !cfg.UDP {
 		return r, nil
 	}
-	vw, ok := cfg.Writer.(VectorWriter)
+	vw, ok := cfg.Writer.(frame.VectorWriter)
 	if !ok {
-		return nil, fmt.Errorf("pipeline: %w: GRO needs a VectorWriter", ErrInvalidConfig)
+		return nil, fmt.Errorf("pipeline: %w: GRO needs a VectorWriter", frame.ErrInvalidConfig)
 	}
 	gro, err := segment.NewCoalescer(segment.CoalescerConfig{
 		HeaderSize: cfg.HeaderSize, TCP: cfg.TCP, UDP: cfg.UDP, MaxBatch: returnBatch,
@@ -178,9 +134,9 @@ func (r *ReturnPath) Stats() ReturnStats {
 		Packets: r.packets.Load(), Bytes: r.bytes.Load(), Writes: r.writes.Load(),
 		SuperPackets: r.supers.Load(), Refused: r.refusals.Load(), BigTCP: r.big.Load(),
 	}
-	s.Drops[DropInvalid] = r.invalid.Load()
-	s.Drops[DropWriteError] = r.writeErrs.Load()
-	s.Drops[DropSpoofed] = r.spoofed.Load()
+	s.Drops[frame.DropInvalid] = r.invalid.Load()
+	s.Drops[frame.DropWriteError] = r.writeErrs.Load()
+	s.Drops[frame.DropSpoofed] = r.spoofed.Load()
 	r.groMu.Lock()
 	s.GRO = r.groStats
 	r.groMu.Unlock()

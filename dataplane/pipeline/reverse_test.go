@@ -8,8 +8,9 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
-	"github.com/gsoplane/gsoplane/internal/dirtybuf"
+	"github.com/gsoplane/gsoplane/internal/testing/dirtybuf"
 	"github.com/gsoplane/gsoplane/segment"
 )
 
@@ -193,13 +194,13 @@ func TestReturnPathDirtyFrames(t *testing.T) {
 // TestReturnPathConfig: GRO needs a writer that takes vectors, and room
 // for the virtio-net header in front of every packet.
 func TestReturnPathConfig(t *testing.T) {
-	plain := struct{ pipeline.Writer }{&refusingWriter{}}
+	plain := struct{ frame.Writer }{&refusingWriter{}}
 	for name, cfg := range map[string]pipeline.ReturnConfig{
 		"GRO without vectors": {Receiver: &frameReceiver{}, Writer: plain, HeaderSize: segment.HeaderSize, TCP: true},
 		"bad header size":     {Receiver: &frameReceiver{}, Writer: plain, HeaderSize: 11},
 		"no receiver":         {Writer: plain, HeaderSize: segment.HeaderSize},
 	} {
-		if _, err := pipeline.NewReturnPath(cfg); !errors.Is(err, pipeline.ErrInvalidConfig) {
+		if _, err := pipeline.NewReturnPath(cfg); !errors.Is(err, frame.ErrInvalidConfig) {
 			t.Errorf("%s: %v, want ErrInvalidConfig", name, err)
 		}
 	}
@@ -225,7 +226,7 @@ func TestReturnPathBadIPHeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := r.Stats()
-	if st.Drops[pipeline.DropInvalid] != 1 || st.Packets != 3 || st.GRO.Packets != 3 || st.GRO.BadChecksum != 0 ||
+	if st.Drops[frame.DropInvalid] != 1 || st.Packets != 3 || st.GRO.Packets != 3 || st.GRO.BadChecksum != 0 ||
 		st.SuperPackets != 1 || len(w.pkts) != 2 {
 		t.Fatalf("stats %+v, %d packets written: want segment 1 dropped as invalid, 0 alone and 2-3 merged", st, len(w.pkts))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/txqueue"
 )
 
@@ -14,14 +15,14 @@ const sinkBatch = 64
 // paces it when asked to, and turns the sink's completions into releases.
 type sender struct {
 	f        *Forwarder
-	items    []txqueue.Item[Frame]
-	frames   []Frame
-	pending  []Frame // dequeued, not yet taken by the sink
-	inFlight int     // taken by the sink, not yet completed
+	items    []txqueue.Item[frame.Frame]
+	frames   []frame.Frame
+	pending  []frame.Frame // dequeued, not yet taken by the sink
+	inFlight int           // taken by the sink, not yet completed
 	sent     []sentBatch
 	pace     pacer
-	backlog  BackloggedSink // the sink, if it has a backlog
-	flush    bool           // its backlog is ready: Transmit even with no frames
+	backlog  frame.BackloggedSink // the sink, if it has a backlog
+	flush    bool                 // its backlog is ready: Transmit even with no frames
 }
 
 // sentBatch remembers when frames were taken by the sink, for the
@@ -34,11 +35,11 @@ type sentBatch struct {
 func (f *Forwarder) sinkLoop(ctx context.Context) error {
 	s := &sender{
 		f:      f,
-		items:  make([]txqueue.Item[Frame], sinkBatch),
-		frames: make([]Frame, sinkBatch),
+		items:  make([]txqueue.Item[frame.Frame], sinkBatch),
+		frames: make([]frame.Frame, sinkBatch),
 		pace:   pacer{rate: f.cfg.TxRate},
 	}
-	s.backlog, _ = f.cfg.Sink.(BackloggedSink)
+	s.backlog, _ = f.cfg.Sink.(frame.BackloggedSink)
 	for {
 		f.sending.beat()
 		if err := s.fill(); err != nil {

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/segment"
 )
@@ -37,8 +38,8 @@ func TestReturnPathSpoofed(t *testing.T) {
 			if c.spoofed {
 				wantDrops, wantWritten = uint64(len(segs)), 0
 			}
-			if st.Drops[pipeline.DropSpoofed] != wantDrops || len(w.pkts) != wantWritten {
-				t.Errorf("gro %v, inside %v: %d spoofed, %d written; want %d, %d", gro, c.inside, st.Drops[pipeline.DropSpoofed], len(w.pkts), wantDrops, wantWritten)
+			if st.Drops[frame.DropSpoofed] != wantDrops || len(w.pkts) != wantWritten {
+				t.Errorf("gro %v, inside %v: %d spoofed, %d written; want %d, %d", gro, c.inside, st.Drops[frame.DropSpoofed], len(w.pkts), wantDrops, wantWritten)
 			}
 		}
 	}

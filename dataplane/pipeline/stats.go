@@ -1,68 +1,12 @@
 package pipeline
 
 import (
-	"fmt"
 	"sort"
 	"sync/atomic"
 	"time"
+
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 )
-
-// DropReason says why the pipeline dropped something: one vocabulary for
-// both directions and every port. A super-packet dropped before it is cut
-// counts once; after it is cut, each segment counts.
-type DropReason int
-
-// Drop reasons, the index into Drops.
-const (
-	DropInvalid    DropReason = iota // a packet failed validation or was truncated
-	DropOversize                     // a super-packet's segments do not fit in a frame
-	DropHook                         // the hook refused a segment
-	DropQueueFull                    // a segment met a full DropTail queue (backpressure off)
-	DropNoFrames                     // a super-packet met no free frames (backpressure off)
-	DropUnresolved                   // a segment's next hop did not resolve (counted by the sink)
-	DropWriteError                   // the return path's writer refused a packet
-	DropTooBig                       // a packet or its segments exceed the egress MTU
-	DropNotRouted                    // a packet a router does not forward: to a multicast, link-local or loopback address (counted by the sink)
-	DropSpoofed                      // a packet from the outside whose source lies inside (strict reverse-path filtering)
-	NumDropReasons                   // the number of reasons
-)
-
-// ForwardDropReasons are the reasons a Forwarder (with its sink) counts;
-// ReturnDropReasons those a ReturnPath counts. The other entries of each
-// one's Drops stay 0.
-var (
-	ForwardDropReasons = []DropReason{DropInvalid, DropOversize, DropHook, DropQueueFull, DropNoFrames, DropUnresolved, DropTooBig, DropNotRouted}
-	ReturnDropReasons  = []DropReason{DropInvalid, DropWriteError, DropSpoofed}
-)
-
-var dropNames = [NumDropReasons]string{"invalid", "oversize", "hook", "queue_full", "no_frames", "unresolved", "write_error", "too_big", "not_routed", "spoofed"}
-
-// String returns the reason's metric label, such as "queue_full".
-func (r DropReason) String() string {
-	if r < 0 || r >= NumDropReasons {
-		return fmt.Sprintf("DropReason(%d)", int(r))
-	}
-	return dropNames[r]
-}
-
-// Drops counts drops by reason.
-type Drops [NumDropReasons]uint64
-
-// Total returns the sum over all reasons.
-func (d Drops) Total() uint64 {
-	var n uint64
-	for _, v := range d {
-		n += v
-	}
-	return n
-}
-
-// add adds o to d.
-func (d *Drops) add(o Drops) {
-	for i := range d {
-		d[i] += o[i]
-	}
-}
 
 // SegmentBounds are the upper bounds of the Stats.SegmentsPerRead buckets;
 // the last bucket counts larger values.
@@ -91,7 +35,7 @@ type Stats struct {
 	TxErrors       uint64        // Transmit calls that returned an error
 	FrameStalls    uint64        // times the producer waited for free frames
 	FrameStallTime time.Duration // total time it waited
-	Drops          Drops
+	Drops          frame.Drops
 	// HostControl counts the segments the sink discarded as the host's
 	// own signalling to the link (neighbour discovery, MLD, IGMP): not
 	// forwarded, as DropNotRouted, but not drops (counted by the sink).
@@ -111,13 +55,13 @@ type counters struct {
 	transmitted, completed, txErrors atomic.Uint64
 	offloaded, cut, inPlace          atomic.Uint64
 	frameStalls, frameStallNanos     atomic.Uint64
-	drops                            [NumDropReasons]atomic.Uint64
+	drops                            [frame.NumDropReasons]atomic.Uint64
 	segHist                          [len(SegmentBounds) + 1]atomic.Uint64
 	latHist                          [len(LatencyBounds) + 1]atomic.Uint64
 	latSum                           atomic.Int64
 }
 
-func (c *counters) drop(r DropReason, n int) { c.drops[r].Add(uint64(n)) }
+func (c *counters) drop(r frame.DropReason, n int) { c.drops[r].Add(uint64(n)) }
 
 // segmented counts a super-packet cut into n segments.
 func (c *counters) segmented(n int) {
@@ -172,7 +116,7 @@ func (s Stats) Add(o Stats) Stats {
 	s.TxErrors += o.TxErrors
 	s.FrameStalls += o.FrameStalls
 	s.FrameStallTime += o.FrameStallTime
-	s.Drops.add(o.Drops)
+	s.Drops.Add(o.Drops)
 	s.HostControl += o.HostControl
 	for i := range s.SegmentsPerRead {
 		s.SegmentsPerRead[i] += o.SegmentsPerRead[i]

@@ -3,20 +3,9 @@ package pipeline
 import (
 	"context"
 	"time"
-)
 
-// A ReadDeadliner is a Source or Receiver whose Read or Receive blocks
-// until packets come, and which a read deadline wakes: once the deadline
-// has passed, a Read or Receive in progress or to come returns an error
-// wrapping os.ErrDeadlineExceeded. tun.Queue, udp.Receiver and a
-// WireSource over one are ReadDeadliners. A Forwarder, a ReturnPath and a
-// WireSource set a deadline in the past on their Source or Receiver when
-// their context ends, which is how their Run returns promptly on cancel
-// without the device being closed; Run clears the deadline when it
-// starts. Nothing is done per packet.
-type ReadDeadliner interface {
-	SetReadDeadline(t time.Time) error
-}
+	"github.com/gsoplane/gsoplane/dataplane/frame"
+)
 
 // pastDeadline is the read deadline that wakes a ReadDeadliner: any time
 // in the past.
@@ -30,7 +19,7 @@ var pastDeadline = time.Unix(1, 0)
 // several queues, must not be woken by one and put to sleep by another);
 // the next Run clears it.
 func wakeOnDone(ctx context.Context, x any) (stop func()) {
-	d, ok := x.(ReadDeadliner)
+	d, ok := x.(frame.ReadDeadliner)
 	if !ok || ctx.Done() == nil {
 		return func() {}
 	}

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/internal/copycount"
 	"github.com/gsoplane/gsoplane/internal/iphdr"
 	"github.com/gsoplane/gsoplane/segment"
@@ -20,7 +21,7 @@ type WireConfig struct {
 	// from a veth peer, or a jumbo frame, as one packet). A
 	// HeaderReceiver (AF_PACKET) also says what the kernel knew of each:
 	// see WireSource.
-	Receiver Receiver
+	Receiver frame.Receiver
 	// MTU is the egress MTU the packets are cut to (SetMTU changes it);
 	// IngressMTU the ingress link's, for Clamp.
 	MTU, IngressMTU int
@@ -36,7 +37,7 @@ type WireConfig struct {
 	// Replier answers the senders of packets too big to be cut
 	// (fragmentation needed, packet too big) and of packets whose TTL
 	// ran out (time exceeded); nil: only counted.
-	Replier Replier
+	Replier frame.Replier
 	// Segmenter bounds the segments per packet (MaxSegments); nil: no
 	// bound but the kernel's.
 	Segmenter *segment.Segmenter
@@ -91,7 +92,7 @@ type WireStats struct {
 // into the forwarder's buffer.
 type WireSource struct {
 	cfg    WireConfig
-	hr     HeaderReceiver // cfg.Receiver, if it gives the kernel's headers
+	hr     frame.HeaderReceiver // cfg.Receiver, if it gives the kernel's headers
 	mtu    atomic.Int64
 	frames [][]byte
 
@@ -103,17 +104,17 @@ type WireSource struct {
 func NewWireSource(cfg WireConfig) (*WireSource, error) {
 	switch {
 	case cfg.Receiver == nil:
-		return nil, fmt.Errorf("pipeline: %w: a WireSource needs a Receiver", ErrInvalidConfig)
+		return nil, fmt.Errorf("pipeline: %w: a WireSource needs a Receiver", frame.ErrInvalidConfig)
 	case cfg.MTU < segment.MinMTU || cfg.MTU > 65535:
-		return nil, fmt.Errorf("pipeline: %w: MTU %d", ErrInvalidConfig, cfg.MTU)
+		return nil, fmt.Errorf("pipeline: %w: MTU %d", frame.ErrInvalidConfig, cfg.MTU)
 	case cfg.Receiver.Headroom() < 0:
-		return nil, fmt.Errorf("pipeline: %w: negative headroom", ErrInvalidConfig)
+		return nil, fmt.Errorf("pipeline: %w: negative headroom", frame.ErrInvalidConfig)
 	}
 	if cfg.Segmenter == nil {
 		cfg.Segmenter = new(segment.Segmenter)
 	}
 	w := &WireSource{cfg: cfg}
-	w.hr, _ = cfg.Receiver.(HeaderReceiver)
+	w.hr, _ = cfg.Receiver.(frame.HeaderReceiver)
 	w.mtu.Store(int64(cfg.MTU))
 	return w, nil
 }
@@ -129,7 +130,7 @@ func (w *WireSource) SetMTU(mtu int) {
 // ReadDeadliner (see ReadDeadliner); otherwise its Receive waits only a
 // short while by itself and there is nothing to wake.
 func (w *WireSource) SetReadDeadline(t time.Time) error {
-	if d, ok := w.cfg.Receiver.(ReadDeadliner); ok {
+	if d, ok := w.cfg.Receiver.(frame.ReadDeadliner); ok {
 		return d.SetReadDeadline(t)
 	}
 	return nil
@@ -176,7 +177,7 @@ func (w *WireSource) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 		}
 		buf := bufs[out][offset:]
 		if len(buf) < segment.HeaderSize+len(pkt) {
-			terr = fmt.Errorf("pipeline: wire packet of %d bytes: %w", len(pkt), ErrPacketTruncated)
+			terr = fmt.Errorf("pipeline: wire packet of %d bytes: %w", len(pkt), frame.ErrPacketTruncated)
 			continue
 		}
 		if m := w.prepare(buf, pkt, w.from(i)); m > 0 {

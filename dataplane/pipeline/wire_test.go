@@ -12,8 +12,10 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
+	"github.com/gsoplane/gsoplane/dataplane/frame"
+	"github.com/gsoplane/gsoplane/dataplane/icmp"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
-	"github.com/gsoplane/gsoplane/internal/dirtybuf"
+	"github.com/gsoplane/gsoplane/internal/testing/dirtybuf"
 	"github.com/gsoplane/gsoplane/segment"
 )
 
@@ -152,7 +154,7 @@ func TestWireSourceClamp(t *testing.T) {
 	if mss := int(opt[2])<<8 | int(opt[3]); mss != 1460 || src.Stats().Clamped != 1 {
 		t.Errorf("MSS option %d after clamping, want 1460 (clamped %d)", mss, src.Stats().Clamped)
 	}
-	if _, err := pipeline.NewWireSource(pipeline.WireConfig{Receiver: recv, MTU: 20}); !errors.Is(err, pipeline.ErrInvalidConfig) {
+	if _, err := pipeline.NewWireSource(pipeline.WireConfig{Receiver: recv, MTU: 20}); !errors.Is(err, frame.ErrInvalidConfig) {
 		t.Errorf("MTU 20: %v, want ErrInvalidConfig", err)
 	}
 }
@@ -303,7 +305,7 @@ func TestWireSourceTTLAllocs(t *testing.T) {
 	p := withTTL(udp4(10, true), 1, 0)
 	header.IPv4(p).SetChecksum(^header.IPv4(p).CalculateChecksum())
 	recv := &loopReceiver{frames: [][]byte{wireFrame(p), wireFrame(udp6(10, 1)), wireFrame(udp4(10, false))}}
-	src, err := pipeline.NewWireSource(pipeline.WireConfig{Receiver: recv, MTU: 1500, Replier: pipeline.NewICMP(discardWriter{}, 0,
+	src, err := pipeline.NewWireSource(pipeline.WireConfig{Receiver: recv, MTU: 1500, Replier: icmp.NewReplier(discardWriter{}, 0,
 		netip.MustParseAddr("198.18.0.2"), netip.MustParseAddr("2001:2:0:1::2"))})
 	if err != nil {
 		t.Fatal(err)
@@ -335,7 +337,7 @@ func TestWireSourceKernelHeaders(t *testing.T) {
 	kernel := []segment.Header{{GSOType: segment.GSOTCPv4, GSOSize: 1200}, {GSOType: segment.GSOUDPL4, GSOSize: 1400}}
 	for _, c := range []struct {
 		name string
-		recv pipeline.Receiver
+		recv frame.Receiver
 		want []int // lengths of the packets sent
 	}{
 		{"header", &headerReceiver{frameReceiver{batches: [][][]byte{frames}}, kernel}, append(repeat(10, 40+1200), repeat(10, 28+1400)...)},
@@ -356,7 +358,7 @@ func TestWireSourceKernelHeaders(t *testing.T) {
 
 // forwardAll runs a forwarder from src into a memory sink until the
 // source's receiver runs out (net.ErrClosed) and returns the sink.
-func forwardAll(t *testing.T, src pipeline.Source) *memSink {
+func forwardAll(t *testing.T, src frame.Source) *memSink {
 	t.Helper()
 	sink := newMemSink(256, 2048)
 	f, err := pipeline.NewForwarder(pipeline.ForwarderConfig{Source: src, HeaderSize: segment.HeaderSize, Sink: sink, FrameSize: 2048, Queue: newQueue(t), MTU: 1500})

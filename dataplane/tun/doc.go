@@ -7,11 +7,11 @@
 // header that carries their tunnel offsets (older kernels segment tunnel
 // traffic before the TUN, and Device.Offloads says so). Queue.Read and
 // Queue.Write move batches of packets, virtio-net header first, through
-// caller-owned buffers without allocating: a Queue is a pipeline.Source
-// and a pipeline.Writer.
+// caller-owned buffers without allocating: a Queue is a frame.Source
+// and a frame.Writer.
 //
 // It needs Linux and CAP_NET_ADMIN, and works in the network namespace of
 // the calling thread. On other systems Open returns an error. It imports
-// segment and pipeline only; the gateway (package dataplane) and
+// segment and frame only; the gateway (package dataplane) and
 // embedders import it.
 package tun

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/segment"
 )
 
@@ -155,7 +155,7 @@ type Config struct {
 // withDefaults fills in defaults and checks cfg without any system call.
 func (cfg Config) withDefaults() (Config, error) {
 	bad := func(format string, args ...any) (Config, error) {
-		return cfg, fmt.Errorf("tun: open %q: %w: %s", cfg.Name, pipeline.ErrInvalidConfig, fmt.Sprintf(format, args...))
+		return cfg, fmt.Errorf("tun: open %q: %w: %s", cfg.Name, frame.ErrInvalidConfig, fmt.Sprintf(format, args...))
 	}
 	if err := checkIfName(cfg.Name); err != "" {
 		return bad("%s", err)

@@ -14,15 +14,15 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/internal/iphdr"
 	"github.com/gsoplane/gsoplane/segment"
 )
 
-// Every Queue is a pipeline.Source and a pipeline.Writer.
+// Every Queue is a frame.Source and a frame.Writer.
 var (
-	_ pipeline.Source = (*Queue)(nil)
-	_ pipeline.Writer = (*Queue)(nil)
+	_ frame.Source = (*Queue)(nil)
+	_ frame.Writer = (*Queue)(nil)
 )
 
 // tunDevicePath is the TUN clone device.
@@ -407,7 +407,7 @@ func (q *Queue) Read(bufs [][]byte, sizes []int, offset int) (n int, err error) 
 // SetReadDeadline sets the deadline of Read: once it has passed, a Read in
 // progress or to come returns an error wrapping os.ErrDeadlineExceeded; a
 // zero t means none. A pipeline.Forwarder sets it to stop promptly
-// (pipeline.ReadDeadliner).
+// (frame.ReadDeadliner).
 func (q *Queue) SetReadDeadline(t time.Time) error { return q.file.SetReadDeadline(t) }
 
 // Write writes bufs[i][offset:], a virtio-net header followed by a packet,
@@ -544,9 +544,9 @@ func (op *readOp) err() error {
 	case op.pktLen < 0:
 		return fmt.Errorf("buffer of %d bytes after the offset cannot hold the %d-byte virtio-net header", op.bufLen, op.hdrSize)
 	case op.pktLen > op.hdrSize:
-		return fmt.Errorf("%w: %d bytes (virtio-net header included), buffer %d", pipeline.ErrPacketTruncated, op.pktLen, op.bufLen)
+		return fmt.Errorf("%w: %d bytes (virtio-net header included), buffer %d", frame.ErrPacketTruncated, op.pktLen, op.bufLen)
 	case op.pktLen > 0:
-		return fmt.Errorf("%w: the packet filled the %d-byte buffer and its IP header gives no length", pipeline.ErrPacketTruncated, op.bufLen)
+		return fmt.Errorf("%w: the packet filled the %d-byte buffer and its IP header gives no length", frame.ErrPacketTruncated, op.bufLen)
 	}
 	return nil
 }

@@ -18,8 +18,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 	"github.com/gsoplane/gsoplane/segment"
 )
 
@@ -187,8 +187,8 @@ func TestOpenTUNConfigErrors(t *testing.T) {
 		{Name: "ok", SndBuf: -1},
 	} {
 		_, err := openTUN(cfg, missing)
-		if !errors.Is(err, pipeline.ErrInvalidConfig) {
-			t.Errorf("openTUN(%+v) = %v, want pipeline.ErrInvalidConfig", cfg, err)
+		if !errors.Is(err, frame.ErrInvalidConfig) {
+			t.Errorf("openTUN(%+v) = %v, want frame.ErrInvalidConfig", cfg, err)
 			continue
 		}
 		t.Logf("%+v: %v", cfg, err)
@@ -462,12 +462,12 @@ func TestTUNReadTruncated(t *testing.T) {
 	bufs, sizes := newReadBufs(2, 200)
 	for {
 		n, err := q.Read(bufs, sizes, 0)
-		if errors.Is(err, pipeline.ErrPacketTruncated) {
+		if errors.Is(err, frame.ErrPacketTruncated) {
 			t.Logf("%d packets, then %v", n, err)
 			break
 		}
 		if err != nil {
-			t.Fatalf("Read: %v, want pipeline.ErrPacketTruncated", err)
+			t.Fatalf("Read: %v, want frame.ErrPacketTruncated", err)
 		}
 	}
 	// The next packet, the small one, reads fine.

@@ -7,11 +7,11 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 )
 
 // errNotSupported is returned by Open and the methods below.
-var errNotSupported = fmt.Errorf("tun: TUN device on %s: %w", runtime.GOOS, pipeline.ErrNotSupported)
+var errNotSupported = fmt.Errorf("tun: TUN device on %s: %w", runtime.GOOS, frame.ErrNotSupported)
 
 // Device is an open TUN device; there is none on this system.
 type Device struct{}
@@ -29,7 +29,7 @@ func Open(cfg Config) (*Device, error) {
 
 // The methods Device and Queue have on Linux, so that programs using them
 // build on any system. No Device opens here: they return zero values and
-// errors wrapping pipeline.ErrNotSupported.
+// errors wrapping frame.ErrNotSupported.
 func (*Device) Name() string                          { return "" }
 func (*Device) Index() int                            { return 0 }
 func (*Device) Offloads() Offloads                    { return 0 }

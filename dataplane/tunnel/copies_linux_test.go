@@ -8,7 +8,7 @@ import (
 	"github.com/gsoplane/gsoplane/dataplane/tunnel"
 	"github.com/gsoplane/gsoplane/dataplane/udp"
 	"github.com/gsoplane/gsoplane/internal/copycount"
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 // TestCopies counts the copies user space makes of each inner packet

@@ -57,6 +57,6 @@
 // examples/); the hooks are told each datagram's peer, an index into
 // Config.Peers, to pick its keys by. It needs Linux and CAP_NET_ADMIN
 // (for the TUN device); on other systems Open returns an error wrapping
-// pipeline.ErrNotSupported. It imports pipeline, tun, udp and txqueue
+// frame.ErrNotSupported. It imports pipeline, tun, udp and txqueue
 // (and internal/iphdr, to hash flows).
 package tunnel

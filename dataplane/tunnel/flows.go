@@ -3,7 +3,7 @@ package tunnel
 import (
 	"encoding/binary"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/internal/iphdr"
 )
 
@@ -13,11 +13,11 @@ import (
 // all). The device's flow steering then reads the flow's packets the
 // other way on that same queue.
 type flowWriter struct {
-	queues []pipeline.VectorWriter
+	queues []frame.VectorWriter
 	hdr    int // the virtio-net header's size, before each packet
 }
 
-var _ pipeline.VectorWriter = (*flowWriter)(nil)
+var _ frame.VectorWriter = (*flowWriter)(nil)
 
 // Write writes bufs[i][offset:] (a virtio-net header, then the packet)
 // in order, each run of packets of one queue in one call.

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 )
 
 // recorder is a queue that keeps what is written to it, and fails the
@@ -147,7 +147,7 @@ func write(t *testing.T, w *flowWriter, pkts [][]byte, vectors bool) int {
 func TestFlowWriterError(t *testing.T) {
 	for _, vectors := range []bool{false, true} {
 		qs := []*recorder{{}, {}}
-		w := &flowWriter{hdr: testHdr, queues: []pipeline.VectorWriter{qs[0], qs[1]}}
+		w := &flowWriter{hdr: testHdr, queues: []frame.VectorWriter{qs[0], qs[1]}}
 		var pkts [][]byte
 		for f := range 16 {
 			pkts = append(pkts, flowPacket(f, 0, false, false))
@@ -175,7 +175,7 @@ func countBefore(w *flowWriter, pkts [][]byte, q int) int {
 // Picking a queue reads only what is there: short, empty or garbled
 // packets go to some queue without a panic.
 func TestFlowWriterShort(t *testing.T) {
-	w := &flowWriter{hdr: testHdr, queues: []pipeline.VectorWriter{&recorder{}, &recorder{}}}
+	w := &flowWriter{hdr: testHdr, queues: []frame.VectorWriter{&recorder{}, &recorder{}}}
 	full := flowPacket(3, 0, false, false)[testHdr:]
 	full6 := flowPacket(3, 0, true, false)[testHdr:]
 	for _, p := range [][]byte{nil, {0x45}, full[:20], full[:23], {0x4f, 0, 0, 0}, full6[:40], full6[:42]} {
@@ -187,7 +187,7 @@ func TestFlowWriterShort(t *testing.T) {
 
 // Writing through the flow writer does not allocate.
 func TestFlowWriterAllocs(t *testing.T) {
-	w := &flowWriter{hdr: testHdr, queues: []pipeline.VectorWriter{discard{}, discard{}}}
+	w := &flowWriter{hdr: testHdr, queues: []frame.VectorWriter{discard{}, discard{}}}
 	pkts := [][]byte{flowPacket(1, 0, false, false), flowPacket(2, 0, true, false), flowPacket(3, 0, false, false)}
 	vecs := [][][]byte{{pkts[0]}, {pkts[1]}, {pkts[2]}}
 	if a := testing.AllocsPerRun(100, func() { w.Write(pkts, 0); w.WriteVectors(vecs) }); a != 0 {

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/tunnel"
 	"github.com/gsoplane/gsoplane/dataplane/udp"
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 // A hub and two spokes, each spoke in a namespace of its own behind a
@@ -230,8 +230,8 @@ func TestTunnelPeersConfig(t *testing.T) {
 		cfg  tunnel.Config
 		want error
 	}{
-		{"both", tunnel.Config{Peer: peer.Endpoint, Peers: []udp.Peer{peer}}, pipeline.ErrInvalidConfig},
-		{"neither", tunnel.Config{}, pipeline.ErrInvalidConfig},
+		{"both", tunnel.Config{Peer: peer.Endpoint, Peers: []udp.Peer{peer}}, frame.ErrInvalidConfig},
+		{"neither", tunnel.Config{}, frame.ErrInvalidConfig},
 		{"the same endpoint twice", tunnel.Config{Peers: []udp.Peer{peer, peer}}, udp.ErrInvalidPeers},
 	} {
 		if _, err := tunnel.Open(c.cfg); !errors.Is(err, c.want) {

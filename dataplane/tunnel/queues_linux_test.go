@@ -15,7 +15,7 @@ import (
 
 	"github.com/gsoplane/gsoplane/dataplane/tunnel"
 	"github.com/gsoplane/gsoplane/dataplane/udp"
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 // flowOrder is a Seal and an Open hook for a plaintext tunnel: Seal

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gsoplane/gsoplane/internal/docrecipe"
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/docrecipe"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 // TestTunnelRecipe checks that the README's tunnel quick start is an

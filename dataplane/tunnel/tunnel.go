@@ -74,7 +74,7 @@ type Config struct {
 	SocketBuffer int
 	// Inside are the prefixes behind the TUN device: a packet from the
 	// peer whose source lies in one of them is dropped
-	// (pipeline.DropSpoofed).
+	// (frame.DropSpoofed).
 	Inside []netip.Prefix
 	// Logger takes the warnings (a buffer smaller than asked for,
 	// UDP_SEGMENT or UDP_GRO refused), each once; nil: slog.Default().

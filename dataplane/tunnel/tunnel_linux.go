@@ -13,6 +13,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/dataplane/tun"
 	"github.com/gsoplane/gsoplane/dataplane/udp"
@@ -58,7 +59,7 @@ type Tunnel struct {
 // lane is one TUN queue's forwarder.
 type lane struct {
 	sink  *udp.Sink
-	queue *txqueue.Queue[pipeline.Frame]
+	queue *txqueue.Queue[frame.Frame]
 	fwd   *pipeline.Forwarder
 }
 
@@ -113,7 +114,7 @@ func Open(cfg Config) (_ *Tunnel, err error) {
 // check refuses what Open cannot use, before anything is opened.
 func check(cfg Config) error {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("tunnel: %w: %s", pipeline.ErrInvalidConfig, fmt.Sprintf(format, args...))
+		return fmt.Errorf("tunnel: %w: %s", frame.ErrInvalidConfig, fmt.Sprintf(format, args...))
 	}
 	switch {
 	case len(cfg.Peers) > 0 && cfg.Peer.IsValid():
@@ -224,7 +225,7 @@ func (t *Tunnel) newLane(q *tun.Queue) (*lane, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tunnel: %w", err)
 	}
-	queue, err := txqueue.NewQueue[pipeline.Frame](txqueue.QueueConfig{Policy: txqueue.Block, Packets: laneFrames, Bytes: laneFrames * size})
+	queue, err := txqueue.NewQueue[frame.Frame](txqueue.QueueConfig{Policy: txqueue.Block, Packets: laneFrames, Bytes: laneFrames * size})
 	if err != nil {
 		return nil, fmt.Errorf("tunnel: %w", err)
 	}
@@ -247,7 +248,7 @@ func (t *Tunnel) newReturnPath() (err error) {
 		return fmt.Errorf("tunnel: %w", err)
 	}
 	hdr := t.dev.HeaderSize()
-	var w pipeline.VectorWriter
+	var w frame.VectorWriter
 	if qs := t.dev.Queues(); len(qs) == 1 {
 		w = qs[0]
 	} else {

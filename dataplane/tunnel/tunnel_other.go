@@ -8,7 +8,7 @@ import (
 	"net/netip"
 	"runtime"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/tun"
 	"github.com/gsoplane/gsoplane/dataplane/udp"
 )
@@ -16,7 +16,7 @@ import (
 // Tunnel is a VPN tunnel's data path; there is none on this system.
 type Tunnel struct{}
 
-var errNotSupported = fmt.Errorf("tunnel: %w on %s", pipeline.ErrNotSupported, runtime.GOOS)
+var errNotSupported = fmt.Errorf("tunnel: %w on %s", frame.ErrNotSupported, runtime.GOOS)
 
 // Open returns an error: the tunnel needs Linux's TUN, UDP_SEGMENT and
 // UDP_GRO.

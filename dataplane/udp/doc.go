@@ -1,9 +1,9 @@
 // Package udp holds the two halves of a VPN's tunnel for embedders of
-// the pipeline. Sink, a pipeline.Sink, sends every segment as the payload
+// the pipeline. Sink, a frame.Sink, sends every segment as the payload
 // of a UDP datagram on a connected socket (or to several peers, below),
 // with sendmmsg(2) and UDP_SEGMENT, the way WireGuard sends its tunnel
 // traffic. Receiver, a
-// pipeline.Receiver, takes datagrams with recvmmsg(2) and UDP_GRO and
+// frame.Receiver, takes datagrams with recvmmsg(2) and UDP_GRO and
 // hands out the inner packets, which a pipeline.ReturnPath with GRO merges
 // again and writes into a TUN device:
 //
@@ -14,7 +14,7 @@
 // room, the packet, Tailroom bytes of trailer room) before sendmmsg,
 // ReceiverConfig.Open opens a batch after recvmmsg and gives each a
 // Verdict, the drops counted by reason. Both are told each datagram's
-// peer, to pick its keys by. The Receiver is a pipeline.ReadDeadliner,
+// peer, to pick its keys by. The Receiver is a frame.ReadDeadliner,
 // so a ReturnPath stops promptly on cancel.
 //
 // A tunnel with several peers gives both halves one Peers table, on an
@@ -36,7 +36,7 @@
 // defaults.
 //
 // It needs Linux (UDP_SEGMENT since 4.18, UDP_GRO since 5.0); on other
-// systems NewSink and NewReceiver return errors. It imports pipeline and,
+// systems NewSink and NewReceiver return errors. It imports frame and,
 // for the receiver's recvmmsg(2) batches, internal/mmsg; internal/iphdr
 // reads the inner addresses.
 package udp

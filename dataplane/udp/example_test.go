@@ -6,6 +6,7 @@ import (
 	"log"
 	"net"
 
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/dataplane/tun"
 	"github.com/gsoplane/gsoplane/dataplane/udp"
@@ -55,7 +56,7 @@ func ExampleNewSink() {
 	}
 	size := txqueue.Truesize(sink.FrameSize())
 	budget, _ := txqueue.NewBudget(txqueue.BudgetConfig{Burst: 64 * size, Limit: 1024 * size})
-	queue, _ := txqueue.NewQueue[pipeline.Frame](txqueue.QueueConfig{Policy: txqueue.Block, Packets: 2048, Bytes: 2048 * size})
+	queue, _ := txqueue.NewQueue[frame.Frame](txqueue.QueueConfig{Policy: txqueue.Block, Packets: 2048, Bytes: 2048 * size})
 	q := dev.Queues()[0]
 	fwd, err := pipeline.NewForwarder(pipeline.ForwarderConfig{Source: q, HeaderSize: dev.HeaderSize(),
 		Sink: sink, FrameSize: sink.FrameSize(), Budget: budget, Queue: queue})

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"sync/atomic"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 )
 
 // A Peer is one remote end of a tunnel with several peers: its UDP
@@ -25,7 +25,7 @@ type Peer struct {
 }
 
 // ErrInvalidPeers is wrapped by NewPeers's errors, each a *PeerError
-// (which wraps pipeline.ErrInvalidConfig too).
+// (which wraps frame.ErrInvalidConfig too).
 var ErrInvalidPeers = errors.New("invalid peers")
 
 // A PeerErrorKind is what is wrong with a peer.
@@ -72,8 +72,8 @@ func (e *PeerError) Error() string {
 	return fmt.Sprintf("udp: %v: peer %d: %s", ErrInvalidPeers, e.Peer, what)
 }
 
-// Unwrap returns ErrInvalidPeers and pipeline.ErrInvalidConfig.
-func (e *PeerError) Unwrap() []error { return []error{ErrInvalidPeers, pipeline.ErrInvalidConfig} }
+// Unwrap returns ErrInvalidPeers and frame.ErrInvalidConfig.
+func (e *PeerError) Unwrap() []error { return []error{ErrInvalidPeers, frame.ErrInvalidConfig} }
 
 // Peers is an immutable table of peers for the cryptokey routing of a
 // tunnel with several peers, as WireGuard's: an inner packet is sent to

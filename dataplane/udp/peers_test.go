@@ -5,7 +5,7 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 )
 
 func pfxs(ss ...string) []netip.Prefix {
@@ -20,7 +20,7 @@ func ap(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
 
 // NewPeers refuses what cannot be routed unambiguously, saying which
 // peer and why, in an error that wraps ErrInvalidPeers and
-// pipeline.ErrInvalidConfig.
+// frame.ErrInvalidConfig.
 func TestNewPeersErrors(t *testing.T) {
 	ok := Peer{Endpoint: ap("192.0.2.1:51820"), Allowed: pfxs("10.0.0.0/24")}
 	for _, c := range []struct {
@@ -46,7 +46,7 @@ func TestNewPeersErrors(t *testing.T) {
 			t.Errorf("%s: error %v, want a *PeerError", c.name, err)
 		case *pe != c.want:
 			t.Errorf("%s: %+v, want %+v", c.name, *pe, c.want)
-		case !errors.Is(err, ErrInvalidPeers) || !errors.Is(err, pipeline.ErrInvalidConfig):
+		case !errors.Is(err, ErrInvalidPeers) || !errors.Is(err, frame.ErrInvalidConfig):
 			t.Errorf("%s: %v wraps neither sentinel", c.name, err)
 		default:
 			t.Logf("%s: %v", c.name, err)

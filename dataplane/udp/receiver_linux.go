@@ -12,14 +12,14 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/internal/iphdr"
 	"github.com/gsoplane/gsoplane/internal/mmsg"
 )
 
-var _ pipeline.Receiver = (*Receiver)(nil)
+var _ frame.Receiver = (*Receiver)(nil)
 
-// Receiver is the receive half of a VPN's tunnel, a pipeline.Receiver:
+// Receiver is the receive half of a VPN's tunnel, a frame.Receiver:
 // it takes datagrams from a UDP socket with recvmmsg(2), many per system
 // call, and asks the kernel to coalesce runs of them (UDP_GRO), so that
 // one message carries up to 64 datagrams (a peer's UDP_SEGMENT message,
@@ -88,13 +88,13 @@ func NewReceiver(conn *net.UDPConn, cfg ReceiverConfig) (*Receiver, error) {
 	}
 	switch {
 	case conn == nil:
-		return nil, fmt.Errorf("udp: receiver: %w: no connection", pipeline.ErrInvalidConfig)
+		return nil, fmt.Errorf("udp: receiver: %w: no connection", frame.ErrInvalidConfig)
 	case cfg.Headroom < 12 || cfg.Headroom > 1024:
-		return nil, fmt.Errorf("udp: receiver: %w: headroom %d, want 12 to 1024 (room for a virtio-net header)", pipeline.ErrInvalidConfig, cfg.Headroom)
+		return nil, fmt.Errorf("udp: receiver: %w: headroom %d, want 12 to 1024 (room for a virtio-net header)", frame.ErrInvalidConfig, cfg.Headroom)
 	case cfg.Tailroom < 0 || cfg.Tailroom > 1024:
-		return nil, fmt.Errorf("udp: receiver: %w: tailroom %d, want 0 to 1024", pipeline.ErrInvalidConfig, cfg.Tailroom)
+		return nil, fmt.Errorf("udp: receiver: %w: tailroom %d, want 0 to 1024", frame.ErrInvalidConfig, cfg.Tailroom)
 	case cfg.Messages < 1 || cfg.Messages > maxReceiverMessages:
-		return nil, fmt.Errorf("udp: receiver: %w: %d messages, want 1 to %d", pipeline.ErrInvalidConfig, cfg.Messages, maxReceiverMessages)
+		return nil, fmt.Errorf("udp: receiver: %w: %d messages, want 1 to %d", frame.ErrInvalidConfig, cfg.Messages, maxReceiverMessages)
 	}
 	rc, err := conn.SyscallConn()
 	if err != nil {
@@ -134,7 +134,7 @@ func NewReceiver(conn *net.UDPConn, cfg ReceiverConfig) (*Receiver, error) {
 // Headroom is the encapsulation header, ReceiverConfig.Headroom.
 func (r *Receiver) Headroom() int { return r.headroom }
 
-// SetReadDeadline sets the socket's read deadline (pipeline.ReadDeadliner):
+// SetReadDeadline sets the socket's read deadline (frame.ReadDeadliner):
 // a ReturnPath wakes Receive with it when its context ends.
 func (r *Receiver) SetReadDeadline(t time.Time) error { return r.conn.SetReadDeadline(t) }
 

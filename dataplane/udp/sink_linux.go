@@ -16,14 +16,14 @@ import (
 	"golang.org/x/net/ipv6"
 	"golang.org/x/sys/unix"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
-	"github.com/gsoplane/gsoplane/internal/framepool"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
+	"github.com/gsoplane/gsoplane/dataplane/internal/framepool"
 	"github.com/gsoplane/gsoplane/internal/iphdr"
 )
 
-var _ pipeline.Sink = (*Sink)(nil)
+var _ frame.Sink = (*Sink)(nil)
 
-// Sink is a pipeline.Sink that sends every segment, an IP packet behind
+// Sink is a frame.Sink that sends every segment, an IP packet behind
 // Headroom bytes of encapsulation header, as the payload of one UDP
 // datagram on a connected UDP socket: the way a VPN such as WireGuard
 // sends its tunnel traffic to the peer. With SinkConfig.Peers it sends
@@ -340,7 +340,7 @@ func (s *Sink) Frames() int { return s.pool.Small() }
 
 // Alloc takes free frames from the pool. Each frame's Buf ends Tailroom
 // bytes before the frame does: the room is the trailer's.
-func (s *Sink) Alloc(frames []pipeline.Frame) int {
+func (s *Sink) Alloc(frames []frame.Frame) int {
 	n := s.pool.Alloc(frames)
 	for i := range frames[:n] {
 		f := &frames[i]
@@ -352,14 +352,14 @@ func (s *Sink) Alloc(frames []pipeline.Frame) int {
 
 // Free returns frames that were allocated and not transmitted. Frames
 // that are not out of this sink's pool are ignored.
-func (s *Sink) Free(frames []pipeline.Frame) { s.pool.Free(frames) }
+func (s *Sink) Free(frames []frame.Frame) { s.pool.Free(frames) }
 
 // Transmit sends frames in order and returns how many it took: all of
 // them, unless ENOBUFS stopped it (the rest is offered again) or the
 // socket failed (the error says why). Frames dropped for a counted error
 // or for want of a peer are taken like sent ones. A full send buffer
 // blocks it.
-func (s *Sink) Transmit(frames []pipeline.Frame) (int, error) {
+func (s *Sink) Transmit(frames []frame.Frame) (int, error) {
 	s.txMu.Lock()
 	defer s.txMu.Unlock()
 	var bad error
@@ -389,7 +389,7 @@ func (s *Sink) Transmit(frames []pipeline.Frame) (int, error) {
 }
 
 // check reports whether f is a frame of this sink holding a packet.
-func (s *Sink) check(f pipeline.Frame) error {
+func (s *Sink) check(f frame.Frame) error {
 	if f.ID >= uint64(s.pool.Small()) || f.Len < 0 || s.headroom+f.Len > len(f.Buf) ||
 		cap(f.Buf) == 0 || &f.Buf[:1][0] != &s.pool.Frame(uint32(f.ID))[0] {
 		return fmt.Errorf("udp: sink: transmit frame %d (%d bytes): %w", f.ID, f.Len, ErrForeignFrame)
@@ -402,7 +402,7 @@ func (s *Sink) check(f pipeline.Frame) error {
 // stops after ENOBUFS) and an error only when the socket is unusable.
 // When the kernel refuses a UDP_SEGMENT message it returns early, with
 // more set, so that Transmit builds the rest of the chunk again.
-func (s *Sink) send(chunk []pipeline.Frame) (taken int, more bool, err error) {
+func (s *Sink) send(chunk []frame.Frame) (taken int, more bool, err error) {
 	m := s.build(chunk)
 	defer s.sentPeer.flush()
 	for k := 0; k < m; {
@@ -481,7 +481,7 @@ func (s *Sink) lost(errno syscall.Errno, segs int) {
 // on, every other frame a message of its own; a frame without a peer
 // goes in none. Frames not yet routed and sealed are first. It returns
 // the number of messages.
-func (s *Sink) build(chunk []pipeline.Frame) int {
+func (s *Sink) build(chunk []frame.Frame) int {
 	s.prepare(chunk)
 	m := 0
 	for i := 0; i < len(chunk); {
@@ -528,7 +528,7 @@ func (s *Sink) build(chunk []pipeline.Frame) int {
 // held before), routes (with Peers) and seals, in one call of Seal, the
 // frames of chunk that were not yet: a frame offered again after ENOBUFS
 // keeps its peer, which its sealed packet no longer tells.
-func (s *Sink) prepare(chunk []pipeline.Frame) {
+func (s *Sink) prepare(chunk []frame.Frame) {
 	s.toSeal, s.sealPeers = s.toSeal[:0], s.sealPeers[:0]
 	for _, f := range chunk {
 		if s.sealed[f.ID].Load() {
@@ -554,7 +554,7 @@ func (s *Sink) prepare(chunk []pipeline.Frame) {
 }
 
 // route returns the peer of frame f's inner destination, or -1.
-func (s *Sink) route(f pipeline.Frame) int {
+func (s *Sink) route(f frame.Frame) int {
 	dst, ok := iphdr.Dst(f.Buf[s.headroom : s.headroom+f.Len])
 	if !ok {
 		return -1
@@ -568,7 +568,7 @@ func (s *Sink) route(f pipeline.Frame) int {
 
 // peerOf returns the peer of a routed frame, -1 for none; 0 without
 // Peers.
-func (s *Sink) peerOf(f pipeline.Frame) int {
+func (s *Sink) peerOf(f frame.Frame) int {
 	if s.peers == nil {
 		return 0
 	}
@@ -585,7 +585,7 @@ func (s *Sink) peerOfMsg(k int) int {
 }
 
 // noPeers counts the frames taken that had no peer.
-func (s *Sink) noPeers(taken []pipeline.Frame) {
+func (s *Sink) noPeers(taken []frame.Frame) {
 	if s.peers == nil {
 		return
 	}
@@ -603,9 +603,9 @@ func (s *Sink) noPeers(taken []pipeline.Frame) {
 
 // datagram is the UDP payload of frame f: headroom, packet, tailroom,
 // within the frame (Buf ends before the tailroom, its capacity does not).
-func (s *Sink) datagram(f pipeline.Frame) []byte { return f.Buf[:s.datagramLen(f)] }
+func (s *Sink) datagram(f frame.Frame) []byte { return f.Buf[:s.datagramLen(f)] }
 
-func (s *Sink) datagramLen(f pipeline.Frame) int { return s.headroom + f.Len + s.tailroom }
+func (s *Sink) datagramLen(f frame.Frame) int { return s.headroom + f.Len + s.tailroom }
 
 // sent counts messages [from, to) of the last build as sent.
 func (s *Sink) sent(from, to int) {

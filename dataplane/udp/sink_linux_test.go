@@ -25,10 +25,11 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/dataplane/tun"
-	"github.com/gsoplane/gsoplane/internal/dirtybuf"
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/dirtybuf"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 	"github.com/gsoplane/gsoplane/txqueue"
 )
 
@@ -125,9 +126,9 @@ func uskSeal(tail int) SealFunc {
 
 // uskFrames allocates one frame per length and fills packet i with its
 // sequence number (from *seq on) and a pattern.
-func uskFrames(t *testing.T, s *Sink, lens []int, seq *uint32) []pipeline.Frame {
+func uskFrames(t *testing.T, s *Sink, lens []int, seq *uint32) []frame.Frame {
 	t.Helper()
-	frames := make([]pipeline.Frame, len(lens))
+	frames := make([]frame.Frame, len(lens))
 	if n := s.Alloc(frames); n != len(frames) {
 		t.Fatalf("Alloc: %d frames, want %d", n, len(frames))
 	}
@@ -144,7 +145,7 @@ func uskFrames(t *testing.T, s *Sink, lens []int, seq *uint32) []pipeline.Frame 
 }
 
 // uskTransmit transmits frames, which must all be taken, and completes them.
-func uskTransmit(t *testing.T, s *Sink, frames []pipeline.Frame) {
+func uskTransmit(t *testing.T, s *Sink, frames []frame.Frame) {
 	t.Helper()
 	n, err := s.Transmit(frames)
 	if n != len(frames) || err != nil {
@@ -264,7 +265,7 @@ func TestUDPSinkConfig(t *testing.T) {
 	// A frame from elsewhere is refused, and the frames before it are sent.
 	var seq uint32
 	frames := uskFrames(t, s, []int{100, 100}, &seq)
-	frames = append(frames, pipeline.Frame{Buf: make([]byte, 2048), ID: 5, Len: 100})
+	frames = append(frames, frame.Frame{Buf: make([]byte, 2048), ID: 5, Len: 100})
 	if k, err := s.Transmit(frames); k != 2 || err == nil {
 		t.Errorf("Transmit with a foreign frame = %d, %v; want 2 and an error", k, err)
 	}
@@ -305,7 +306,7 @@ func TestUDPSinkCoalescing(t *testing.T) {
 		t.Errorf("stats %+v: want no drops, a sendmmsg call per Transmit", st2)
 	}
 	// Every frame is back in the pool.
-	all := make([]pipeline.Frame, s.Frames()+1)
+	all := make([]frame.Frame, s.Frames()+1)
 	if k := s.Alloc(all); k != s.Frames() {
 		t.Errorf("Alloc after Complete: %d frames, want %d", k, s.Frames())
 	}
@@ -330,7 +331,7 @@ func TestUDPSinkDirtyFrames(t *testing.T) {
 				mem = append(mem, s.pool.Frame(uint32(id)))
 			}
 			send := func(lens []int, fill byte) [][]byte {
-				frames := make([]pipeline.Frame, len(lens))
+				frames := make([]frame.Frame, len(lens))
 				if k := s.Alloc(frames); k != len(frames) {
 					t.Fatalf("Alloc: %d frames, want %d", k, len(frames))
 				}
@@ -548,7 +549,7 @@ func TestUDPSinkAllocs(t *testing.T) { // not parallel: AllocsPerRun refuses
 		name string
 		s    *Sink
 	}{{"connected", s}, {"peers", sp}} {
-		frames := make([]pipeline.Frame, 40)
+		frames := make([]frame.Frame, 40)
 		allocs := testing.AllocsPerRun(100, func() {
 			k := c.s.Alloc(frames)
 			for i := range frames[:k] {
@@ -642,11 +643,11 @@ func TestUDPSinkPeers(t *testing.T) {
 		{uskPeerDst[0], 5, 0}, {uskPeerDst[1], 3, 1}, {uskPeerDst[2], 1, -1}, {uskPeerDst[0], 2, 0},
 		{netip.Addr{}, 1, -1}, {v6a, 2, 0}, {v6b, 1, -1}, {uskPeerDst[1], 1, 1},
 	}
-	var frames []pipeline.Frame
+	var frames []frame.Frame
 	var want [2][]uint32 // the sequence numbers each peer gets
 	var wantSealed []int
 	for _, r := range runs {
-		f := make([]pipeline.Frame, r.n)
+		f := make([]frame.Frame, r.n)
 		if k := s.Alloc(f); k != r.n {
 			t.Fatalf("Alloc: %d", k)
 		}
@@ -718,9 +719,9 @@ func TestUDPSinkPathMTUPerPeer(t *testing.T) {
 	send := func(to ...int) uint64 {
 		t.Helper()
 		before := s.Stats().GSOMessages
-		var frames []pipeline.Frame
+		var frames []frame.Frame
 		for _, p := range to {
-			f := make([]pipeline.Frame, 8)
+			f := make([]frame.Frame, 8)
 			if k := s.Alloc(f); k != len(f) {
 				t.Fatalf("Alloc: %d", k)
 			}
@@ -899,7 +900,7 @@ type tunnelEnd struct {
 	recv   *Receiver
 	dec    *uskDecap
 	budget *txqueue.Budget
-	queue  *txqueue.Queue[pipeline.Frame]
+	queue  *txqueue.Queue[frame.Frame]
 	fwd    *pipeline.Forwarder
 	ret    *pipeline.ReturnPath
 	cancel context.CancelFunc
@@ -930,7 +931,7 @@ func newTunnelEnd(t *testing.T, ns *netlab.NS, tunName, addr, route, local, remo
 	if e.budget, err = txqueue.NewBudget(txqueue.BudgetConfig{Burst: 64 * size, Limit: 1024 * size}); err != nil {
 		t.Fatal(err)
 	}
-	if e.queue, err = txqueue.NewQueue[pipeline.Frame](txqueue.QueueConfig{Policy: txqueue.Block, Packets: 2048, Bytes: 2048 * size}); err != nil {
+	if e.queue, err = txqueue.NewQueue[frame.Frame](txqueue.QueueConfig{Policy: txqueue.Block, Packets: 2048, Bytes: 2048 * size}); err != nil {
 		t.Fatal(err)
 	}
 	q := e.dev.Queues()[0]

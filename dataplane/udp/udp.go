@@ -28,7 +28,7 @@ var ErrForeignFrame = errors.New("frame not allocated from this sink")
 type SinkConfig struct {
 	// Frames is the number of frames in the pool, allocated once; 0 means
 	// DefaultSinkFrames. A Forwarder needs at least as many as it cuts
-	// a super-packet into at a time (pipeline.BurstSegments), and more
+	// a super-packet into at a time (frame.BurstSegments), and more
 	// to keep the socket busy while it cuts the next: size it from the
 	// budget's limit.
 	Frames int

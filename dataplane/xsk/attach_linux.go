@@ -7,7 +7,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/gsoplane/gsoplane/internal/port"
+	"github.com/gsoplane/gsoplane/dataplane/internal/port"
 )
 
 // Attached reports whether the port's XDP program is still attached to
@@ -44,7 +44,7 @@ func (p *Port) FollowMAC(mac net.HardwareAddr) error {
 	return nil
 }
 
-// xdpAttachment is the port's XDP program as internal/port drives it.
+// xdpAttachment is the port's XDP program as dataplane/internal/port drives it.
 type xdpAttachment struct{ p *Port }
 
 func (a xdpAttachment) SetPrefixes(prefixes []netip.Prefix) error {

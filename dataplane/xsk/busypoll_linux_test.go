@@ -12,8 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 func TestBusyPollConfig(t *testing.T) {
@@ -25,8 +25,8 @@ func TestBusyPollConfig(t *testing.T) {
 		{Ifname: "x", BusyPoll: 50 * time.Microsecond, BusyPollBudget: MaxBusyPollBudget + 1},
 		{Ifname: "x", BusyPollBudget: 16}, // without BusyPoll
 	} {
-		if _, err := Open(cfg); !errors.Is(err, pipeline.ErrInvalidConfig) {
-			t.Errorf("Open(BusyPoll %v, budget %d) = %v, want pipeline.ErrInvalidConfig", cfg.BusyPoll, cfg.BusyPollBudget, err)
+		if _, err := Open(cfg); !errors.Is(err, frame.ErrInvalidConfig) {
+			t.Errorf("Open(BusyPoll %v, budget %d) = %v, want frame.ErrInvalidConfig", cfg.BusyPoll, cfg.BusyPollBudget, err)
 		}
 	}
 	for _, c := range []struct {

@@ -3,9 +3,9 @@
 // an XDP program that redirects to them only IP packets for configured
 // prefixes; ARP, ND and everything else, traffic for the host included,
 // go on to the kernel. An XDP program someone else attached is an error,
-// never replaced. A Socket's TX side is a pipeline.Sink through NewSink
+// never replaced. A Socket's TX side is a frame.Sink through NewSink
 // (which fills in Ethernet headers from the kernel's routes and
-// neighbours) and its RX side a pipeline.Receiver.
+// neighbours) and its RX side a frame.Receiver.
 //
 // # Multi-buffer receive
 //
@@ -93,6 +93,6 @@
 //
 // It needs Linux, CAP_NET_ADMIN, CAP_BPF and CAP_NET_RAW, and works in
 // the network namespace of the calling thread. On other systems Open
-// returns an error. It imports pipeline, segment and internal packages;
+// returns an error. It imports frame, segment and internal packages;
 // the gateway (package dataplane) and embedders import it.
 package xsk

@@ -11,8 +11,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
-	"github.com/gsoplane/gsoplane/internal/port"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
+	"github.com/gsoplane/gsoplane/dataplane/internal/port"
 )
 
 // Generator sends prebuilt frames from an AF_XDP socket as fast as the
@@ -65,7 +65,7 @@ func OpenGenerator(cfg GeneratorConfig) (*Generator, error) {
 // checkGenerator checks what Config.withDefaults does not.
 func checkGenerator(cfg GeneratorConfig, xcfg Config) error {
 	bad := func(format string, a ...any) error {
-		return fmt.Errorf("xsk: generator: %w: %s", pipeline.ErrInvalidConfig, fmt.Sprintf(format, a...))
+		return fmt.Errorf("xsk: generator: %w: %s", frame.ErrInvalidConfig, fmt.Sprintf(format, a...))
 	}
 	if len(cfg.Frames) == 0 {
 		return bad("no frames")

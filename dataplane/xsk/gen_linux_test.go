@@ -7,27 +7,27 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 )
 
 // TestGeneratorConfig checks that bad configurations are refused before
 // any system call.
 func TestGeneratorConfig(t *testing.T) {
-	frame := make([]byte, 60)
+	eth := make([]byte, 60)
 	for _, c := range []struct {
 		name string
 		cfg  GeneratorConfig
 	}{
-		{"no interface", GeneratorConfig{Frames: [][]byte{frame}}},
+		{"no interface", GeneratorConfig{Frames: [][]byte{eth}}},
 		{"no frames", GeneratorConfig{Ifname: "lo"}},
-		{"short frame", GeneratorConfig{Ifname: "lo", Frames: [][]byte{frame, frame[:13]}}},
-		{"long frame", GeneratorConfig{Ifname: "lo", Frames: [][]byte{make([]byte, 2049)}, FrameSize: 2048}},
-		{"negative batch", GeneratorConfig{Ifname: "lo", Frames: [][]byte{frame}, Batch: -1}},
-		{"batch over the ring", GeneratorConfig{Ifname: "lo", Frames: [][]byte{frame}, RingSize: 64, Batch: 65}},
-		{"negative queue", GeneratorConfig{Ifname: "lo", Frames: [][]byte{frame}, Queue: -1}},
-		{"odd frame count", GeneratorConfig{Ifname: "lo", Frames: [][]byte{frame}, NumFrames: 7}},
+		{"short eth", GeneratorConfig{Ifname: "lo", Frames: [][]byte{eth, eth[:13]}}},
+		{"long eth", GeneratorConfig{Ifname: "lo", Frames: [][]byte{make([]byte, 2049)}, FrameSize: 2048}},
+		{"negative batch", GeneratorConfig{Ifname: "lo", Frames: [][]byte{eth}, Batch: -1}},
+		{"batch over the ring", GeneratorConfig{Ifname: "lo", Frames: [][]byte{eth}, RingSize: 64, Batch: 65}},
+		{"negative queue", GeneratorConfig{Ifname: "lo", Frames: [][]byte{eth}, Queue: -1}},
+		{"odd frame count", GeneratorConfig{Ifname: "lo", Frames: [][]byte{eth}, NumFrames: 7}},
 	} {
-		if g, err := OpenGenerator(c.cfg); !errors.Is(err, pipeline.ErrInvalidConfig) {
+		if g, err := OpenGenerator(c.cfg); !errors.Is(err, frame.ErrInvalidConfig) {
 			t.Errorf("%s: got %v, want ErrInvalidConfig", c.name, err)
 			if g != nil {
 				g.Close()

@@ -20,7 +20,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 	"github.com/gsoplane/gsoplane/segment"
 )
 
@@ -448,7 +448,7 @@ func TestXSKReturnPath64K(t *testing.T) {
 	}
 }
 
-// returnWriter is a pipeline.VectorWriter that keeps the packets it is
+// returnWriter is a frame.VectorWriter that keeps the packets it is
 // given, less their virtio-net header (which must be all zero), and ends
 // the return path after the first batch.
 type returnWriter struct {

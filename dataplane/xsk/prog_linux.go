@@ -102,9 +102,9 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/gsoplane/gsoplane/dataplane/internal/port"
 	"github.com/gsoplane/gsoplane/internal/bpfprog"
 	"github.com/gsoplane/gsoplane/internal/ethtool"
-	"github.com/gsoplane/gsoplane/internal/port"
 	"github.com/gsoplane/gsoplane/internal/prefix"
 )
 

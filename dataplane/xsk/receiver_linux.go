@@ -24,7 +24,7 @@ package xsk
 import (
 	"golang.org/x/sys/unix"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/internal/copycount"
 	"github.com/gsoplane/gsoplane/internal/ethernet"
 	"github.com/gsoplane/gsoplane/segment"
@@ -228,15 +228,15 @@ func (x *Socket) fillFromSpare() {
 	x.fill.publishProducer()
 }
 
-// receiver is a socket's receive side as a pipeline.Receiver.
+// receiver is a socket's receive side as a frame.Receiver.
 type receiver struct {
 	x     *Socket
 	addrs []uint64 // the frames of the last Receive, given back by the next
 }
 
-var _ pipeline.Receiver = (*receiver)(nil)
+var _ frame.Receiver = (*receiver)(nil)
 
-// Receiver returns the socket's receive side as a pipeline.Receiver: each
+// Receiver returns the socket's receive side as a frame.Receiver: each
 // Receive gives the frames of the previous one back to the kernel (fill
 // ring), then returns the Ethernet frames waiting, waiting (through the
 // Go runtime's netpoller) until one comes, the port stops receiving
@@ -247,7 +247,7 @@ var _ pipeline.Receiver = (*receiver)(nil)
 // not IPv4 or IPv6, or does not match its IP version, comes back with an
 // empty packet (the return path counts it as invalid). Use one Receiver
 // per socket, from one goroutine.
-func (x *Socket) Receiver() pipeline.Receiver { return &receiver{x: x} }
+func (x *Socket) Receiver() frame.Receiver { return &receiver{x: x} }
 
 // Headroom is the Ethernet header and the room in front of it (rxFront):
 // 24 bytes, the largest virtio-net header.

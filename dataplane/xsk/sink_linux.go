@@ -7,15 +7,15 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
-	"github.com/gsoplane/gsoplane/internal/egress"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
+	"github.com/gsoplane/gsoplane/dataplane/internal/egress"
 	"github.com/gsoplane/gsoplane/internal/ethernet"
 	"github.com/gsoplane/gsoplane/segment"
 )
 
-// A Sink is a pipeline.OffloadSink: it leaves checksums to the kernel or
+// A Sink is a frame.OffloadSink: it leaves checksums to the kernel or
 // the NIC where the socket can (Socket.TXChecksum).
-var _ pipeline.OffloadSink = (*Sink)(nil)
+var _ frame.OffloadSink = (*Sink)(nil)
 
 const (
 	ethHdrLen  = ethernet.HeaderLen
@@ -25,8 +25,8 @@ const (
 // Sink is the forwarder's Sink on an AF_XDP socket: segments are cut
 // straight into UMEM frames behind room for an Ethernet header, which
 // Transmit fills in from the kernel's routing and neighbour tables
-// (internal/nexthop). A frame whose next hop is being resolved is
-// reported complete but kept (internal/egress), while the others go on,
+// (dataplane/internal/nexthop). A frame whose next hop is being resolved is
+// reported complete but kept (dataplane/internal/egress), while the others go on,
 // until its next hop resolves (it is sent) or fails (it is dropped and
 // counted, Unresolved, and its sender answered with host unreachable
 // through the Replier, if one is set): a neighbour that never answers
@@ -64,7 +64,7 @@ func NewSink(x *Socket, ifindex int, gateway netip.Addr) (*Sink, error) {
 // SetReplier sets who answers the senders of packets whose next hop
 // failed to resolve (nil: nobody), with host unreachable. Call it before
 // the sink is used.
-func (s *Sink) SetReplier(r pipeline.Replier) { s.layer.SetReplier(r) }
+func (s *Sink) SetReplier(r frame.Replier) { s.layer.SetReplier(r) }
 
 // SetLinkUp tells the sink whether the NIC is up. While it is down,
 // Transmit puts nothing on the TX ring: the frames wait in the queue and
@@ -91,30 +91,30 @@ func (s *Sink) Headroom() int { return ethHdrLen }
 // Offload is OffloadCsum for packets whose segments carry a partial
 // checksum, where the socket sends those (Socket.TXChecksum), else
 // OffloadNone. An AF_XDP socket sends no super-packets whole.
-func (s *Sink) Offload(l segment.Layout) pipeline.Offload {
+func (s *Sink) Offload(l segment.Layout) frame.Offload {
 	if s.x.TXChecksum() && l.SegmentHeader(true).Flags&segment.FlagNeedsCsum != 0 {
-		return pipeline.OffloadCsum
+		return frame.OffloadCsum
 	}
-	return pipeline.OffloadNone
+	return frame.OffloadNone
 }
 
 // AllocLarge has no frame for a whole super-packet: Offload never asks for
 // one.
-func (s *Sink) AllocLarge(int) (pipeline.Frame, bool) { return pipeline.Frame{}, false }
+func (s *Sink) AllocLarge(int) (frame.Frame, bool) { return frame.Frame{}, false }
 
 // Alloc takes free TX frames from the UMEM.
-func (s *Sink) Alloc(frames []pipeline.Frame) int {
+func (s *Sink) Alloc(frames []frame.Frame) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := s.x.alloc(s.addrs[:min(len(frames), sinkFrames)])
 	for i, a := range s.addrs[:n] {
-		frames[i] = pipeline.Frame{Buf: s.x.frame(a), ID: a}
+		frames[i] = frame.Frame{Buf: s.x.frame(a), ID: a}
 	}
 	return n
 }
 
 // Free returns frames that will not be sent.
-func (s *Sink) Free(frames []pipeline.Frame) {
+func (s *Sink) Free(frames []frame.Frame) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for len(frames) > 0 {
@@ -133,14 +133,14 @@ func (s *Sink) Free(frames []pipeline.Frame) {
 // their charges are released like any other. It first sends or drops
 // the kept frames whose next hop resolved or failed (Backlog), and takes
 // nothing while the link is down.
-func (s *Sink) Transmit(frames []pipeline.Frame) (int, error) {
+func (s *Sink) Transmit(frames []frame.Frame) (int, error) {
 	return s.layer.Transmit(frames[:min(len(frames), sinkFrames)], (*sinkWire)(s))
 }
 
 // Drops returns how many frames the sink dropped, by reason:
 // DropUnresolved (a next hop the kernel could not resolve, or no room in
 // the queue for one) and DropNotRouted.
-func (s *Sink) Drops() pipeline.Drops { return s.layer.Drops() }
+func (s *Sink) Drops() frame.Drops { return s.layer.Drops() }
 
 // HostControl returns how many frames the sink discarded as the host's
 // own link signalling: neighbour discovery, MLD, IGMP (not drops).
@@ -174,19 +174,19 @@ type sinkWire Sink
 
 // Check takes every frame: the TX ring refuses the ones that are not
 // allocated TX frames (ErrBadFrame).
-func (w *sinkWire) Check(frames []pipeline.Frame) (int, error) { return len(frames), nil }
+func (w *sinkWire) Check(frames []frame.Frame) (int, error) { return len(frames), nil }
 
 // Packet returns the frame's Ethernet header and packet.
-func (w *sinkWire) Packet(f pipeline.Frame) (eth, pkt []byte) {
+func (w *sinkWire) Packet(f frame.Frame) (eth, pkt []byte) {
 	return f.Buf[:ethHdrLen], f.Buf[ethHdrLen : ethHdrLen+f.Len]
 }
 
 // Send puts frames on the TX ring; it stops the batch when the ring is
 // full.
-func (w *sinkWire) Send(frames []pipeline.Frame) (int, bool, error) { return w.send(frames, false) }
+func (w *sinkWire) Send(frames []frame.Frame) (int, bool, error) { return w.send(frames, false) }
 
 // send puts frames, kept ones or not, on the TX ring.
-func (w *sinkWire) send(frames []pipeline.Frame, kept bool) (int, bool, error) {
+func (w *sinkWire) send(frames []frame.Frame, kept bool) (int, bool, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for i, f := range frames {
@@ -204,7 +204,7 @@ func (w *sinkWire) send(frames []pipeline.Frame, kept bool) (int, bool, error) {
 
 // Discard frees a frame dropped for want of a next hop: the next
 // Complete reports it.
-func (w *sinkWire) Discard(f pipeline.Frame) {
+func (w *sinkWire) Discard(f frame.Frame) {
 	w.mu.Lock()
 	w.addrs[0] = f.ID
 	w.x.free(w.addrs[:1])
@@ -214,7 +214,7 @@ func (w *sinkWire) Discard(f pipeline.Frame) {
 
 // Keep keeps a frame that waits for its next hop, if one TX frame in
 // egress.QueueShare is not kept already: the next Complete reports it.
-func (w *sinkWire) Keep(pipeline.Frame) bool {
+func (w *sinkWire) Keep(frame.Frame) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.kept >= w.x.NumFrames()/2/egress.QueueShare {
@@ -227,10 +227,10 @@ func (w *sinkWire) Keep(pipeline.Frame) bool {
 
 // SendKept puts kept frames on the TX ring, which Complete, having
 // reported them, frees without counting them.
-func (w *sinkWire) SendKept(frames []pipeline.Frame) (int, bool, error) { return w.send(frames, true) }
+func (w *sinkWire) SendKept(frames []frame.Frame) (int, bool, error) { return w.send(frames, true) }
 
 // Release frees a kept frame.
-func (w *sinkWire) Release(f pipeline.Frame) {
+func (w *sinkWire) Release(f frame.Frame) {
 	w.mu.Lock()
 	w.addrs[0] = f.ID
 	w.x.free(w.addrs[:1])

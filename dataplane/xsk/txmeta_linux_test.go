@@ -6,7 +6,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gsoplane/gsoplane/internal/dirtybuf"
+	"github.com/gsoplane/gsoplane/internal/testing/dirtybuf"
 )
 
 // TestTXMetadata: the TX metadata in front of a frame asks for checksum

@@ -9,7 +9,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/internal/prefix"
 )
 
@@ -122,7 +122,7 @@ const maxIfNameLen = 15
 // xdpMaxPrefixes is the most redirect prefixes of one family.
 const xdpMaxPrefixes = 4096
 
-// Errors callers can act on (see also pipeline.ErrInvalidConfig).
+// Errors callers can act on (see also frame.ErrInvalidConfig).
 var (
 	// ErrAttached: another XDP program is attached to the interface.
 	// Open leaves it in place.
@@ -132,8 +132,8 @@ var (
 	ErrZeroCopy = errors.New("driver does not support AF_XDP zero-copy")
 	// ErrUnsupported: no AF_XDP sockets, on a kernel without
 	// CONFIG_XDP_SOCKETS or another operating system. It wraps
-	// pipeline.ErrNotSupported.
-	ErrUnsupported = fmt.Errorf("AF_XDP sockets %w", pipeline.ErrNotSupported)
+	// frame.ErrNotSupported.
+	ErrUnsupported = fmt.Errorf("AF_XDP sockets %w", frame.ErrNotSupported)
 	// ErrDetached: the XDP program is no longer attached to the interface:
 	// someone detached its BPF link from outside (bpftool link detach), or
 	// the interface went away.
@@ -229,7 +229,7 @@ type Config struct {
 // withDefaults fills in defaults and checks cfg without system calls.
 func (cfg Config) withDefaults() (Config, error) {
 	bad := func(format string, a ...any) (Config, error) {
-		return cfg, fmt.Errorf("xsk: port: %w: %s", pipeline.ErrInvalidConfig, fmt.Sprintf(format, a...))
+		return cfg, fmt.Errorf("xsk: port: %w: %s", frame.ErrInvalidConfig, fmt.Sprintf(format, a...))
 	}
 	cfg.FrameSize = cmp.Or(cfg.FrameSize, DefaultFrameSize)
 	cfg.NumFrames = cmp.Or(cfg.NumFrames, DefaultNumFrames)
@@ -318,4 +318,30 @@ type Stats struct {
 	OtherHost       uint64 // sent to another host's unicast MAC address (the kernel drops them)
 	NotUnicast      uint64 // sent to a broadcast or multicast MAC address
 	VersionMismatch uint64 // any destination: IP version not that of the EtherType (the kernel drops them)
+}
+
+// AppendCounters appends the counters but RX, TX and Completed to dst,
+// by name (docs/udpfwd.md: udpfwd_xsk_events_total), and returns it.
+func (s Stats) AppendCounters(dst []frame.Counter) []frame.Counter {
+	return append(dst,
+		frame.Counter{Name: "kicks", Value: s.Kicks},
+		frame.Counter{Name: "kick_retry", Value: s.KickRetries},
+		frame.Counter{Name: "kick_error", Value: s.KickErrors},
+		frame.Counter{Name: "busy_poll", Value: s.BusyPolls},
+		frame.Counter{Name: "bad_frame", Value: s.BadFrames},
+		frame.Counter{Name: "rx_multi_buffer", Value: s.RXMultiBuffer},
+		frame.Counter{Name: "rx_chain_too_long", Value: s.RXChainTooLong},
+		frame.Counter{Name: "rx_chain_broken", Value: s.RXChainBroken},
+		frame.Counter{Name: "tx_csum_offload", Value: s.TXCsumOffload},
+		frame.Counter{Name: "rx_dropped", Value: s.RXDropped},
+		frame.Counter{Name: "rx_invalid", Value: s.RXInvalid},
+		frame.Counter{Name: "rx_ring_full", Value: s.RXRingFull},
+		frame.Counter{Name: "rx_fill_ring_empty", Value: s.RXFillEmpty},
+		frame.Counter{Name: "tx_invalid", Value: s.TXInvalid},
+		frame.Counter{Name: "tx_ring_empty", Value: s.TXRingEmpty},
+		frame.Counter{Name: "pass_oversize", Value: s.Oversize},
+		frame.Counter{Name: "pass_other_host", Value: s.OtherHost},
+		frame.Counter{Name: "pass_not_unicast", Value: s.NotUnicast},
+		frame.Counter{Name: "pass_version_mismatch", Value: s.VersionMismatch},
+	)
 }

@@ -25,9 +25,9 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
+	"github.com/gsoplane/gsoplane/dataplane/internal/port"
 	"github.com/gsoplane/gsoplane/internal/ethtool"
-	"github.com/gsoplane/gsoplane/internal/port"
 )
 
 // xskBindBusyWait is how long bind retries EBUSY (see Socket.bind).
@@ -165,11 +165,11 @@ func xdpQueues(link netlink.Link, want []int) ([]int, error) {
 	for _, q := range want {
 		if q >= n {
 			return nil, fmt.Errorf("xsk: port: %w: %s has %d RX queues, no queue %d",
-				pipeline.ErrInvalidConfig, link.Attrs().Name, n, q)
+				frame.ErrInvalidConfig, link.Attrs().Name, n, q)
 		}
 	}
 	if len(want) == 0 {
-		return nil, fmt.Errorf("xsk: port: %w: no queues", pipeline.ErrInvalidConfig)
+		return nil, fmt.Errorf("xsk: port: %w: no queues", frame.ErrInvalidConfig)
 	}
 	return slices.Clone(want), nil
 }

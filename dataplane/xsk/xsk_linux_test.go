@@ -22,8 +22,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
-	"github.com/gsoplane/gsoplane/dataplane/pipeline"
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/dataplane/frame"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 func TestMain(m *testing.M) { os.Exit(netlab.Main(m)) }
@@ -168,8 +168,8 @@ func TestXDPConfigErrors(t *testing.T) {
 		{Ifname: "x", MaxChain: 9, NumFrames: 16},
 		{Ifname: "x", NumFrames: 2, MultiBuffer: MultiBufferOn},
 	} {
-		if _, err := Open(cfg); !errors.Is(err, pipeline.ErrInvalidConfig) {
-			t.Errorf("Open(%+v) = %v, want pipeline.ErrInvalidConfig", cfg, err)
+		if _, err := Open(cfg); !errors.Is(err, frame.ErrInvalidConfig) {
+			t.Errorf("Open(%+v) = %v, want frame.ErrInvalidConfig", cfg, err)
 		}
 	}
 }

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/gsoplane/gsoplane/dataplane/tunnel"
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 func TestMain(m *testing.M) { os.Exit(netlab.Main(m)) }

@@ -7,7 +7,7 @@
 // user; changing features needs CAP_NET_ADMIN in the device's network
 // namespace. A call finds the device by name in the network namespace of
 // the calling thread: to reach a device in another namespace, call it
-// on a thread inside that namespace (internal/netlab's NS.Run).
+// on a thread inside that namespace (internal/testing/netlab's NS.Run).
 //
 // Features are named as the kernel names them (netdev_features_strings in
 // net/ethtool/common.c), for example tx-checksum-ip-generic, rx-gro,

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/gsoplane/gsoplane/internal/ethtool"
-	"github.com/gsoplane/gsoplane/internal/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 func TestMain(m *testing.M) { os.Exit(netlab.Main(m)) }

@@ -1,8 +1,8 @@
 // Package nsrun runs code on a thread inside a Linux network namespace:
 // sockets, TUN devices and BPF links made there belong to that namespace.
-// The NIC ports (internal/port) use it to re-attach their programs from
+// The NIC ports (dataplane/internal/port) use it to re-attach their programs from
 // any goroutine,
-// and internal/netlab builds the tests' namespaces on it.
+// and internal/testing/netlab builds the tests' namespaces on it.
 package nsrun
 
 import (
