@@ -618,6 +618,10 @@ func udpFlood(t testing.TB, lab *gwLab, sends, segs int) udpRun {
 	} else {
 		setSockopt(t, conn, unix.IPPROTO_UDP, unix.UDP_SEGMENT, size)
 	}
+	// The server's next hop resolved first: backpressure is lossless once
+	// it is known; while it resolves, its frames wait in a bounded queue,
+	// as the kernel's arp_queue, and a flood's excess is dropped.
+	netlab.Echo(t, lab.B, lab.A, labSrv4, 5*time.Second)
 	buf := make([]byte, segs*size)
 	start := time.Now()
 	for i := range sends {
