@@ -68,6 +68,13 @@ func (r *steadyReceiver) Receive(frames [][]byte) (int, error) {
 	return 1, nil
 }
 
+// runtimeAllocs bounds the allocations per super-packet (or per chunk
+// of one) that allocsPerPacket may see in a forwarder that allocates
+// nothing: the Go runtime's own, at the goroutines' hand-overs (40 in
+// 2000 super-packets beside other builds on two cores, where a hundredth
+// once failed). Any allocation per packet or chunk makes at least one.
+const runtimeAllocs = 0.1
+
 // allocsPerPacket runs f, whose source counts packets with m, and
 // returns the allocations per packet between m's marks.
 func allocsPerPacket(t *testing.T, f *pipeline.Forwarder, m *marks) float64 {
@@ -117,7 +124,7 @@ func TestForwarderAllocs(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			m := newMarks(200, 2000)
 			f, _, _ := newTestForwarder(t, &steadySource{m, c.pkt}, c.sink)
-			if a := allocsPerPacket(t, f, m); a > 0.01*c.chunks {
+			if a := allocsPerPacket(t, f, m); a > runtimeAllocs*c.chunks {
 				t.Errorf("%.3f allocations per super-packet of %.0f chunks, want 0", a, c.chunks)
 			}
 		})
@@ -142,7 +149,7 @@ func TestWireWholeAllocs(t *testing.T) {
 	sink := &offloadSink{memSink: newMemSink(64, 2048), mode: frame.OffloadGSO, large: make([]byte, 1<<16), quiet: true}
 	sink.memSink.record = false
 	f, _, _ := newTestForwarder(t, src, sink)
-	if a := allocsPerPacket(t, f, m); a > 0.01 {
+	if a := allocsPerPacket(t, f, m); a > runtimeAllocs {
 		t.Errorf("%.3f allocations per super-packet, want 0", a)
 	}
 	if st := f.Stats(); st.Offloaded != uint64(m.end) || st.Cut != 0 {
