@@ -137,7 +137,7 @@ func TestPeersTally(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sent, recv := tally{t: peers}, tally{t: peers, received: true}
+	sent, recv := tally{t: peers.load()}, tally{t: peers.load(), received: true}
 	for _, p := range []int{0, 0, 1, 0, 1, 1} {
 		sent.add(p, 2, 100)
 		recv.add(1-p, 1, 10)
