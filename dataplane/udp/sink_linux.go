@@ -519,8 +519,8 @@ func (s *Sink) build(chunk []pipeline.Frame) int {
 	s.prepare(chunk)
 	m := 0
 	for i := 0; i < len(chunk); {
-		peer := s.peerOf(chunk[i])
-		if peer < 0 || s.dlen[chunk[i].ID] == 0 {
+		peer := s.dest(chunk[i])
+		if peer < 0 {
 			i++
 			continue
 		}
@@ -529,7 +529,7 @@ func (s *Sink) build(chunk []pipeline.Frame) int {
 		if s.coalesces(peer, size) {
 			for total := size; j < len(chunk) && j-i < udpGSOMaxSegments; {
 				next := s.datagramLen(chunk[j])
-				if next > size || total+next > udpMaxPayload || s.peerOf(chunk[j]) != peer {
+				if next > size || total+next > udpMaxPayload || s.dest(chunk[j]) != peer {
 					break
 				}
 				total += next
@@ -624,6 +624,15 @@ func (s *Sink) peerOf(f pipeline.Frame) int {
 		return 0
 	}
 	return int(s.framePeer[f.ID])
+}
+
+// dest returns the peer a prepared frame goes to, -1 if it is not sent
+// (no peer, or Seal emptied it).
+func (s *Sink) dest(f pipeline.Frame) int {
+	if s.dlen[f.ID] == 0 {
+		return -1
+	}
+	return s.peerOf(f)
 }
 
 // peerOfMsg returns the peer of message k of the last build; 0
