@@ -277,7 +277,6 @@ func (r *Receiver) allowed(d []byte, peer int) bool {
 func (r *Receiver) fill() error {
 	for {
 		r.pending, r.pendingPeer, r.pendingMsg, r.next = r.pending[:0], r.pendingPeer[:0], r.pendingMsg[:0], 0
-		r.loadTable()
 		for len(r.pending) == 0 {
 			if err := r.rc.Read(r.recvFn); err != nil {
 				return fmt.Errorf("udp: receiver: %w", err)
@@ -287,6 +286,7 @@ func (r *Receiver) fill() error {
 			}
 			r.st.syscalls.Add(1)
 			r.st.messages.Add(uint64(r.got))
+			r.loadTable() // once per recvmmsg batch: a batch of strangers' datagrams, all dropped, is one too
 			for k := range r.got {
 				r.split(k)
 			}
