@@ -238,7 +238,7 @@ type ReceiverStats struct {
 	Replay      uint64 // of which DropReplay
 	Malformed   uint64 // of which DropMalformed (and verdicts Open does not name)
 	Truncated   uint64 // messages larger than their buffer, dropped
-	UnknownPeer uint64 // datagrams from an address that is no peer's endpoint (ReceiverConfig.Peers), dropped before Open and not handed out; with Roam, those Open named no valid peer for
+	UnknownPeer uint64 // datagrams from an address that is no peer's endpoint (ReceiverConfig.Peers), dropped before Open and not handed out; with Roam, those Open named a peer for that cannot move there (no such peer, another's endpoint), handed out as empty packets
 	NotAllowed  uint64 // datagrams Open accepted whose inner source does not route back to their peer (or that hold no IP header), dropped
 	PeerErrors  uint64 // errors an ICMP message left on the socket (ECONNREFUSED, EHOSTUNREACH, ...), counted and passed over
 	Control     uint64 // datagrams handed to OnControl (Open's verdict Control, or Roam's unknown sender), not handed out
