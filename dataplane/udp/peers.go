@@ -181,8 +181,9 @@ func NewPeers(peers []Peer) (*Peers, error) {
 	return t, nil
 }
 
-// Set replaces the peers with peers, checked as NewPeers checks them,
-// while the sinks and receivers run: peer indices then refer to the new
+// Set replaces the peers with peers, checked as NewPeers checks them
+// (their endpoints' families as SetEndpoint says), while the sinks and
+// receivers run: peer indices then refer to the new
 // list. A peer of equal Key (without one, of equal Endpoint) keeps its
 // counters; the others start from zero, and a removed peer's are gone.
 func (t *Peers) Set(peers []Peer) error {

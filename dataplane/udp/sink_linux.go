@@ -31,8 +31,8 @@ var _ pipeline.Sink = (*Sink)(nil)
 // the peer its packet's inner destination routes to.
 //
 // Transmit hands a batch to the kernel with sendmmsg(2), and coalesces
-// each run of consecutive frames of equal length (the last of a run may be
-// shorter) to one peer into one message with a UDP_SEGMENT control
+// each run of consecutive frames of equal length as sealed (the last of a
+// run may be shorter; Seal may pad) to one peer into one message with a UDP_SEGMENT control
 // message, up to 64 datagrams and 65507 bytes per message: the kernel
 // then cuts the run into datagrams itself, late, or lets the NIC do it.
 // Like the kernel's own UDP sockets, a full socket send buffer blocks

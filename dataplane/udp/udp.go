@@ -201,7 +201,7 @@ type ReceiverConfig struct {
 	// Peers, if set, makes the receiver take datagrams from several
 	// peers on an unconnected socket, WireGuard's way: a datagram from an
 	// address that is no peer's endpoint is dropped before Open
-	// (ReceiverStats.UnknownPeer), Open learns each datagram's peer, and
+	// (ReceiverStats.UnknownPeer; unless Roam), Open learns each datagram's peer, and
 	// an inner packet Open accepted whose source does not route back to
 	// its peer (Peers.Allows) is dropped (ReceiverStats.NotAllowed).
 	// Without Peers every datagram the socket takes is the peer's.
