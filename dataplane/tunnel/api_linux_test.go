@@ -226,6 +226,10 @@ func TestTunnelRoaming(t *testing.T) {
 					if !roam {
 						netlab.Must(t, hub.tnl.SetEndpoint(0, netip.AddrPortFrom(moved, port)))
 					}
+					// A datagram of its own from the new address, should
+					// the stream have ended already on a loaded machine.
+					udpSend(t, p.B, innerB, netip.AddrPortFrom(innerA, 9), "moved")
+					waitFor(t, "the hub to follow the spoke", func() bool { return hub.tnl.Peer(0).Endpoint.Addr() == moved })
 				})
 			})
 			if ep := hub.tnl.Peer(0).Endpoint; ep != netip.AddrPortFrom(moved, port) {
