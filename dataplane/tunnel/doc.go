@@ -37,9 +37,18 @@
 // in Stats.Send.NoPeer); a datagram is the peer's whose endpoint it comes
 // from (none: dropped, Stats.Receive.UnknownPeer), and its inner packet
 // is handed on only if its source routes back to that peer (else
-// Stats.Receive.NotAllowed). Endpoints are fixed: there is no roaming to
-// the address a peer's datagrams come from. PeerStats counts each peer's
-// traffic.
+// Stats.Receive.NotAllowed). PeerStats counts each peer's traffic. The
+// peers may change while the tunnel runs: SetPeers replaces them,
+// SetEndpoint moves one, and with Config.Roam the return path hands Open
+// the datagrams from unknown senders and moves a peer's endpoint to
+// where the datagrams Open names it for come from (roaming).
+//
+// Besides the data path, the VPN's own messages (handshakes, cookie
+// replies, keepalives) go out through Send, on the same socket, from any
+// goroutine, and come in through Config.OnControl: the datagrams Open
+// marks udp.Control, and, with Roam, an unknown sender's that Open names
+// no peer for. Seal may pad: it sets each datagram's length within its
+// frame, and the sink coalesces runs of equal sealed lengths.
 //
 // Open derives the inner MTU from the path MTU to the peer (to each peer,
 // the smallest) and the encapsulation's overhead (outer IPv4 or IPv6 and
@@ -54,7 +63,7 @@
 // while other processes created and deleted links and namespaces.
 //
 // There is no handshake or key management here: that is the VPN's (see
-// examples/); the hooks are told each datagram's peer, an index into
+// examples/), on Send and OnControl; the hooks are told each datagram's peer, an index into
 // Config.Peers, to pick its keys by. It needs Linux and CAP_NET_ADMIN
 // (for the TUN device); on other systems Open returns an error wrapping
 // frame.ErrNotSupported. It imports pipeline, tun, udp and txqueue

@@ -64,9 +64,21 @@ type Config struct {
 	// from each queue's forwarder, concurrently, Open from the one return
 	// path, in the order the socket took the datagrams. Nil sends the
 	// headroom and tailroom as zeroes and accepts every datagram: a
-	// plaintext tunnel.
+	// plaintext tunnel. Seal may change a datagram's length within its
+	// frame (padding), Open mark one Control.
 	Seal udp.SealFunc
 	Open udp.OpenFunc
+	// OnControl takes the datagrams that are not the data path's: those
+	// Open marks udp.Control (a handshake, a cookie reply, a keepalive)
+	// and, with Roam, those from an unknown sender Open names no peer
+	// for, with their source and peer (-1: unknown), a view valid during
+	// the call, on the return path's goroutine (see
+	// udp.ReceiverConfig.OnControl). Send sends the replies.
+	OnControl func(from netip.AddrPort, peer int, b []byte)
+	// Roam, with Peers, hands Open the datagrams from no peer's endpoint
+	// (peer -1) and moves a peer's endpoint to where the datagrams Open
+	// names it for come from (see udp.ReceiverConfig.Roam).
+	Roam bool
 	// SocketBuffer is the size asked for the socket's send and receive
 	// buffers (SO_SNDBUFFORCE, SO_RCVBUFFORCE; without CAP_NET_ADMIN,
 	// SO_SNDBUF and SO_RCVBUF, which net.core.wmem_max and rmem_max
@@ -105,6 +117,9 @@ type Stats struct {
 	// UDP_SEGMENT refusals are tried again a second later: PeerStats):
 	// each costs a system call per datagram.
 	Fallbacks uint64
+	// ControlSent counts the datagrams Send sent, ControlErrors those
+	// it could not (Receive.Control counts the ones OnControl took).
+	ControlSent, ControlErrors uint64
 }
 
 // DatagramsPerSend is the mean number of datagrams per sendmmsg call.

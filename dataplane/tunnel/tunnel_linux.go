@@ -48,6 +48,7 @@ type Tunnel struct {
 	recv      *udp.Receiver
 	ret       *pipeline.ReturnPath // the one reader of the socket
 	fallbacks atomic.Uint64
+	control   struct{ sent, errors atomic.Uint64 }
 	warned    sync.Map // what was warned about once
 
 	mu      sync.Mutex
@@ -243,7 +244,10 @@ func (t *Tunnel) newLane(q *tun.Queue) (*lane, error) {
 // TUN device: on several queues, each flow's packets go into the queue
 // it hashes to (flowWriter).
 func (t *Tunnel) newReturnPath() (err error) {
-	t.recv, err = udp.NewReceiver(t.conn, udp.ReceiverConfig{Headroom: t.cfg.Headroom, Tailroom: t.cfg.Tailroom, Open: t.cfg.Open, Peers: t.peers})
+	t.recv, err = udp.NewReceiver(t.conn, udp.ReceiverConfig{
+		Headroom: t.cfg.Headroom, Tailroom: t.cfg.Tailroom, Open: t.cfg.Open, Peers: t.peers,
+		Roam: t.cfg.Roam, OnControl: t.cfg.OnControl,
+	})
 	if err != nil {
 		return fmt.Errorf("tunnel: %w", err)
 	}
@@ -392,8 +396,81 @@ func (t *Tunnel) Device() *tun.Device { return t.dev }
 // LocalAddr is the socket's local address.
 func (t *Tunnel) LocalAddr() netip.AddrPort { return t.conn.LocalAddr().(*net.UDPAddr).AddrPort() }
 
+// Send sends b, a datagram of the VPN's own (a handshake message, a
+// cookie reply, a keepalive), to dst through the tunnel's socket, from
+// any goroutine: the kernel sends it between the forwarders' batches,
+// which it does not disturb (it waits for at most one sendmmsg call). On
+// a tunnel to one peer dst is its address or the zero AddrPort; with
+// Peers, any address of the socket's families (a peer's endpoint:
+// Peer(i).Endpoint). Stats counts the datagrams sent and the errors.
+func (t *Tunnel) Send(dst netip.AddrPort, b []byte) error {
+	dst = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
+	var err error
+	switch {
+	case t.peers != nil:
+		_, err = t.conn.WriteToUDPAddrPort(b, dst)
+	case !dst.IsValid() || dst == t.remote():
+		_, err = t.conn.Write(b)
+	default:
+		err = fmt.Errorf("%w: %v is not the peer, %v", frame.ErrInvalidConfig, dst, t.remote())
+	}
+	if err != nil {
+		t.control.errors.Add(1)
+		return fmt.Errorf("tunnel: send: %w", err)
+	}
+	t.control.sent.Add(1)
+	return nil
+}
+
+// remote is the one peer's address, unmapped.
+func (t *Tunnel) remote() netip.AddrPort {
+	a, _ := t.conn.RemoteAddr().(*net.UDPAddr)
+	ap := a.AddrPort()
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}
+
+var errOnePeer = fmt.Errorf("tunnel: %w: a tunnel to one peer has no Peers", frame.ErrInvalidConfig)
+
+// SetPeers replaces the peers of a tunnel with Peers while it runs (see
+// udp.Peers.Set): from their next batch, the forwarders route to the new
+// peers and the return path takes datagrams from them. Peer indices then
+// refer to peers; a peer of equal Key (or Endpoint) keeps its counters.
+// The inner MTU stays: the new peers' paths must carry it.
+func (t *Tunnel) SetPeers(peers []udp.Peer) error {
+	if t.peers == nil {
+		return errOnePeer
+	}
+	if err := t.peers.Set(peers); err != nil {
+		return fmt.Errorf("tunnel: %w", err)
+	}
+	return nil
+}
+
+// SetEndpoint moves peer i's endpoint to ep while the tunnel runs (see
+// udp.Peers.SetEndpoint), as a VPN does when its handshake says the peer
+// moved.
+func (t *Tunnel) SetEndpoint(i int, ep netip.AddrPort) error {
+	if t.peers == nil {
+		return errOnePeer
+	}
+	if err := t.peers.SetEndpoint(i, ep); err != nil {
+		return fmt.Errorf("tunnel: %w", err)
+	}
+	return nil
+}
+
+// Peer returns peer i as the tunnel routes it now (its endpoint may
+// have moved); the zero Peer for a tunnel to one peer.
+func (t *Tunnel) Peer(i int) udp.Peer {
+	if t.peers == nil {
+		return udp.Peer{}
+	}
+	return t.peers.Peer(i)
+}
+
 // PeerStats returns a snapshot of each peer's counters, in Config.Peers's
-// order; nil for a tunnel to one peer (Stats has its totals).
+// order (SetPeers's after it); nil for a tunnel to one peer (Stats has
+// its totals).
 func (t *Tunnel) PeerStats() []udp.PeerStats {
 	if t.peers == nil {
 		return nil
@@ -403,7 +480,10 @@ func (t *Tunnel) PeerStats() []udp.PeerStats {
 
 // Stats returns a snapshot of the counters, summed over the queues.
 func (t *Tunnel) Stats() Stats {
-	s := Stats{Fallbacks: t.fallbacks.Load(), Receive: t.recv.Stats(), Return: t.ret.Stats()}
+	s := Stats{
+		Fallbacks: t.fallbacks.Load(), Receive: t.recv.Stats(), Return: t.ret.Stats(),
+		ControlSent: t.control.sent.Load(), ControlErrors: t.control.errors.Load(),
+	}
 	for i, l := range t.lanes {
 		if i == 0 {
 			s.Send = l.sink.Stats()

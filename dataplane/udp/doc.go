@@ -14,7 +14,10 @@
 // room, the packet, Tailroom bytes of trailer room) before sendmmsg,
 // ReceiverConfig.Open opens a batch after recvmmsg and gives each a
 // Verdict, the drops counted by reason. Both are told each datagram's
-// peer, to pick its keys by. The Receiver is a frame.ReadDeadliner,
+// peer, to pick its keys by. Seal may set a datagram's length within its
+// frame (padding); Open may mark a datagram Control, the tunnel's own
+// message, which goes to ReceiverConfig.OnControl with its source. The
+// Receiver is a frame.ReadDeadliner,
 // so a ReturnPath stops promptly on cancel.
 //
 // A tunnel with several peers gives both halves one Peers table, on an
@@ -23,7 +26,11 @@
 // longest, and drops one that matches none; the receiver drops a
 // datagram from an address that is no peer's endpoint, and an opened
 // packet whose inner source does not route back to the peer it came
-// from. The table counts each peer's traffic (Peers.Stats).
+// from. The table counts each peer's traffic (Peers.Stats). It may
+// change while they run (Peers.Set, Peers.SetEndpoint), swapped whole
+// and loaded once per batch; with ReceiverConfig.Roam a datagram from an
+// unknown address goes to Open, which may name its peer, and the peer's
+// endpoint follows it.
 //
 // When the kernel refuses a UDP_SEGMENT message (EMSGSIZE: over the path
 // MTU to its peer), the sink sends its datagrams again one per message,

@@ -4,8 +4,10 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/gsoplane/gsoplane/dataplane/frame"
@@ -14,14 +16,19 @@ import (
 // A Peer is one remote end of a tunnel with several peers: its UDP
 // endpoint and the inner prefixes routed to it (WireGuard's AllowedIPs).
 type Peer struct {
-	// Endpoint is the peer's UDP address and port. It is fixed: a
-	// datagram from any other address is not the peer's (no roaming).
+	// Endpoint is the peer's UDP address and port: a datagram from any
+	// other address is not the peer's, unless the receiver lets Open name
+	// its peer (ReceiverConfig.Roam), and Peers.SetEndpoint moves it.
 	Endpoint netip.AddrPort
 	// Allowed are the inner prefixes behind the peer: an inner packet
 	// goes to the peer whose prefix matches its destination longest,
 	// and a packet from the peer is accepted only if its source routes
 	// back to the peer the same way.
 	Allowed []netip.Prefix
+	// Key, if set, is the peer's identity across Peers.Set (a public
+	// key, say): the peer of equal Key in the new list keeps its
+	// counters. A peer without a Key keeps them by Endpoint.
+	Key string
 }
 
 // ErrInvalidPeers is wrapped by NewPeers's errors, each a *PeerError
@@ -75,20 +82,34 @@ func (e *PeerError) Error() string {
 // Unwrap returns ErrInvalidPeers and frame.ErrInvalidConfig.
 func (e *PeerError) Unwrap() []error { return []error{ErrInvalidPeers, frame.ErrInvalidConfig} }
 
-// Peers is an immutable table of peers for the cryptokey routing of a
-// tunnel with several peers, as WireGuard's: an inner packet is sent to
-// the peer whose Allowed prefix matches its destination longest (Route),
-// a datagram is the peer's whose endpoint it comes from (ByEndpoint),
-// and the inner packet it carries must come from an address that routes
+// Peers is the table of peers for the cryptokey routing of a tunnel
+// with several peers, as WireGuard's: an inner packet is sent to the
+// peer whose Allowed prefix matches its destination longest (Route), a
+// datagram is the peer's whose endpoint it comes from (ByEndpoint), and
+// the inner packet it carries must come from an address that routes
 // back to that peer (Allows). Give one table to the Sinks and Receivers
 // of all of a tunnel's queues: it counts each peer's traffic (Stats).
-// Its methods are safe for concurrent use and do not allocate, but for
-// Peer and Stats.
+//
+// The table may change while they run: SetEndpoint moves a peer's
+// endpoint (roaming), Set replaces the peers. Each change builds a new
+// immutable table and swaps it in atomically; a Sink or Receiver loads
+// the table once per batch, so a change applies from the next batch on
+// (a sink's frames offered again after ENOBUFS go to the peer they were
+// routed to, and its other frames take the new table once those are
+// sent). Its methods are safe for concurrent use; the lookups (Route,
+// ByEndpoint, Allows, Len) do not allocate.
 type Peers struct {
+	mu  sync.Mutex // Set, SetEndpoint
+	tab atomic.Pointer[peerTable]
+}
+
+// peerTable is one immutable version of Peers.
+type peerTable struct {
 	peers     []Peer
+	addrs     []net.Addr // the endpoints as the sink hands them to sendmmsg
 	v4, v6    lpm
 	endpoints map[netip.AddrPort]int // without zone, IPv4 unmapped
-	counters  []peerCounters
+	counters  []*peerCounters
 }
 
 // lpm is a longest-prefix match over one family's prefixes: a map per
@@ -124,7 +145,8 @@ func (t *lpm) lookup(a netip.Addr) (int, bool) {
 }
 
 // peerCounters are a peer's counters, a cache line of their own: the
-// queues' sinks and receivers add to them concurrently.
+// queues' sinks and receivers add to them concurrently. A peer keeps
+// them across tables (Peers.Set).
 type peerCounters struct {
 	sentDatagrams, sentBytes         atomic.Uint64
 	receivedDatagrams, receivedBytes atomic.Uint64
@@ -150,19 +172,103 @@ type PeerStats struct {
 // set past its length, and belong to one peer. A peer may have no
 // prefix: nothing is routed to it, and nothing it sends is accepted.
 func NewPeers(peers []Peer) (*Peers, error) {
+	tab, err := newPeerTable(peers, nil)
+	if err != nil {
+		return nil, err
+	}
+	t := &Peers{}
+	t.tab.Store(tab)
+	return t, nil
+}
+
+// Set replaces the peers with peers, checked as NewPeers checks them
+// (their endpoints' families as SetEndpoint says), while the sinks and
+// receivers run: peer indices then refer to the new
+// list. A peer of equal Key (without one, of equal Endpoint) keeps its
+// counters; the others start from zero, and a removed peer's are gone.
+func (t *Peers) Set(peers []Peer) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	tab, err := newPeerTable(peers, t.tab.Load())
+	if err != nil {
+		return err
+	}
+	t.tab.Store(tab)
+	return nil
+}
+
+// SetEndpoint moves peer i's endpoint to ep, a specified address and
+// port no other peer has, while the sinks and receivers run: its
+// datagrams go there from the sinks' next batch on, and the receivers
+// take the peer's datagrams from there. The endpoint must be of a
+// family the sinks' socket sends to: a datagram it cannot send is
+// dropped and counted (SinkStats.Other).
+func (t *Peers) SetEndpoint(i int, ep netip.AddrPort) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, err := t.setEndpoint(t.tab.Load(), i, ep)
+	return err
+}
+
+// setEndpoint swaps in a copy of base with peer i's endpoint at ep and
+// returns it; it refuses if base is not the current table (the caller
+// holds t.mu).
+func (t *Peers) setEndpoint(base *peerTable, i int, ep netip.AddrPort) (*peerTable, error) {
+	if base != t.tab.Load() {
+		return nil, fmt.Errorf("udp: %w: changed meanwhile", ErrInvalidPeers)
+	}
+	if i < 0 || i >= len(base.peers) {
+		return nil, fmt.Errorf("udp: %w: no peer %d", ErrInvalidPeers, i)
+	}
+	ep, err := checkEndpoint(i, ep)
+	if err != nil {
+		return nil, err
+	}
+	key := endpointKey(ep)
+	if j, dup := base.endpoints[key]; dup && j != i {
+		return nil, &PeerError{Kind: DuplicateEndpoint, Peer: i, Other: j, Endpoint: ep}
+	}
+	tab := *base
+	tab.peers, tab.addrs = slices.Clone(base.peers), slices.Clone(base.addrs)
+	tab.endpoints = make(map[netip.AddrPort]int, len(base.endpoints))
+	for k, v := range base.endpoints {
+		if v != i {
+			tab.endpoints[k] = v
+		}
+	}
+	tab.endpoints[key] = i
+	tab.peers[i].Endpoint, tab.addrs[i] = ep, net.UDPAddrFromAddrPort(ep)
+	t.tab.Store(&tab)
+	return &tab, nil
+}
+
+// checkEndpoint returns peer i's endpoint ep unmapped, or why it is no
+// endpoint.
+func checkEndpoint(i int, ep netip.AddrPort) (netip.AddrPort, error) {
+	un := netip.AddrPortFrom(ep.Addr().Unmap(), ep.Port())
+	if !un.Addr().IsValid() || un.Addr().IsUnspecified() || un.Port() == 0 {
+		return un, &PeerError{Kind: BadEndpoint, Peer: i, Other: -1, Endpoint: ep}
+	}
+	return un, nil
+}
+
+// newPeerTable checks peers and builds their table, with the counters of
+// old's peers of equal identity (see Peer.Key).
+func newPeerTable(peers []Peer, old *peerTable) (*peerTable, error) {
 	if len(peers) == 0 {
 		return nil, &PeerError{Kind: NoPeers, Peer: -1, Other: -1}
 	}
-	t := &Peers{
+	t := &peerTable{
 		peers:     make([]Peer, len(peers)),
+		addrs:     make([]net.Addr, len(peers)),
 		endpoints: make(map[netip.AddrPort]int, len(peers)),
-		counters:  make([]peerCounters, len(peers)),
+		counters:  make([]*peerCounters, len(peers)),
 	}
 	owner := map[netip.Prefix]int{}
 	for i, p := range peers {
-		ep := netip.AddrPortFrom(p.Endpoint.Addr().Unmap(), p.Endpoint.Port())
-		if !ep.Addr().IsValid() || ep.Addr().IsUnspecified() || ep.Port() == 0 {
-			return nil, &PeerError{Kind: BadEndpoint, Peer: i, Other: -1, Endpoint: p.Endpoint}
+		ep, err := checkEndpoint(i, p.Endpoint)
+		if err != nil {
+			return nil, err
 		}
 		key := endpointKey(ep)
 		if j, dup := t.endpoints[key]; dup {
@@ -183,9 +289,24 @@ func NewPeers(peers []Peer) (*Peers, error) {
 				t.v6.add(pfx, i)
 			}
 		}
-		t.peers[i] = Peer{Endpoint: ep, Allowed: slices.Clone(p.Allowed)}
+		t.peers[i] = Peer{Endpoint: ep, Allowed: slices.Clone(p.Allowed), Key: p.Key}
+		t.addrs[i] = net.UDPAddrFromAddrPort(ep) // x/net marshals an IPv4 one as sockaddr_in
+		t.counters[i] = old.countersOf(t.peers[i])
 	}
 	return t, nil
+}
+
+// countersOf returns the counters of t's peer of p's identity (see
+// Peer.Key), or new ones.
+func (t *peerTable) countersOf(p Peer) *peerCounters {
+	if t != nil {
+		for i, q := range t.peers {
+			if p.Key != "" && q.Key == p.Key || p.Key == "" && q.Key == "" && q.Endpoint == p.Endpoint {
+				return t.counters[i]
+			}
+		}
+	}
+	return new(peerCounters)
 }
 
 // endpointKey is how an endpoint is looked up: without its zone (a
@@ -194,32 +315,27 @@ func endpointKey(ep netip.AddrPort) netip.AddrPort {
 	return netip.AddrPortFrom(ep.Addr().WithZone(""), ep.Port())
 }
 
-// Len is the number of peers.
-func (t *Peers) Len() int { return len(t.peers) }
+// load returns the current table.
+func (t *Peers) load() *peerTable { return t.tab.Load() }
 
-// Peer returns peer i as NewPeers took it (its endpoint unmapped), a
-// copy.
+// Len is the number of peers.
+func (t *Peers) Len() int { return len(t.load().peers) }
+
+// Peer returns peer i as NewPeers, Set or SetEndpoint took it (its
+// endpoint unmapped), a copy.
 func (t *Peers) Peer(i int) Peer {
-	p := t.peers[i]
+	p := t.load().peers[i]
 	p.Allowed = slices.Clone(p.Allowed)
 	return p
 }
 
 // Route returns the peer an inner packet to dst goes to: the one whose
 // Allowed prefix matches dst longest. ok is false when none does.
-func (t *Peers) Route(dst netip.Addr) (peer int, ok bool) {
-	if dst.Is4() {
-		return t.v4.lookup(dst)
-	}
-	return t.v6.lookup(dst)
-}
+func (t *Peers) Route(dst netip.Addr) (peer int, ok bool) { return t.load().route(dst) }
 
 // ByEndpoint returns the peer whose endpoint is ep (an IPv4-mapped IPv6
 // address is taken as IPv4, a zone ignored).
-func (t *Peers) ByEndpoint(ep netip.AddrPort) (peer int, ok bool) {
-	peer, ok = t.endpoints[netip.AddrPortFrom(ep.Addr().Unmap().WithZone(""), ep.Port())]
-	return peer, ok
-}
+func (t *Peers) ByEndpoint(ep netip.AddrPort) (peer int, ok bool) { return t.load().byEndpoint(ep) }
 
 // Allows reports whether peer may send inner packets from src: whether
 // src routes back to it (Route), WireGuard's rule. An address in one of
@@ -230,14 +346,27 @@ func (t *Peers) Allows(peer int, src netip.Addr) bool {
 	return ok && p == peer
 }
 
+func (t *peerTable) route(dst netip.Addr) (int, bool) {
+	if dst.Is4() {
+		return t.v4.lookup(dst)
+	}
+	return t.v6.lookup(dst)
+}
+
+func (t *peerTable) byEndpoint(ep netip.AddrPort) (int, bool) {
+	peer, ok := t.endpoints[netip.AddrPortFrom(ep.Addr().Unmap().WithZone(""), ep.Port())]
+	return peer, ok
+}
+
 // Stats returns a snapshot of every peer's counters, in the peers'
 // order.
 func (t *Peers) Stats() []PeerStats {
-	s := make([]PeerStats, len(t.peers))
+	tab := t.load()
+	s := make([]PeerStats, len(tab.peers))
 	for i := range s {
-		c := &t.counters[i]
+		c := tab.counters[i]
 		s[i] = PeerStats{
-			Endpoint:      t.peers[i].Endpoint,
+			Endpoint:      tab.peers[i].Endpoint,
 			SentDatagrams: c.sentDatagrams.Load(), SentBytes: c.sentBytes.Load(),
 			ReceivedDatagrams: c.receivedDatagrams.Load(), ReceivedBytes: c.receivedBytes.Load(),
 			GSORefused: c.gsoRefused.Load(), Reprobes: c.reprobes.Load(),
@@ -254,11 +383,12 @@ type routeCache struct {
 	ok   bool
 }
 
-// route is t.Route(a) through the cache.
-func (c *routeCache) route(t *Peers, a netip.Addr) (int, bool) {
+// route is t.route(a) through the cache, which the caller resets when
+// it takes another table.
+func (c *routeCache) route(t *peerTable, a netip.Addr) (int, bool) {
 	if a != c.addr {
 		c.addr = a
-		c.peer, c.ok = t.Route(a)
+		c.peer, c.ok = t.route(a)
 	}
 	return c.peer, c.ok
 }
@@ -266,7 +396,7 @@ func (c *routeCache) route(t *Peers, a netip.Addr) (int, bool) {
 // tally sums the datagrams and bytes of consecutive datagrams of one
 // peer, so that a run of them costs two atomic additions.
 type tally struct {
-	t         *Peers
+	t         *peerTable
 	received  bool // the received counters, else the sent ones
 	peer      int
 	datagrams uint64
@@ -288,7 +418,7 @@ func (y *tally) flush() {
 	if y.datagrams == 0 {
 		return
 	}
-	c := &y.t.counters[y.peer]
+	c := y.t.counters[y.peer]
 	if y.received {
 		c.receivedDatagrams.Add(y.datagrams)
 		c.receivedBytes.Add(y.bytes)

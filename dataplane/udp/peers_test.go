@@ -137,7 +137,7 @@ func TestPeersTally(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sent, recv := tally{t: peers}, tally{t: peers, received: true}
+	sent, recv := tally{t: peers.load()}, tally{t: peers.load(), received: true}
 	for _, p := range []int{0, 0, 1, 0, 1, 1} {
 		sent.add(p, 2, 100)
 		recv.add(1-p, 1, 10)
@@ -153,5 +153,56 @@ func TestPeersTally(t *testing.T) {
 		if s != want[i] {
 			t.Errorf("peer %d: %+v, want %+v", i, s, want[i])
 		}
+	}
+}
+
+// Set keeps a peer's counters by Key, or by Endpoint without one, and
+// routes by the new list; SetEndpoint moves one endpoint and refuses
+// another peer's, a bad one and a peer that is not there.
+func TestPeersSet(t *testing.T) {
+	peers, err := NewPeers([]Peer{
+		{Endpoint: ap("192.0.2.1:1"), Allowed: pfxs("10.0.0.0/24"), Key: "a"},
+		{Endpoint: ap("192.0.2.2:2"), Allowed: pfxs("10.0.1.0/24")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := tally{t: peers.load()}
+	sent.add(0, 1, 10)
+	sent.add(1, 2, 20)
+	sent.flush()
+	if err := peers.Set([]Peer{
+		{Endpoint: ap("192.0.2.3:3"), Allowed: pfxs("10.0.2.0/24")},
+		{Endpoint: ap("192.0.2.2:2"), Allowed: pfxs("10.0.1.0/24")},
+		{Endpoint: ap("192.0.2.9:9"), Allowed: pfxs("10.0.0.0/24"), Key: "a"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got := peers.Stats()
+	if got[0].SentDatagrams != 0 || got[1].SentDatagrams != 2 || got[2].SentDatagrams != 1 {
+		t.Errorf("after Set: %+v: want the counters kept by key and endpoint", got)
+	}
+	if p, ok := peers.Route(netip.MustParseAddr("10.0.2.7")); !ok || p != 0 {
+		t.Errorf("Route to the new peer's prefix: %d, %v", p, ok)
+	}
+	if err := peers.SetEndpoint(0, ap("192.0.2.4:4")); err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := peers.ByEndpoint(ap("192.0.2.4:4")); !ok || p != 0 {
+		t.Errorf("ByEndpoint(moved) = %d, %v", p, ok)
+	}
+	if _, ok := peers.ByEndpoint(ap("192.0.2.3:3")); ok {
+		t.Error("the old endpoint is still peer 0's")
+	}
+	for _, c := range []struct {
+		i  int
+		ep string
+	}{{0, "192.0.2.2:2"}, {0, "0.0.0.0:4"}, {3, "192.0.2.5:5"}, {-1, "192.0.2.5:5"}} {
+		if err := peers.SetEndpoint(c.i, ap(c.ep)); !errors.Is(err, ErrInvalidPeers) {
+			t.Errorf("SetEndpoint(%d, %s) = %v, want ErrInvalidPeers", c.i, c.ep, err)
+		}
+	}
+	if err := peers.Set(nil); !errors.Is(err, ErrInvalidPeers) || peers.Len() != 3 {
+		t.Errorf("Set(nil) = %v, %d peers after: want ErrInvalidPeers and the table as it was", err, peers.Len())
 	}
 }

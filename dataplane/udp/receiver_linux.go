@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -31,9 +32,12 @@ var _ frame.Receiver = (*Receiver)(nil)
 // super-packets and written into the TUN one super-packet per write.
 //
 // With ReceiverConfig.Peers it takes each datagram's source address with
-// it, drops what comes from no peer's endpoint, tells Open each
+// it, drops what comes from no peer's endpoint (or, with Roam, lets Open
+// name its peer and moves the peer's endpoint there), tells Open each
 // datagram's peer and drops an opened packet whose inner source the peer
-// may not use: cryptokey routing's receive side.
+// may not use: cryptokey routing's receive side. Datagrams Open marks
+// Control (and, with Roam, an unknown sender's that Open names no peer
+// for) go to OnControl instead of the return path.
 //
 // Receive blocks (through the Go runtime poller) until a datagram comes;
 // a read deadline (SetReadDeadline, the socket's) ends it with an error
@@ -56,11 +60,16 @@ type Receiver struct {
 	peers    []int     // their peers, for Open
 	verdicts []Verdict // Open's, for toOpen
 
-	// With Peers: each message's source address, each pending
-	// datagram's peer, the last inner source checked and the counts.
-	table       *Peers
+	// Each message's source address, each pending datagram's message
+	// and peer (0 without Peers, -1 unknown); with Peers, the table of
+	// the batch at hand, the last inner source checked and the counts.
 	names       [][]byte
+	pendingMsg  []int32
 	pendingPeer []int
+	table       *Peers
+	tab         *peerTable
+	roam        bool
+	onControl   func(from netip.AddrPort, peer int, b []byte)
 	src         routeCache
 	recvPeer    tally
 
@@ -72,7 +81,7 @@ type Receiver struct {
 
 type receiverCounters struct {
 	datagrams, messages, groMessages, syscalls, short, truncated, peerErrors atomic.Uint64
-	unknownPeer, notAllowed                                                  atomic.Uint64
+	unknownPeer, notAllowed, control, roamed                                 atomic.Uint64
 	refused                                                                  [numVerdicts]atomic.Uint64
 	gro                                                                      atomic.Bool
 }
@@ -100,7 +109,10 @@ func NewReceiver(conn *net.UDPConn, cfg ReceiverConfig) (*Receiver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("udp: receiver: %w", err)
 	}
-	r := &Receiver{conn: conn, rc: rc, headroom: cfg.Headroom, tailroom: cfg.Tailroom, openFn: cfg.Open, msgs: mmsg.New(cfg.Messages)}
+	r := &Receiver{
+		conn: conn, rc: rc, headroom: cfg.Headroom, tailroom: cfg.Tailroom, openFn: cfg.Open, msgs: mmsg.New(cfg.Messages),
+		table: cfg.Peers, roam: cfg.Roam && cfg.Peers != nil, onControl: cfg.OnControl,
+	}
 	r.bufs, r.oob = make([][]byte, cfg.Messages), make([][]byte, cfg.Messages)
 	oobLen := unix.CmsgSpace(4) // one UDP_GRO control message
 	mem, oob := make([]byte, cfg.Messages*rxBufSize), make([]byte, cfg.Messages*oobLen)
@@ -113,14 +125,11 @@ func NewReceiver(conn *net.UDPConn, cfg ReceiverConfig) (*Receiver, error) {
 	most := cfg.Messages * msgMaxSegments
 	r.pending, r.toOpen, r.openIdx, r.verdicts = make([][]byte, 0, most), make([][]byte, 0, most), make([]int, 0, most), make([]Verdict, most)
 	r.peers, r.dropped = make([]int, most), make([]byte, cfg.Headroom)
-	if cfg.Peers != nil {
-		r.table, r.recvPeer = cfg.Peers, tally{t: cfg.Peers, received: true}
-		r.names, r.pendingPeer = make([][]byte, cfg.Messages), make([]int, 0, most)
-		names := make([]byte, cfg.Messages*unix.SizeofSockaddrInet6)
-		for i := range r.names {
-			r.names[i] = names[i*unix.SizeofSockaddrInet6 : (i+1)*unix.SizeofSockaddrInet6]
-			r.msgs.SetName(i, r.names[i])
-		}
+	r.names, r.pendingPeer, r.pendingMsg = make([][]byte, cfg.Messages), make([]int, 0, most), make([]int32, 0, most)
+	names := make([]byte, cfg.Messages*unix.SizeofSockaddrInet6)
+	for i := range r.names {
+		r.names[i] = names[i*unix.SizeofSockaddrInet6 : (i+1)*unix.SizeofSockaddrInet6]
+		r.msgs.SetName(i, r.names[i])
 	}
 	r.recvFn = r.recv
 	var serr error
@@ -157,7 +166,8 @@ func (r *Receiver) Receive(frames [][]byte) (int, error) {
 
 // open opens the pending datagrams, in one call of Open, and leaves each
 // as its headroom and inner packet; a short or refused one becomes
-// r.dropped, an empty packet.
+// r.dropped, an empty packet, and a control one goes to OnControl and
+// out of pending.
 func (r *Receiver) open() {
 	r.toOpen, r.openIdx = r.toOpen[:0], r.openIdx[:0]
 	for i, d := range r.pending {
@@ -173,34 +183,82 @@ func (r *Receiver) open() {
 	}
 	verdicts, peers := r.verdicts[:len(r.toOpen)], r.peers[:len(r.toOpen)]
 	clear(verdicts)
-	clear(peers)
-	if r.table != nil {
-		for k, i := range r.openIdx {
-			peers[k] = r.pendingPeer[i]
-		}
+	for k, i := range r.openIdx {
+		peers[k] = r.pendingPeer[i]
 	}
 	if r.openFn != nil && len(r.toOpen) > 0 {
 		r.openFn(r.toOpen, peers, verdicts)
 	}
+	controls := false
 	for k, i := range r.openIdx {
-		d := r.pending[i]
+		d, peer := r.pending[i], r.pendingPeer[i]
+		if r.roam {
+			peer = peers[k]
+		}
 		switch v := verdicts[k]; {
+		case v == Control || v == Accept && peer < 0:
+			r.control(i, peer, d)
+			d, controls = nil, true
 		case v != Accept:
 			r.st.refused[min(v, DropMalformed)].Add(1)
 			d = r.dropped
-		case r.table != nil && !r.allowed(d, r.pendingPeer[i]):
+		case r.table == nil:
+			d = d[:len(d)-r.tailroom]
+		case peer != r.pendingPeer[i] && !r.roamTo(i, peer):
+			r.st.unknownPeer.Add(1)
+			d = r.dropped
+		case !r.allowed(d, peer):
 			r.st.notAllowed.Add(1)
 			d = r.dropped
-		case r.table != nil:
-			r.recvPeer.add(r.pendingPeer[i], 1, uint64(len(d)))
-			fallthrough
 		default:
+			r.recvPeer.add(peer, 1, uint64(len(d)))
 			d = d[:len(d)-r.tailroom]
 		}
 		r.pending[i] = d
 	}
 	r.recvPeer.flush()
 	clear(r.toOpen) // keep no views of the buffers
+	if controls {
+		r.pending = slices.DeleteFunc(r.pending, func(d []byte) bool { return d == nil })
+	}
+}
+
+// control hands pending datagram i, of peer (-1: unknown), to OnControl.
+func (r *Receiver) control(i, peer int, d []byte) {
+	r.st.control.Add(1)
+	if r.onControl != nil {
+		r.onControl(r.from(i), peer, d)
+	}
+}
+
+// from returns the source address of pending datagram i.
+func (r *Receiver) from(i int) netip.AddrPort {
+	k := r.pendingMsg[i]
+	from, _ := parseSockaddr(r.names[k][:min(r.msgs.NameLen(int(k)), len(r.names[k]))])
+	return from
+}
+
+// roamTo moves peer's endpoint to the source of pending datagram i, which
+// Open said is the peer's: it reports false (the datagram is dropped) if
+// there is no such peer or another has that endpoint, or the table
+// changed meanwhile.
+func (r *Receiver) roamTo(i, peer int) bool {
+	if peer < 0 || peer >= len(r.tab.peers) {
+		return false
+	}
+	from := r.from(i)
+	if p, ok := r.tab.byEndpoint(from); ok && p == peer { // moved for an earlier datagram
+		return true
+	}
+	r.table.mu.Lock()
+	tab, err := r.table.setEndpoint(r.tab, peer, from)
+	r.table.mu.Unlock()
+	if err != nil {
+		return false
+	}
+	r.st.roamed.Add(1)
+	r.tab, r.recvPeer.t = tab, tab // the same peers and counters
+	return true
 }
 
 // allowed reports whether the inner packet of the opened datagram d comes
@@ -210,29 +268,44 @@ func (r *Receiver) allowed(d []byte, peer int) bool {
 	if !ok {
 		return false
 	}
-	p, ok := r.src.route(r.table, src)
+	p, ok := r.src.route(r.tab, src)
 	return ok && p == peer
 }
 
-// fill waits for messages and cuts them into datagrams.
+// fill waits for messages and cuts them into datagrams, until one is
+// left to hand out after Open and the control ones.
 func (r *Receiver) fill() error {
-	r.pending, r.next = r.pending[:0], 0
-	r.pendingPeer = r.pendingPeer[:0]
-	for len(r.pending) == 0 {
-		if err := r.rc.Read(r.recvFn); err != nil {
-			return fmt.Errorf("udp: receiver: %w", err)
+	for {
+		r.pending, r.pendingPeer, r.pendingMsg, r.next = r.pending[:0], r.pendingPeer[:0], r.pendingMsg[:0], 0
+		for len(r.pending) == 0 {
+			if err := r.rc.Read(r.recvFn); err != nil {
+				return fmt.Errorf("udp: receiver: %w", err)
+			}
+			if r.errno != 0 {
+				return fmt.Errorf("udp: receiver: %w", os.NewSyscallError("recvmmsg", r.errno))
+			}
+			r.st.syscalls.Add(1)
+			r.st.messages.Add(uint64(r.got))
+			r.loadTable() // once per recvmmsg batch: a batch of strangers' datagrams, all dropped, is one too
+			for k := range r.got {
+				r.split(k)
+			}
 		}
-		if r.errno != 0 {
-			return fmt.Errorf("udp: receiver: %w", os.NewSyscallError("recvmmsg", r.errno))
-		}
-		r.st.syscalls.Add(1)
-		r.st.messages.Add(uint64(r.got))
-		for k := range r.got {
-			r.split(k)
+		r.open()
+		if len(r.pending) > 0 {
+			return nil
 		}
 	}
-	r.open()
-	return nil
+}
+
+// loadTable takes the peers' current table for the next batch.
+func (r *Receiver) loadTable() {
+	if r.table == nil {
+		return
+	}
+	if tab := r.table.load(); tab != r.tab {
+		r.tab, r.src, r.recvPeer = tab, routeCache{}, tally{t: tab, received: true}
+	}
 }
 
 // recv runs recvmmsg for the runtime poller: false waits for the socket
@@ -272,34 +345,39 @@ func (r *Receiver) split(k int) {
 	if size > 0 && size < len(msg) {
 		n = (len(msg) + size - 1) / size
 	}
-	if r.table != nil && !r.fromPeer(k, n) {
+	peer, ok := r.sender(k, n)
+	if !ok {
 		return
 	}
-	if n == 1 {
-		r.pending = append(r.pending, msg)
-		return
+	if n > 1 {
+		r.st.groMessages.Add(1)
 	}
-	r.st.groMessages.Add(1)
 	for len(msg) > 0 {
-		n := min(size, len(msg))
-		r.pending = append(r.pending, msg[:n])
-		msg = msg[n:]
+		l := len(msg)
+		if n > 1 {
+			l = min(size, l)
+		}
+		r.pending, r.pendingPeer, r.pendingMsg = append(r.pending, msg[:l]), append(r.pendingPeer, peer), append(r.pendingMsg, int32(k))
+		msg = msg[l:]
 	}
 }
 
-// fromPeer notes the peer of message k's n datagrams, or counts them
-// dropped and reports false if the message comes from no peer's endpoint.
-func (r *Receiver) fromPeer(k, n int) bool {
+// sender returns the peer of message k's n datagrams: 0 without Peers,
+// -1 for none with Roam; without Roam it counts them dropped and reports
+// false if the message comes from no peer's endpoint.
+func (r *Receiver) sender(k, n int) (int, bool) {
+	if r.table == nil {
+		return 0, true
+	}
 	from, ok := parseSockaddr(r.names[k][:min(r.msgs.NameLen(k), len(r.names[k]))])
-	peer, known := r.table.ByEndpoint(from)
-	if !ok || !known {
-		r.st.unknownPeer.Add(uint64(n))
-		return false
+	if peer, known := r.tab.byEndpoint(from); ok && known {
+		return peer, true
 	}
-	for range n {
-		r.pendingPeer = append(r.pendingPeer, peer)
+	if r.roam {
+		return -1, true
 	}
-	return true
+	r.st.unknownPeer.Add(uint64(n))
+	return 0, false
 }
 
 // parseSockaddr reads the address and port of a raw struct sockaddr_in or
@@ -355,7 +433,7 @@ func (r *Receiver) Stats() ReceiverStats {
 		Datagrams: c.datagrams.Load(), Messages: c.messages.Load(), GROMessages: c.groMessages.Load(),
 		Syscalls: c.syscalls.Load(), Short: c.short.Load(), Truncated: c.truncated.Load(),
 		PeerErrors: c.peerErrors.Load(), GRO: c.gro.Load(),
-		UnknownPeer: c.unknownPeer.Load(), NotAllowed: c.notAllowed.Load(),
+		UnknownPeer: c.unknownPeer.Load(), NotAllowed: c.notAllowed.Load(), Control: c.control.Load(), Roamed: c.roamed.Load(),
 		Auth: c.refused[DropAuth].Load(), Replay: c.refused[DropReplay].Load(), Malformed: c.refused[DropMalformed].Load(),
 	}
 	s.Refused = s.Auth + s.Replay + s.Malformed

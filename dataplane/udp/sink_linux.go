@@ -31,8 +31,8 @@ var _ frame.Sink = (*Sink)(nil)
 // the peer its packet's inner destination routes to.
 //
 // Transmit hands a batch to the kernel with sendmmsg(2), and coalesces
-// each run of consecutive frames of equal length (the last of a run may be
-// shorter) to one peer into one message with a UDP_SEGMENT control
+// each run of consecutive frames of equal length as sealed (the last of a
+// run may be shorter; Seal may pad) to one peer into one message with a UDP_SEGMENT control
 // message, up to 64 datagrams and 65507 bytes per message: the kernel
 // then cuts the run into datagrams itself, late, or lets the NIC do it.
 // Like the kernel's own UDP sockets, a full socket send buffer blocks
@@ -80,16 +80,19 @@ type Sink struct {
 	first     []int         // first frame of each message
 	segs      []int         // the number of frames of each message (frames without a peer lie between messages)
 	sealed    []atomic.Bool // frame i was prepared (room zeroed, routed, sealed) since Alloc handed it out
+	dlen      []int32       // frame i's datagram length as sealed; 0: not sent (Seal emptied it)
 	toSeal    [][]byte      // the datagrams of the chunk at hand not sealed yet
 	sealPeers []int         // their peers
+	sealIDs   []uint64      // their frames
 	fellBack  [FallbackMsgSize + 1]bool
 	gso       bool      // whether the kernel knows UDP_SEGMENT
 	gsoPeers  []gsoPeer // per peer (one without Peers)
 
-	// With Peers: each peer's address, each frame's peer (-1: none),
-	// each message's, the last destination routed and the sent counts.
+	// With Peers: the table the frames were routed with (see
+	// takeTable), each frame's peer (-1: none), each message's, the last
+	// destination routed and the sent counts.
 	peers     *Peers
-	addrs     []net.Addr
+	tab       *peerTable
 	framePeer []int32
 	msgPeer   []int
 	dst       routeCache
@@ -108,7 +111,7 @@ type batchWriter interface {
 type udpSinkCounters struct {
 	datagrams, messages, gsoMessages, bytes, syscalls, dropped, noPeer atomic.Uint64
 	refused, unreachable, msgSize, noBufs, gsoRefused, other           atomic.Uint64
-	reprobes                                                           atomic.Uint64
+	reprobes, unsealed                                                 atomic.Uint64
 }
 
 // gsoRetry is how long a peer's datagrams of a size the kernel refused
@@ -160,8 +163,8 @@ func (s *Sink) refused(peer, size int, f Fallback, err error) {
 
 // perPeer adds to peer's counters in Peers, if the sink has Peers.
 func (s *Sink) perPeer(peer int, add func(*peerCounters)) {
-	if s.peers != nil {
-		add(&s.peers.counters[peer])
+	if s.tab != nil {
+		add(s.tab.counters[peer])
 	}
 }
 
@@ -209,19 +212,17 @@ func NewSink(conn *net.UDPConn, cfg SinkConfig) (*Sink, error) {
 		first:      make([]int, udpSinkChunk),
 		segs:       make([]int, udpSinkChunk),
 		sealed:     make([]atomic.Bool, cfg.Frames),
+		dlen:       make([]int32, cfg.Frames),
 		toSeal:     make([][]byte, 0, udpSinkChunk),
 		sealPeers:  make([]int, 0, udpSinkChunk),
+		sealIDs:    make([]uint64, 0, udpSinkChunk),
 		gso:        info.gso,
 		gsoPeers:   make([]gsoPeer, 1),
 		peers:      cfg.Peers,
-		sentPeer:   tally{t: cfg.Peers},
 	}
 	if p := cfg.Peers; p != nil {
-		s.addrs, s.framePeer, s.msgPeer = make([]net.Addr, p.Len()), make([]int32, cfg.Frames), make([]int, udpSinkChunk)
-		s.gsoPeers = make([]gsoPeer, p.Len())
-		for i := range s.addrs {
-			s.addrs[i] = net.UDPAddrFromAddrPort(p.peers[i].Endpoint) // x/net marshals an IPv4 one as sockaddr_in
-		}
+		s.framePeer, s.msgPeer = make([]int32, cfg.Frames), make([]int, udpSinkChunk)
+		s.useTable(p.load())
 	}
 	if info.v6 {
 		s.pc = ipv6.NewPacketConn(conn)
@@ -298,7 +299,7 @@ func (info sinkSocket) check(peers *Peers) error {
 	case info.connected == nil:
 		return errors.New("socket connected: with Peers it must be bound and not connected (net.ListenUDP)")
 	}
-	for i, p := range peers.peers {
+	for i, p := range peers.load().peers {
 		ep := p.Endpoint.Addr()
 		switch {
 		case !info.v6 && ep.Is6():
@@ -369,6 +370,7 @@ func (s *Sink) Transmit(frames []frame.Frame) (int, error) {
 			break
 		}
 	}
+	s.takeTable(frames)
 	taken := 0
 	var err error
 	for taken < len(frames) {
@@ -395,6 +397,38 @@ func (s *Sink) check(f frame.Frame) error {
 		return fmt.Errorf("udp: sink: transmit frame %d (%d bytes): %w", f.ID, f.Len, ErrForeignFrame)
 	}
 	return nil
+}
+
+// takeTable switches to the peers' current table when it changed
+// (Peers.Set, Peers.SetEndpoint), unless a frame of frames was routed
+// and sealed with the one at hand (offered again after ENOBUFS): its
+// peer index is that table's. The next Transmit switches then.
+func (s *Sink) takeTable(frames []frame.Frame) {
+	if s.peers == nil {
+		return
+	}
+	cur := s.peers.load()
+	if cur == s.tab {
+		return
+	}
+	for _, f := range frames {
+		if s.sealed[f.ID].Load() {
+			return
+		}
+	}
+	s.useTable(cur)
+}
+
+// useTable routes with tab from now on; what the kernel refused of
+// UDP_SEGMENT for the old table's peers is forgotten (their paths may
+// have changed).
+func (s *Sink) useTable(tab *peerTable) {
+	s.tab, s.dst = tab, routeCache{}
+	s.sentPeer = tally{t: tab}
+	if len(s.gsoPeers) != len(tab.peers) {
+		s.gsoPeers = make([]gsoPeer, len(tab.peers))
+	}
+	clear(s.gsoPeers)
 }
 
 // send sends one chunk with as few sendmmsg calls as the kernel allows.
@@ -485,7 +519,7 @@ func (s *Sink) build(chunk []frame.Frame) int {
 	s.prepare(chunk)
 	m := 0
 	for i := 0; i < len(chunk); {
-		peer := s.peerOf(chunk[i])
+		peer := s.dest(chunk[i])
 		if peer < 0 {
 			i++
 			continue
@@ -495,7 +529,7 @@ func (s *Sink) build(chunk []frame.Frame) int {
 		if s.coalesces(peer, size) {
 			for total := size; j < len(chunk) && j-i < udpGSOMaxSegments; {
 				next := s.datagramLen(chunk[j])
-				if next > size || total+next > udpMaxPayload || s.peerOf(chunk[j]) != peer {
+				if next > size || total+next > udpMaxPayload || s.dest(chunk[j]) != peer {
 					break
 				}
 				total += next
@@ -515,7 +549,7 @@ func (s *Sink) build(chunk []frame.Frame) int {
 			msg.OOB = s.oob[m]
 		}
 		if s.peers != nil {
-			msg.Addr, s.msgPeer[m] = s.addrs[peer], peer
+			msg.Addr, s.msgPeer[m] = s.tab.addrs[peer], peer
 		}
 		s.first[m], s.segs[m] = i, j-i
 		i = j
@@ -526,31 +560,48 @@ func (s *Sink) build(chunk []frame.Frame) int {
 
 // prepare zeroes the headroom and tailroom (which hold what the frame
 // held before), routes (with Peers) and seals, in one call of Seal, the
-// frames of chunk that were not yet: a frame offered again after ENOBUFS
-// keeps its peer, which its sealed packet no longer tells.
+// frames of chunk that were not yet, and notes each one's sealed
+// length: a frame offered again after ENOBUFS keeps its peer, which its
+// sealed packet no longer tells, and its length.
 func (s *Sink) prepare(chunk []frame.Frame) {
-	s.toSeal, s.sealPeers = s.toSeal[:0], s.sealPeers[:0]
+	s.toSeal, s.sealPeers, s.sealIDs = s.toSeal[:0], s.sealPeers[:0], s.sealIDs[:0]
 	for _, f := range chunk {
 		if s.sealed[f.ID].Load() {
 			continue
 		}
 		s.sealed[f.ID].Store(true)
-		d := s.datagram(f)
+		n := s.headroom + f.Len + s.tailroom
+		d := f.Buf[:n:s.frameSize]
 		clear(d[:s.headroom])
-		clear(d[len(d)-s.tailroom:])
+		clear(d[n-s.tailroom:])
+		s.dlen[f.ID] = int32(n)
 		peer := 0
 		if s.peers != nil {
 			peer = s.route(f)
 			s.framePeer[f.ID] = int32(peer)
 		}
 		if s.seal != nil && peer >= 0 {
-			s.toSeal, s.sealPeers = append(s.toSeal, s.datagram(f)), append(s.sealPeers, peer)
+			s.toSeal, s.sealPeers, s.sealIDs = append(s.toSeal, d), append(s.sealPeers, peer), append(s.sealIDs, f.ID)
 		}
 	}
 	if len(s.toSeal) > 0 {
 		s.seal(s.toSeal, s.sealPeers)
+		s.sealedLens()
 	}
 	clear(s.toSeal) // keep no views of frames
+}
+
+// sealedLens notes the length Seal left each datagram at; one it
+// emptied, or moved off its frame, is not sent (SinkStats.Unsealed).
+func (s *Sink) sealedLens() {
+	for k, d := range s.toSeal {
+		id := s.sealIDs[k]
+		if len(d) == 0 || &d[0] != &s.pool.Frame(uint32(id))[0] {
+			s.dlen[id] = 0
+			continue
+		}
+		s.dlen[id] = int32(len(d))
+	}
 }
 
 // route returns the peer of frame f's inner destination, or -1.
@@ -559,7 +610,7 @@ func (s *Sink) route(f frame.Frame) int {
 	if !ok {
 		return -1
 	}
-	peer, ok := s.dst.route(s.peers, dst)
+	peer, ok := s.dst.route(s.tab, dst)
 	if !ok {
 		return -1
 	}
@@ -575,6 +626,15 @@ func (s *Sink) peerOf(f frame.Frame) int {
 	return int(s.framePeer[f.ID])
 }
 
+// dest returns the peer a prepared frame goes to, -1 if it is not sent
+// (no peer, or Seal emptied it).
+func (s *Sink) dest(f frame.Frame) int {
+	if s.dlen[f.ID] == 0 {
+		return -1
+	}
+	return s.peerOf(f)
+}
+
 // peerOfMsg returns the peer of message k of the last build; 0
 // without Peers.
 func (s *Sink) peerOfMsg(k int) int {
@@ -584,28 +644,31 @@ func (s *Sink) peerOfMsg(k int) int {
 	return s.msgPeer[k]
 }
 
-// noPeers counts the frames taken that had no peer.
+// noPeers counts the frames taken that were not sent for want of a
+// peer or because Seal emptied them.
 func (s *Sink) noPeers(taken []frame.Frame) {
-	if s.peers == nil {
-		return
-	}
-	n := 0
+	var none, unsealed uint64
 	for _, f := range taken {
-		if s.framePeer[f.ID] < 0 {
-			n++
+		switch {
+		case s.peerOf(f) < 0:
+			none++
+		case s.dlen[f.ID] == 0:
+			unsealed++
 		}
 	}
-	if n > 0 {
-		s.st.noPeer.Add(uint64(n))
-		s.st.dropped.Add(uint64(n))
+	if none+unsealed > 0 {
+		s.st.noPeer.Add(none)
+		s.st.unsealed.Add(unsealed)
+		s.st.dropped.Add(none + unsealed)
 	}
 }
 
-// datagram is the UDP payload of frame f: headroom, packet, tailroom,
-// within the frame (Buf ends before the tailroom, its capacity does not).
-func (s *Sink) datagram(f frame.Frame) []byte { return f.Buf[:s.datagramLen(f)] }
+// datagram is the UDP payload of frame f as sealed: headroom, packet,
+// tailroom and what Seal added or cut, within the frame (Buf ends
+// before the tailroom, its capacity does not).
+func (s *Sink) datagram(f frame.Frame) []byte { return f.Buf[:s.datagramLen(f):s.frameSize] }
 
-func (s *Sink) datagramLen(f frame.Frame) int { return s.headroom + f.Len + s.tailroom }
+func (s *Sink) datagramLen(f frame.Frame) int { return int(s.dlen[f.ID]) }
 
 // sent counts messages [from, to) of the last build as sent.
 func (s *Sink) sent(from, to int) {
@@ -661,6 +724,7 @@ func (s *Sink) Stats() SinkStats {
 		GSORefused:  c.gsoRefused.Load(),
 		Other:       c.other.Load(),
 		Reprobes:    c.reprobes.Load(),
+		Unsealed:    c.unsealed.Load(),
 		GSO:         s.gso,
 	}
 }

@@ -1,6 +1,9 @@
 package udp
 
-import "errors"
+import (
+	"errors"
+	"net/netip"
+)
 
 // Defaults and limits of a Sink.
 const (
@@ -66,9 +69,14 @@ type SinkConfig struct {
 
 // A SealFunc seals a batch of datagrams in place. dgrams[i] is a whole
 // datagram: Headroom bytes of header room, the inner IP packet, Tailroom
-// bytes of trailer room, the rooms zeroed; it may rewrite all of it (a header with a
-// counter, the packet encrypted, a tag) but not change its length, and
-// must not keep it. peers[i] is the peer dgrams[i] goes to, an index into
+// bytes of trailer room, the rooms zeroed; it may rewrite all of it (a
+// header with a counter, the packet encrypted, a tag), and must not keep
+// it. Its capacity reaches the end of its frame (FrameSize): the hook may
+// set dgrams[i] to another length within it, reslicing it in place
+// (WireGuard's padding), and the sink sends the datagram at that length,
+// coalescing runs of equal sealed lengths with UDP_SEGMENT; setting it
+// empty drops it (SinkStats.Unsealed: no key for the peer yet, say), as
+// does pointing it elsewhere than its frame. peers[i] is the peer dgrams[i] goes to, an index into
 // SinkConfig.Peers (always 0 on a connected socket), so that the hook
 // picks the peer's keys and counter. The sink calls it once per batch, in
 // transmit order, on the goroutine that calls Transmit (the forwarder's
@@ -82,8 +90,12 @@ type SealFunc func(dgrams [][]byte, peers []int)
 // packet shorter than that room is trimmed to its IP length). peers[i]
 // is the peer dgrams[i] came from, an index into ReceiverConfig.Peers
 // (always 0 without), so that the hook picks the peer's keys and replay
-// window. It sets verdicts[i], which come in as Accept, to say why a
-// datagram is dropped; it must not keep dgrams. The receiver calls it
+// window; -1 for a datagram from no peer's endpoint, with
+// ReceiverConfig.Roam: the hook may then name its peer by setting
+// peers[i] (WireGuard does by the receiver index), and so it may for any
+// datagram. It sets verdicts[i], which come in as Accept, to say why a
+// datagram is dropped, or that it is the tunnel's own (Control); it
+// must not keep dgrams. The receiver calls it
 // once per recvmmsg batch, on the goroutine that calls Receive, with only
 // the datagrams long enough to hold the headroom and the tailroom.
 type OpenFunc func(dgrams [][]byte, peers []int, verdicts []Verdict)
@@ -98,6 +110,7 @@ const (
 	DropAuth                     // the authentication (AEAD tag, MAC) failed
 	DropReplay                   // a counter seen before or below the replay window
 	DropMalformed                // not a data message of the tunnel
+	Control                      // a message of the tunnel's own (a handshake, a cookie, a keepalive): handed to ReceiverConfig.OnControl
 	numVerdicts
 )
 
@@ -137,7 +150,7 @@ type SinkStats struct {
 	GSOMessages uint64 // messages sent with UDP_SEGMENT, each of two datagrams or more
 	Bytes       uint64 // UDP payload bytes sent, headroom included
 	Syscalls    uint64 // sendmmsg calls
-	Dropped     uint64 // frames taken but not sent: NoPeer and the errors below
+	Dropped     uint64 // frames taken but not sent: NoPeer, Unsealed and the errors below
 	NoPeer      uint64 // frames whose inner destination routes to no peer (SinkConfig.Peers), or not an IP packet
 
 	// Errors by kind, counted per failed message (one sendmmsg error).
@@ -149,6 +162,7 @@ type SinkStats struct {
 	Other       uint64 // any other non-fatal error: the message is dropped
 
 	Reprobes uint64 // times UDP_SEGMENT was tried again for a peer, a second after MsgSize or GSORefused
+	Unsealed uint64 // frames Seal emptied (see SealFunc), counted in Dropped
 
 	GSO bool // whether the kernel knows UDP_SEGMENT (Linux 4.18)
 }
@@ -187,11 +201,29 @@ type ReceiverConfig struct {
 	// Peers, if set, makes the receiver take datagrams from several
 	// peers on an unconnected socket, WireGuard's way: a datagram from an
 	// address that is no peer's endpoint is dropped before Open
-	// (ReceiverStats.UnknownPeer), Open learns each datagram's peer, and
+	// (ReceiverStats.UnknownPeer; unless Roam), Open learns each datagram's peer, and
 	// an inner packet Open accepted whose source does not route back to
 	// its peer (Peers.Allows) is dropped (ReceiverStats.NotAllowed).
 	// Without Peers every datagram the socket takes is the peer's.
 	Peers *Peers
+	// Roam, with Peers, hands a datagram from no peer's endpoint to Open
+	// with peer -1 instead of dropping it; Open may name its peer (see
+	// OpenFunc). An accepted datagram whose peer Open named moves that
+	// peer's endpoint to the datagram's source (Peers.SetEndpoint,
+	// ReceiverStats.Roamed): WireGuard's roaming, which the hook must
+	// allow only for an authenticated datagram. An accepted datagram left
+	// at peer -1 goes to OnControl. Without Roam, Open's peers are
+	// ignored.
+	Roam bool
+	// OnControl, if set, takes the datagrams Open marked Control (and
+	// those of Roam above): from is the datagram's source, peer its peer
+	// (-1: unknown; 0 without Peers), b the whole datagram as Open left
+	// it, a view valid only during the call. It runs on the goroutine
+	// that calls Receive (a return path's), between batches of the data
+	// path, which waits for it: it should copy b and return (a handshake
+	// is the VPN's to answer elsewhere). Without it, they are counted and
+	// dropped (ReceiverStats.Control either way).
+	OnControl func(from netip.AddrPort, peer int, b []byte)
 }
 
 // ReceiverStats is a snapshot of a Receiver's counters.
@@ -206,9 +238,11 @@ type ReceiverStats struct {
 	Replay      uint64 // of which DropReplay
 	Malformed   uint64 // of which DropMalformed (and verdicts Open does not name)
 	Truncated   uint64 // messages larger than their buffer, dropped
-	UnknownPeer uint64 // datagrams from an address that is no peer's endpoint (ReceiverConfig.Peers), dropped before Open and not handed out
+	UnknownPeer uint64 // datagrams from an address that is no peer's endpoint (ReceiverConfig.Peers), dropped before Open and not handed out; with Roam, those Open named a peer for that cannot move there (no such peer, another's endpoint), handed out as empty packets
 	NotAllowed  uint64 // datagrams Open accepted whose inner source does not route back to their peer (or that hold no IP header), dropped
 	PeerErrors  uint64 // errors an ICMP message left on the socket (ECONNREFUSED, EHOSTUNREACH, ...), counted and passed over
+	Control     uint64 // datagrams handed to OnControl (Open's verdict Control, or Roam's unknown sender), not handed out
+	Roamed      uint64 // times a peer's endpoint moved to a datagram's source (ReceiverConfig.Roam)
 	GRO         bool   // whether the kernel coalesces with UDP_GRO
 }
 
@@ -229,6 +263,7 @@ func (s SinkStats) Add(o SinkStats) SinkStats {
 	s.GSORefused += o.GSORefused
 	s.Other += o.Other
 	s.Reprobes += o.Reprobes
+	s.Unsealed += o.Unsealed
 	s.GSO = s.GSO && o.GSO
 	return s
 }
@@ -249,6 +284,8 @@ func (s ReceiverStats) Add(o ReceiverStats) ReceiverStats {
 	s.UnknownPeer += o.UnknownPeer
 	s.NotAllowed += o.NotAllowed
 	s.PeerErrors += o.PeerErrors
+	s.Control += o.Control
+	s.Roamed += o.Roamed
 	s.GRO = s.GRO && o.GRO
 	return s
 }
