@@ -168,16 +168,7 @@ func TestUDPReceiverControlRoam(t *testing.T) { // not parallel: AllocsPerRun re
 	)
 	n := newUskNet(t)
 	rx := uskListen(t, n.b, uskAP(uskAddrB, uskPort))
-	dial := func(port int) *net.UDPConn {
-		var c *net.UDPConn
-		var err error
-		n.a.Do(t, func() {
-			c, err = net.DialUDP("udp4", net.UDPAddrFromAddrPort(uskAddrPort(uskAP(uskAddrA, port))), net.UDPAddrFromAddrPort(uskAddrPort(uskAP(uskAddrB, uskPort))))
-		})
-		netlab.Must(t, err)
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	dial := func(port int) *net.UDPConn { return uskDialFrom(t, n.a, port) }
 	peer0, stranger := dial(40001), dial(40003)
 	peers, err := NewPeers([]Peer{{Endpoint: uskAddrPort(uskAP(uskAddrA, 40001)), Allowed: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}}})
 	netlab.Must(t, err)

@@ -195,16 +195,7 @@ func TestUDPReceiverPeers(t *testing.T) { // not parallel: AllocsPerRun refuses
 	)
 	n := newUskNet(t)
 	rx := uskListen(t, n.b, uskAP(uskAddrB, uskPort))
-	dial := func(port int) *net.UDPConn {
-		var c *net.UDPConn
-		var err error
-		n.a.Do(t, func() {
-			c, err = net.DialUDP("udp4", net.UDPAddrFromAddrPort(uskAddrPort(uskAP(uskAddrA, port))), net.UDPAddrFromAddrPort(uskAddrPort(uskAP(uskAddrB, uskPort))))
-		})
-		netlab.Must(t, err)
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	dial := func(port int) *net.UDPConn { return uskDialFrom(t, n.a, port) }
 	tx0, tx1, stranger := dial(40001), dial(40002), dial(40003)
 	uskSockopt(t, tx0, unix.SOL_UDP, unix.UDP_SEGMENT, segSize)
 	peers, err := NewPeers([]Peer{

@@ -75,6 +75,20 @@ func uskDial(t *testing.T, ns *netlab.NS, raddr string) *net.UDPConn {
 	return c
 }
 
+// uskDialFrom returns a UDP socket in ns bound to port on uskAddrA and
+// connected to uskAddrB's uskPort, closed in cleanup.
+func uskDialFrom(t *testing.T, ns *netlab.NS, port int) *net.UDPConn {
+	t.Helper()
+	var c *net.UDPConn
+	var err error
+	ns.Do(t, func() {
+		c, err = net.DialUDP("udp4", net.UDPAddrFromAddrPort(uskAddrPort(uskAP(uskAddrA, port))), net.UDPAddrFromAddrPort(uskAddrPort(uskAP(uskAddrB, uskPort))))
+	})
+	netlab.Must(t, err)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // uskListen returns a UDP socket in ns bound to laddr, closed in cleanup.
 func uskListen(t *testing.T, ns *netlab.NS, laddr string) *net.UDPConn {
 	t.Helper()
