@@ -25,6 +25,23 @@ func floorPipe(t *testing.T) (r, w int) {
 	return p[0], p[1]
 }
 
+// pumpRounds writes in into the pump's input, runs the pump once and
+// reads what it sent, 20 times over, and returns the last of it and the
+// allocations per round.
+func pumpRounds(t *testing.T, p pump, inW, outR int, in, buf, hdr []byte) (got []byte, allocs float64) {
+	t.Helper()
+	out := make([]byte, floorBufSize)
+	allocs = testing.AllocsPerRun(20, func() {
+		unix.Write(inW, in)
+		if ok, err := p(buf, hdr); !ok || err != nil {
+			t.Fatalf("pump: %v %v", ok, err)
+		}
+		n, _ := unix.Read(outR, out)
+		got = out[:n]
+	})
+	return got, allocs
+}
+
 // TestFloorPumps: each pump moves a super-packet with its virtio-net
 // header's offsets moved by the Ethernet header (TUN ⇄ packet socket),
 // the Ethernet addresses rewritten (packet ⇄ packet), frames to other
@@ -54,15 +71,7 @@ func TestFloorPumps(t *testing.T) {
 		p := tunToPacket(inR, outW, eth)
 		tunHdr := append(vnet[:], make([]byte, floorTUNHdr-floorVnet)...)
 		in := append(tunHdr, ipPkt...)
-		got := make([]byte, floorBufSize)
-		allocs := testing.AllocsPerRun(20, func() {
-			unix.Write(inW, in)
-			if ok, err := p(buf, hdr); !ok || err != nil {
-				t.Fatalf("pump: %v %v", ok, err)
-			}
-			n, _ := unix.Read(outR, got)
-			got = got[:n]
-		})
+		got, allocs := pumpRounds(t, p, inW, outR, in, buf, hdr)
 		if le.Uint16(got[6:]) != 20+floorEth || le.Uint16(got[2:]) != 52+floorEth || le.Uint16(got[4:]) != 1448 ||
 			!bytes.Equal(got[floorVnet:floorPkt], eth[:]) || !bytes.Equal(got[floorPkt:], ipPkt) {
 			t.Errorf("frame sent: header % x, Ethernet % x, packet intact %v", got[:floorVnet], got[floorVnet:floorPkt], bytes.Equal(got[floorPkt:], ipPkt))
@@ -78,18 +87,10 @@ func TestFloorPumps(t *testing.T) {
 		inR, inW := floorPipe(t)
 		outR, outW := floorPipe(t)
 		p := packetToTUN(inR, outW, dst)
-		got := make([]byte, floorBufSize)
 		for i := range hdr {
 			hdr[i] = 0xee // dirty: the TUN header's tail must be zero
 		}
-		allocs := testing.AllocsPerRun(20, func() {
-			unix.Write(inW, frame)
-			if ok, err := p(buf, hdr); !ok || err != nil {
-				t.Fatalf("pump: %v %v", ok, err)
-			}
-			n, _ := unix.Read(outR, got)
-			got = got[:n]
-		})
+		got, allocs := pumpRounds(t, p, inW, outR, frame, buf, hdr)
 		if le.Uint16(got[6:]) != 20 || le.Uint16(got[2:]) != 52 || !bytes.Equal(got[floorVnet:floorTUNHdr], make([]byte, floorTUNHdr-floorVnet)) ||
 			!bytes.Equal(got[floorTUNHdr:], ipPkt) {
 			t.Errorf("packet written: header % x, packet intact %v", got[:floorTUNHdr], bytes.Equal(got[floorTUNHdr:], ipPkt))
@@ -109,15 +110,7 @@ func TestFloorPumps(t *testing.T) {
 		outR, outW := floorPipe(t)
 		to := [floorEth]byte{6, 5, 4, 3, 2, 1, 12, 11, 10, 9, 8, 7, 0x08, 0x00}
 		p := packetToPacket(inR, outW, dst, to)
-		got := make([]byte, floorBufSize)
-		allocs := testing.AllocsPerRun(20, func() {
-			unix.Write(inW, frame)
-			if ok, err := p(buf, hdr); !ok || err != nil {
-				t.Fatalf("pump: %v %v", ok, err)
-			}
-			n, _ := unix.Read(outR, got)
-			got = got[:n]
-		})
+		got, allocs := pumpRounds(t, p, inW, outR, frame, buf, hdr)
 		if !bytes.Equal(got[:floorVnet], frame[:floorVnet]) || !bytes.Equal(got[floorVnet:floorPkt], to[:]) || !bytes.Equal(got[floorPkt:], ipPkt) {
 			t.Errorf("frame sent: header % x, Ethernet % x", got[:floorVnet], got[floorVnet:floorPkt])
 		}
