@@ -123,7 +123,7 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger, ready func(error)
 		return err
 	}
 	defer srv.Close()
-	log.Info("wggso: up", "interface", dev.Name(), "socket", path, "version", version())
+	log.Info("wggso: up", "interface", dev.Name(), "socket", path, "pid", os.Getpid(), "version", version())
 	ready(nil)
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)

@@ -74,6 +74,7 @@ type Device struct {
 	tnl     *tunnel.Tunnel
 	running sync.WaitGroup // the tunnel's Run
 	slotted []*wireguard.Peer
+	given   []netip.AddrPort // the endpoints the tunnel was given, by slot
 	allowed map[wireguard.Key][]netip.Prefix
 	closed  bool
 }
@@ -220,7 +221,7 @@ func (d *Device) syncLocked() error {
 	slotted := placePeers(d.slotted, peers)
 	if len(peers) == 0 {
 		d.closeTunnelLocked()
-		d.slotted = nil
+		d.slotted, d.given = nil, nil
 		d.hooks.slots.Store(newSlots(nil))
 		return nil
 	}
@@ -237,50 +238,18 @@ func (d *Device) syncLocked() error {
 		list[i].Allowed = d.allowed[p.PublicKey()]
 	}
 	if d.tnl == nil {
-		d.slotted = slotted
-		d.hooks.slots.Store(newSlots(slotted))
-		return d.openTunnelLocked(list)
-	}
-	if err := d.tnl.SetPeers(list); err != nil {
+		if err := d.openTunnelLocked(list); err != nil {
+			return err
+		}
+	} else if err := d.tnl.SetPeers(list); err != nil {
 		return err
 	}
-	d.slotted = slotted
+	d.slotted, d.given = slotted, make([]netip.AddrPort, len(list))
+	for i := range list {
+		d.given[i] = d.tnl.Peer(i).Endpoint
+	}
 	d.hooks.slots.Store(newSlots(slotted))
 	return nil
-}
-
-// placePeers returns the slots of peers: each peer in old keeps its
-// place, a removed one leaves it free (nil, dropped at the end), a new
-// one takes the first free place or goes last.
-func placePeers(old, peers []*wireguard.Peer) []*wireguard.Peer {
-	keep := make(map[*wireguard.Peer]bool, len(peers))
-	for _, p := range peers {
-		keep[p] = true
-	}
-	slotted := make([]*wireguard.Peer, len(old))
-	for i, p := range old {
-		if keep[p] {
-			slotted[i] = p
-			delete(keep, p)
-		}
-	}
-	free := 0
-	for _, p := range peers {
-		if !keep[p] {
-			continue
-		}
-		for free < len(slotted) && slotted[free] != nil {
-			free++
-		}
-		if free == len(slotted) {
-			slotted = append(slotted, nil)
-		}
-		slotted[free] = p
-	}
-	for len(slotted) > 0 && slotted[len(slotted)-1] == nil {
-		slotted = slotted[:len(slotted)-1]
-	}
-	return slotted
 }
 
 // openTunnelLocked opens the tunnel on the TUN device and the socket,
@@ -433,7 +402,9 @@ func (d *Device) follow(p *wireguard.Peer) {
 	}
 	if err := d.tnl.SetEndpoint(slot, ep); err != nil {
 		d.log.Warn("wgtunnel: peer endpoint", "peer", p.PublicKey(), "endpoint", ep, "err", err)
+		return
 	}
+	d.given[slot] = d.tnl.Peer(slot).Endpoint
 }
 
 // timers runs the peers' Ticks when due or asked for, and checks the
@@ -491,7 +462,8 @@ func (d *Device) act(p *wireguard.Peer, act wireguard.Action) {
 }
 
 // syncEndpoint takes the tunnel's endpoint of p where the tunnel roamed
-// it (data from a new address).
+// it (data from a new address): where it differs from the one the tunnel
+// was given.
 func (d *Device) syncEndpoint(p *wireguard.Peer) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -499,7 +471,8 @@ func (d *Device) syncEndpoint(p *wireguard.Peer) {
 	if !ok || d.tnl == nil {
 		return
 	}
-	if ep := d.tnl.Peer(slot).Endpoint; !isPlaceholder(ep) && ep != p.Endpoint() {
+	if ep := d.tnl.Peer(slot).Endpoint; ep != d.given[slot] {
+		d.given[slot] = ep
 		p.SetEndpoint(ep)
 	}
 }

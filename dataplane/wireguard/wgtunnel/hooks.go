@@ -35,6 +35,40 @@ func (s *slots) peer(i int) *wireguard.Peer {
 	return s.peers[i]
 }
 
+// placePeers returns the slots of peers: each peer in old keeps its
+// place, a removed one leaves it free (nil, dropped at the end), a new
+// one takes the first free place or goes last.
+func placePeers(old, peers []*wireguard.Peer) []*wireguard.Peer {
+	keep := make(map[*wireguard.Peer]bool, len(peers))
+	for _, p := range peers {
+		keep[p] = true
+	}
+	slotted := make([]*wireguard.Peer, len(old))
+	for i, p := range old {
+		if keep[p] {
+			slotted[i] = p
+			delete(keep, p)
+		}
+	}
+	free := 0
+	for _, p := range peers {
+		if !keep[p] {
+			continue
+		}
+		for free < len(slotted) && slotted[free] != nil {
+			free++
+		}
+		if free == len(slotted) {
+			slotted = append(slotted, nil)
+		}
+		slotted[free] = p
+	}
+	for len(slotted) > 0 && slotted[len(slotted)-1] == nil {
+		slotted = slotted[:len(slotted)-1]
+	}
+	return slotted
+}
+
 // hooks are the tunnel's Seal and Open: the device's batch Seal and
 // Open on the datagrams in place, with the tunnel's peer indices mapped
 // to WireGuard peers (slots). They do not allocate.
@@ -81,7 +115,8 @@ func (h *hooks) seal(dgrams [][]byte, peers []int) {
 	s := h.packets(len(dgrams))
 	pkts := *s
 	for i, b := range dgrams {
-		pkts[i] = wireguard.Packet{Buf: b, Peer: tab.peer(peers[i])}
+		// The tag's room is the sealer's: Buf ends with the packet.
+		pkts[i] = wireguard.Packet{Buf: b[:max(len(b)-wireguard.TagLen, 0)], Peer: tab.peer(peers[i])}
 	}
 	h.dev.Seal(pkts)
 	for i := range pkts {
