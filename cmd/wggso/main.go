@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -44,6 +45,23 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 		fs.PrintDefaults()
 	}
 	return fs
+}
+
+// start reads the command line and answers what needs no system:
+// -h, -version and usage errors (done, with the exit status).
+func start(args []string, stdout, stderr io.Writer) (cfg *config, code int, done bool) {
+	cfg, err := parse(args, stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return nil, exitOK, true
+	case err != nil:
+		fmt.Fprintln(stderr, "wggso:", err)
+		return nil, exitUsage, true
+	case cfg.Version:
+		fmt.Fprintln(stdout, "wggso", version())
+		return nil, exitOK, true
+	}
+	return cfg, 0, false
 }
 
 // parse reads the command line; a usage error is printed.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -23,16 +22,10 @@ import (
 const readyEnv = "WGGSO_READY_FD"
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	cfg, err := parse(args, stderr)
+	cfg, code, done := start(args, stdout, stderr)
 	switch {
-	case errors.Is(err, flag.ErrHelp):
-		return exitOK
-	case err != nil:
-		fmt.Fprintln(stderr, "wggso:", err)
-		return exitUsage
-	case cfg.Version:
-		fmt.Fprintln(stdout, "wggso", version())
-		return exitOK
+	case done:
+		return code
 	case !cfg.Foreground:
 		return background(args, stderr)
 	}
@@ -61,8 +54,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		logOut = f
 	}
 	log := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: logLevels[cfg.LogLevel]}))
-	err = serve(ctx, cfg, log, ready)
-	if err != nil {
+	if err := serve(ctx, cfg, log, ready); err != nil {
 		log.Error("wggso: stopped", "err", err)
 		return exitFailure
 	}

@@ -169,7 +169,7 @@ func TestInteropWireguardGo(t *testing.T) {
 // test without them or without root.
 func wgQuickTools(t *testing.T) (wg, wgQuick string) {
 	netlab.RequireRoot(t)
-	os.Setenv("PATH", os.Getenv("PATH")+":/usr/sbin:/sbin")
+	t.Setenv("PATH", os.Getenv("PATH")+":/usr/sbin:/sbin")
 	var paths []string
 	for _, tool := range []string{"wg", "wg-quick", "ip"} {
 		path, err := exec.LookPath(tool)
