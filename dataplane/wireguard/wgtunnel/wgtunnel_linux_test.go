@@ -137,8 +137,8 @@ func TestInteropWireguardGo(t *testing.T) {
 
 	ourHandshake := func() bool { return !d.PeerByKey(pubB).LastHandshake().IsZero() }
 	transfers := func() {
-		netlab.TCPTransfer(t, p.A, p.B, netip.AddrPortFrom(inB, 5001), 8<<20, false)
-		netlab.TCPTransfer(t, p.A, p.B, netip.AddrPortFrom(inB, 5002), 8<<20, true)
+		netlab.TCPTransfer(t, p.A, p.B, netip.AddrPortFrom(inB, 5001), 4<<20, false)
+		netlab.TCPTransfer(t, p.A, p.B, netip.AddrPortFrom(inB, 5002), 4<<20, true)
 	}
 	waitHandshake(t, p.B, inA, func() bool { return ourHandshake() && w.handshaked(t) })
 	if n := d.Stats().NoKey; n != 0 {
