@@ -33,5 +33,6 @@
 // for cookies), runs each peer's Tick and sends what it asks for (an
 // initiation, a keepalive) with Tunnel.Send, and keeps each peer's
 // endpoint and the tunnel's the same both ways. It needs Linux and
-// CAP_NET_ADMIN.
+// CAP_NET_ADMIN; elsewhere New returns an error wrapping
+// frame.ErrNotSupported.
 package wgtunnel

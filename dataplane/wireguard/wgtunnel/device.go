@@ -11,16 +11,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/dataplane/tun"
 	"github.com/gsoplane/gsoplane/dataplane/tunnel"
 	"github.com/gsoplane/gsoplane/dataplane/udp"
 	"github.com/gsoplane/gsoplane/dataplane/wireguard"
 	"github.com/gsoplane/gsoplane/dataplane/wireguard/uapi"
-	"github.com/gsoplane/gsoplane/internal/nsrun"
 )
 
 // DefaultMTU is the TUN device's MTU when it is created: WireGuard's.
@@ -103,7 +100,7 @@ func New(cfg Config) (_ *Device, err error) {
 		return nil, err
 	}
 	d.hooks = newHooks(d.Device)
-	if d.ns, err = netns.Get(); err != nil {
+	if d.ns, err = currentNS(); err != nil {
 		return nil, fmt.Errorf("wgtunnel: %w", err)
 	}
 	defer func() {
@@ -143,7 +140,7 @@ func (d *Device) SetListenPort(port uint16) error {
 		return nil
 	}
 	var conn *net.UDPConn
-	err := nsrun.Run(d.ns, func() (err error) {
+	err := inNS(d.ns, func() (err error) {
 		conn, err = listen(port, d.fwmark)
 		return err
 	})
@@ -175,21 +172,6 @@ func listen(port uint16, mark uint32) (*net.UDPConn, error) {
 		return nil, err
 	}
 	return conn, nil
-}
-
-// setMark sets the socket's SO_MARK (0: clears it).
-func setMark(conn *net.UDPConn, mark uint32) error {
-	raw, err := conn.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var serr error
-	if err := raw.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_MARK, int(mark))
-	}); err != nil {
-		return err
-	}
-	return serr
 }
 
 // SetFwmark marks the socket's packets (SO_MARK; 0: none), as wg-quick
@@ -260,7 +242,7 @@ func (d *Device) openTunnelLocked(peers []udp.Peer) error {
 		return err
 	}
 	var t *tunnel.Tunnel
-	err = nsrun.Run(d.ns, func() (err error) {
+	err = inNS(d.ns, func() (err error) {
 		t, err = tunnel.Open(tunnel.Config{
 			Device: d.tun, Conn: d.conn, Peers: peers, MTU: mtu,
 			Headroom: wireguard.HeaderLen, Tailroom: wireguard.TagLen,
@@ -305,21 +287,14 @@ func (d *Device) reopenLocked() {
 	}
 }
 
-// deviceMTU is the TUN device's MTU now.
-func (d *Device) deviceMTU() (int, error) {
-	var link netlink.Link
-	err := nsrun.Run(d.ns, func() (err error) {
-		link, err = netlink.LinkByIndex(d.tun.Index())
+// deviceMTU is the TUN device's MTU now (ErrDeviceRemoved: it is
+// gone).
+func (d *Device) deviceMTU() (mtu int, err error) {
+	err = inNS(d.ns, func() (err error) {
+		mtu, err = linkMTU(d.tun.Index())
 		return err
 	})
-	if err != nil {
-		var nf netlink.LinkNotFoundError
-		if errors.As(err, &nf) || errors.Is(err, unix.ENODEV) {
-			return 0, ErrDeviceRemoved
-		}
-		return 0, fmt.Errorf("wgtunnel: %w", err)
-	}
-	return link.Attrs().MTU, nil
+	return mtu, err
 }
 
 // onControl takes the tunnel's control datagrams: handshake messages
