@@ -54,7 +54,6 @@ type Config struct {
 // uapi.Router: configure it with a uapi.Handler.
 type Device struct {
 	*wireguard.Device
-	cfg   Config
 	log   *slog.Logger
 	ns    netns.NsHandle // where New ran: the socket, the TUN device and their links are there
 	tun   *tun.Device
@@ -88,7 +87,7 @@ type control struct {
 // methods then work from any goroutine.
 func New(cfg Config) (_ *Device, err error) {
 	d := &Device{
-		cfg: cfg, log: cfg.Logger,
+		log:  cfg.Logger,
 		wake: make(chan struct{}, 1), ctrl: make(chan control, controlQueue), fail: make(chan error, 1),
 		allowed: map[wireguard.Key][]netip.Prefix{},
 	}
