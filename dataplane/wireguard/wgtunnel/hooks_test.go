@@ -15,8 +15,8 @@ import (
 // handshake (a initiated), each with the other as its tunnel peer 0.
 func pairedHooks(t testing.TB) (a, b *hooks) {
 	t.Helper()
-	da, pb := newDevice(t)
-	db, pa := newDevice(t)
+	da, pa := newDevice(t)
+	db, pb := newDevice(t)
 	peerA, err := db.AddPeer(wireguard.PeerConfig{PublicKey: pa})
 	if err != nil {
 		t.Fatal(err)
