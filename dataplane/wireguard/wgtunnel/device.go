@@ -316,11 +316,11 @@ func (d *Device) onControl(from netip.AddrPort, peer int, b []byte) {
 // following the TUN device's. It returns when ctx ends (nil), the TUN
 // device is deleted (ErrDeviceRemoved) or the tunnel fails.
 func (d *Device) Run(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	var wg sync.WaitGroup
-	wg.Go(func() { d.handshakes(ctx) })
 	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // before the Wait
+	wg.Go(func() { d.handshakes(ctx) })
 	return d.timers(ctx)
 }
 
