@@ -98,7 +98,7 @@ func New(cfg Config) (_ *Device, err error) {
 	if err != nil {
 		return nil, err
 	}
-	d.hooks = newHooks(d.Device)
+	d.hooks = newHooks(d.Device, max(cfg.Queues, 1)+1) // the forwarders and the return path
 	if d.ns, err = currentNS(); err != nil {
 		return nil, fmt.Errorf("wgtunnel: %w", err)
 	}

@@ -2,7 +2,6 @@ package wgtunnel
 
 import (
 	"net/netip"
-	"sync"
 	"sync/atomic"
 
 	"github.com/gsoplane/gsoplane/dataplane/udp"
@@ -75,24 +74,28 @@ func placePeers(old, peers []*wireguard.Peer) []*wireguard.Peer {
 type hooks struct {
 	dev   *wireguard.Device
 	slots atomic.Pointer[slots]
-	pool  sync.Pool // *[]wireguard.Packet, a batch's scratch
+	// scratch are the batches' Packets, one per goroutine that may call
+	// a hook at once (each forwarder seals, the return path opens).
+	scratch chan *[]wireguard.Packet
 
 	noKey    atomic.Uint64 // packets dropped by Seal for want of a keypair
 	unsealed atomic.Uint64 // packets Seal refused for another reason
 }
 
-func newHooks(dev *wireguard.Device) *hooks {
-	h := &hooks{dev: dev}
+// newHooks returns the hooks of dev for callers goroutines at once.
+func newHooks(dev *wireguard.Device, callers int) *hooks {
+	h := &hooks{dev: dev, scratch: make(chan *[]wireguard.Packet, callers)}
+	for range callers {
+		h.scratch <- new([]wireguard.Packet)
+	}
 	h.slots.Store(newSlots(nil))
 	return h
 }
 
-// packets returns a scratch batch of n packets; put it back with done.
+// packets returns a scratch batch of n packets (grown the first time a
+// batch is that long); put it back with done.
 func (h *hooks) packets(n int) *[]wireguard.Packet {
-	s, _ := h.pool.Get().(*[]wireguard.Packet)
-	if s == nil {
-		s = new([]wireguard.Packet)
-	}
+	s := <-h.scratch
 	if cap(*s) < n {
 		*s = make([]wireguard.Packet, n)
 	}
@@ -100,10 +103,10 @@ func (h *hooks) packets(n int) *[]wireguard.Packet {
 	return s
 }
 
-// done clears the scratch batch's references and pools it.
+// done clears the scratch batch's references and puts it back.
 func (h *hooks) done(s *[]wireguard.Packet) {
 	clear(*s)
-	h.pool.Put(s)
+	h.scratch <- s
 }
 
 // seal is the tunnel's Seal: each datagram is sealed for its peer and

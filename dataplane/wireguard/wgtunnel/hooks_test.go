@@ -37,7 +37,7 @@ func pairedHooks(t testing.TB) (a, b *hooks) {
 	if _, _, err := da.Handle(nil, resp, addrB, false); err != nil {
 		t.Fatal(err)
 	}
-	a, b = newHooks(da), newHooks(db)
+	a, b = newHooks(da, 1), newHooks(db, 1)
 	a.slots.Store(newSlots([]*wireguard.Peer{peerB}))
 	b.slots.Store(newSlots([]*wireguard.Peer{peerA}))
 	return a, b
@@ -135,7 +135,7 @@ func TestHooksNoKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newHooks(d)
+	h := newHooks(d, 1)
 	h.slots.Store(newSlots([]*wireguard.Peer{p}))
 	bt := newBatch(2, 100)
 	bt.fill(100)
