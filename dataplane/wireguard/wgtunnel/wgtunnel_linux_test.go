@@ -159,7 +159,9 @@ func TestInteropWireguardGo(t *testing.T) {
 	}
 	transfers()
 	s := d.Stats()
-	if s.Tunnel.Receive.Auth != 0 || s.Tunnel.Receive.Replay != 0 || s.Tunnel.Receive.NotAllowed != 0 || s.ControlDropped != 0 {
+	// Receive.Auth may count a data message under the keys of the peers
+	// removed (an unknown receiver index), in flight as they were.
+	if s.Tunnel.Receive.Replay != 0 || s.Tunnel.Receive.Malformed != 0 || s.Tunnel.Receive.NotAllowed != 0 || s.ControlDropped != 0 {
 		t.Errorf("drops: %+v", s)
 	}
 	t.Logf("tunnel: sent %d datagrams in %d messages, received %d in %d; control sent %d, received %d",
