@@ -307,3 +307,37 @@ func running(pid int) bool {
 	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
 	return len(fields) > 0 && fields[0] != "Z"
 }
+
+// TestWggsoSIGTERM: wggso -f stops cleanly on SIGTERM, with exit
+// status 0, its socket and its interface gone.
+func TestWggsoSIGTERM(t *testing.T) {
+	ns := netlab.NewT(t, "wggso")
+	bin := buildWggso(t, t.TempDir())
+	name := fmt.Sprintf("wgt%d", os.Getpid()%1000000)
+	sock, err := uapi.SocketPath(name)
+	netlab.Must(t, err)
+	var out bytes.Buffer
+	cmd := exec.Command(bin, "-f", name)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	netlab.Must(t, ns.Start(cmd))
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Lstat(sock); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("no socket 10 s after the start:\n%s", out.String())
+		}
+	}
+	netlab.Must(t, cmd.Process.Signal(syscall.SIGTERM))
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, out.String())
+	}
+	if _, err := os.Lstat(sock); err == nil {
+		t.Errorf("%s is still there", sock)
+	}
+	if _, err := ns.Link(name); err == nil {
+		t.Errorf("the interface outlived wggso")
+	}
+}
