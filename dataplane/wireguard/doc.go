@@ -77,7 +77,8 @@
 // its setters, and Transfer counts the bytes of the messages sealed or
 // written for it and authenticated from it. The listen port and fwmark
 // are kept for the caller, who binds and marks its sockets. The package
-// uapi serves all of it to wg(8).
+// uapi serves all of it to wg(8); the package wgtunnel runs it on the
+// tunnel's data path (cmd/wggso).
 //
 // # Not here
 //

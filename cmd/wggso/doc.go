@@ -1,0 +1,19 @@
+// Command wggso is a userspace WireGuard interface on gsoplane's tunnel
+// data path (dataplane/wireguard/wgtunnel): it creates the TUN device
+// INTERFACE and serves WireGuard's configuration socket for it,
+// /var/run/wireguard/INTERFACE.sock, which wg(8) and wg-quick(8) use:
+//
+//	WG_QUICK_USERSPACE_IMPLEMENTATION=wggso wg-quick up wg0
+//
+// Without -f it starts itself again in the background, waits until the
+// interface and its socket are ready (or prints why they are not) and
+// exits, as wg-quick expects. It stops cleanly on SIGINT or SIGTERM,
+// when its socket file is removed, and when the interface is deleted
+// (wg-quick down).
+//
+// Exit status: 0 after a clean stop (or -h, -version; without -f, once
+// the background process is ready); 1 when setting up or running
+// failed; 2 for bad flags or arguments, found before touching the
+// system. It needs Linux, CAP_NET_ADMIN (the TUN device) and write
+// access to /var/run/wireguard (root). See docs/wireguard.md.
+package main

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/gsoplane/gsoplane/dataplane/wireguard/uapi"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
+)
+
+func TestMain(m *testing.M) { os.Exit(netlab.Main(m)) }
+
+// TestStopsWhenSocketRemoved: removing the socket file stops wggso
+// cleanly (no error: exit 0), and the interface goes with it.
+func TestStopsWhenSocketRemoved(t *testing.T) {
+	ns := netlab.NewT(t, "wggso")
+	cfg := &config{Interface: fmt.Sprintf("wgr%d", os.Getpid()%1000000), Queues: 1}
+	path, err := uapi.SocketPath(cfg.Interface)
+	netlab.Must(t, err)
+	ready, done := make(chan error, 1), make(chan error, 1)
+	go ns.Run(func() error {
+		done <- serve(context.Background(), cfg, slog.New(slog.DiscardHandler), func(err error) { ready <- err })
+		return nil
+	})
+	if err := <-ready; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ns.Link(cfg.Interface); err != nil {
+		t.Fatalf("no interface once ready: %v", err)
+	}
+	netlab.Must(t, os.Remove(path))
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("stopped with %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("still serving 10 s after its socket was removed")
+	}
+	if _, err := ns.Link(cfg.Interface); err == nil {
+		t.Error("the interface outlived wggso")
+	}
+}
