@@ -24,6 +24,20 @@ func testServer(health func() error) httpServer {
 	return newHTTPServer(reg, health, false, slog.New(slog.DiscardHandler))
 }
 
+// serveLoopback serves a healthy testServer on a loopback port until the
+// test ends and returns it and its address.
+func serveLoopback(t *testing.T) (httpServer, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := testServer(func() error { return nil })
+	go srv.serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return srv, ln.Addr().String()
+}
+
 func serveGet(t *testing.T, h http.Handler, path string) *httptest.ResponseRecorder {
 	t.Helper()
 	rec := httptest.NewRecorder()
@@ -84,14 +98,7 @@ func TestHTTPRateLimit(t *testing.T) {
 // served and the one quiet longest (no request begun or answered for
 // the longest time) is closed and counted.
 func TestHTTPConnLimit(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := testServer(func() error { return nil })
-	go srv.serve(ln)
-	defer srv.Close()
-	addr := ln.Addr().String()
+	srv, addr := serveLoopback(t)
 	held := holdConns(t, addr, maxHTTPConns)
 	readers := make([]*bufio.Reader, len(held))
 	for i, c := range held {
@@ -165,14 +172,7 @@ func TestHealthUnderAbuse(t *testing.T) {
 		hold, storm bool
 	}{{"held", true, false}, {"storm", false, true}, {"both", true, true}} {
 		t.Run(c.name, func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv := testServer(func() error { return nil })
-			go srv.serve(ln)
-			defer srv.Close()
-			addr := ln.Addr().String()
+			srv, addr := serveLoopback(t)
 			var held []net.Conn
 			if c.hold {
 				held = holdConns(t, addr, maxHTTPConns+8)
