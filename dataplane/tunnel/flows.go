@@ -37,17 +37,23 @@ func (w *flowWriter) WriteVectors(pkts [][][]byte) (int, error) {
 // pick the same queue with one call of write; on error, pkts[n] is the
 // packet that failed.
 func writeRuns[P any](pkts []P, pick func(P) int, write func(q int, run []P) (int, error)) (n int, err error) {
+	if len(pkts) == 0 {
+		return 0, nil
+	}
+	q := pick(pkts[0]) // each packet is hashed once
 	for len(pkts) > 0 {
-		q, end := pick(pkts[0]), 1
-		for end < len(pkts) && pick(pkts[end]) == q {
-			end++
+		end, next := 1, -1
+		for ; end < len(pkts); end++ {
+			if next = pick(pkts[end]); next != q {
+				break
+			}
 		}
 		k, err := write(q, pkts[:end])
 		n += k
 		if err != nil {
 			return n, err
 		}
-		pkts = pkts[end:]
+		pkts, q = pkts[end:], next
 	}
 	return n, nil
 }
