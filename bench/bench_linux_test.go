@@ -120,15 +120,20 @@ func TestSmoke(t *testing.T) {
 		t.Errorf("gro/xdp-no-gro: %.4f TUN writes per packet, want 1", w)
 	}
 	// The AF_PACKET rows: each TX mode did what it says, and the
-	// kernel's GRO merged before the port on the reverse path.
+	// kernel's GRO merged before the port on the reverse path. In the
+	// offload mode only a packet that is no super-packet goes out with a
+	// partial checksum: a stream may send none of those in its second
+	// (a fast machine's did), so that count is not asked of it.
 	for _, c := range []struct {
-		row            string
-		super, partial bool
-	}{{"gso/packet-offload", true, true}, {"gso/packet-partial", false, true}, {"gso/packet-full", false, false}} {
+		row     string
+		super   bool
+		partial int // 1: some, 0: none, -1: either
+	}{{"gso/packet-offload", true, -1}, {"gso/packet-partial", false, 1}, {"gso/packet-full", false, 0}} {
 		x := rows[c.row].Extra
 		t.Logf("%s: %v", c.row, x)
-		if (x["packet_tx_super"] > 0) != c.super || (x["packet_tx_partial"] > 0) != c.partial {
-			t.Errorf("%s: %.0f super-packets sent whole, %.0f with partial checksums; want whole ones %v, partial ones %v",
+		partial := x["packet_tx_partial"] > 0
+		if (x["packet_tx_super"] > 0) != c.super || (c.partial >= 0 && partial != (c.partial == 1)) {
+			t.Errorf("%s: %.0f super-packets sent whole, %.0f with partial checksums; want whole ones %v, partial ones %d (1 some, 0 none, -1 either)",
 				c.row, x["packet_tx_super"], x["packet_tx_partial"], c.super, c.partial)
 		}
 	}
