@@ -40,7 +40,10 @@ func TestSmoke(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	code := run(ctx, []string{"-duration", "1s", "-warmup", "300ms", "-runs", "1", "-json", "-out", out}, &stdout, &stderr)
-	t.Logf("run took %v; progress:\n%s", time.Since(start).Round(time.Millisecond), stderr.String())
+	took := time.Since(start).Round(time.Millisecond)
+	// The progress goes last, after any failure, which a reader of a
+	// cut log then finds at its top.
+	defer func() { t.Logf("run took %v; progress:\n%s", took, stderr.String()) }()
 	if code != exitOK {
 		t.Fatalf("run exited %d", code)
 	}
