@@ -1,7 +1,9 @@
 package main
 
-// The tunnel scenario's wireguard-go rows: its plumbing alone (TUN and
-// StdNetBind wired by loops, plaintext) and a real device.
+// The wireguard-go rows of the tunnel and wireguard scenarios: its
+// plumbing alone (TUN and StdNetBind wired by loops, plaintext) and a
+// real device; and what every WireGuard end of the bench shares (its
+// configuration, the wait for its handshake).
 
 import (
 	"crypto/rand"
