@@ -90,6 +90,7 @@ func TestSmoke(t *testing.T) {
 		"ingress/packet", "ingress/floor", "ingress/xdp", "ingress/packet-cut", "ingress/kernel", "ingress/tun",
 		"peers/gsoplane", "peers/wireguard-go", "peers/tailscale-split",
 		"tunnel/kernel", "tunnel/tunnel", "tunnel/wg-plumbing", "tunnel/vpn", "tunnel/wg-device",
+		"wireguard/wireguard", "wireguard/wg-device", "wireguard/tunnel",
 	} {
 		if _, ok := rows[want]; !ok {
 			t.Errorf("no row %s", want)
@@ -168,7 +169,7 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("%s: %.0f bit/s, %.3f gateway cores per Gbit/s", r, x.ThroughputBps, x.GatewayCoresPerGbit)
 		}
 	}
-	for _, r := range []string{"gso/default", "gro/packet-gro", "tunnel/tunnel"} {
+	for _, r := range []string{"gso/default", "gro/packet-gro", "tunnel/tunnel", "wireguard/wireguard"} {
 		if !rows[r].Product {
 			t.Errorf("%s: not marked as the product", r)
 		}

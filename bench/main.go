@@ -35,6 +35,9 @@
 //	              gsoplane's Tunnel vs wireguard-go's TUN and StdNetBind
 //	              (plaintext), examples/vpn vs a wireguard-go device
 //	              (encrypted), the kernel alone
+//	wireguard     the same VPN through real WireGuard: gsoplane's (wgtunnel,
+//	              the product) vs a wireguard-go device, and the plaintext
+//	              Tunnel
 //
 // The floor rows (floor_linux.go) bound what a userspace path can do on
 // the topology: a minimal program, written for the bench, that copies
@@ -108,7 +111,7 @@ const (
 )
 
 // scenarioNames lists the scenarios in the order they run.
-var scenarioNames = []string{"backpressure", "gso", "tunnel-gso", "gro", "queues", "hook", "xdphook", "ingress", "peers", "tunnel"}
+var scenarioNames = []string{"backpressure", "gso", "tunnel-gso", "gro", "queues", "hook", "xdphook", "ingress", "peers", "tunnel", "wireguard"}
 
 // options are the parsed flags.
 type options struct {

@@ -354,7 +354,7 @@ func columnsFor(scenario string) []column {
 		return append([]column{name, sent, errs, msgs, recv, mbps, good, drops, lost, cpu}, cost...)
 	case "hook", "xdphook":
 		return append([]column{name, mpps, mbps, sent, errs, recv, drops, cpu}, cost...)
-	case "tunnel":
+	case "tunnel", "wireguard":
 		return append([]column{name, mbps, direction("A→B Mbit/s", false), direction("B→A Mbit/s", true), retrans,
 			perCall("dgrams/send", func(m runResult) float64 { return m.DgramsPerSend }),
 			perCall("dgrams/recv", func(m runResult) float64 { return m.DgramsPerRecv }), cpu}, cost...)

@@ -26,6 +26,7 @@ type scenarioDef struct {
 
 var scenarios = map[string]scenarioDef{
 	"tunnel-gso": tunnelGSOScenario,
+	"wireguard":  wireguardScenario,
 	"backpressure": {
 		name: "backpressure",
 		title: func(o options) string {

@@ -59,20 +59,24 @@ type tunnelEnd interface {
 type openTunnelEnd func(ns *netlab.NS, local, peer netip.Addr) (tunnelEnd, error)
 
 func tunnelRows() []rowSpec {
-	row := func(name string, open openTunnelEnd) rowSpec {
-		return rowSpec{name: name, units: units{sent: "bytes", received: "—"}, retrans: true, start: func(ctx context.Context) (trial, error) {
-			return startTunnelTrial(open)
-		}}
-	}
 	return []rowSpec{
-		row("tunnel", openGsoTunnel).copying(tunnelCopies).asProduct(),
-		row("floor", openTunnelFloor).copying(2 * floorCopies),
-		row("kernel", nil).copying(kernelCopies),
-		row("tunnel-peers", openGsoTunnelPeers).copying(tunnelCopies),
-		row("wg-plumbing", openWGPlumbing),
-		row("vpn", openVPN).copying(tunnelCopies),
-		row("wg-device", openWGDevice),
+		tunnelRow("tunnel", openGsoTunnel).copying(tunnelCopies).asProduct(),
+		tunnelRow("floor", openTunnelFloor).copying(2 * floorCopies),
+		tunnelRow("kernel", nil).copying(kernelCopies),
+		tunnelRow("tunnel-peers", openGsoTunnelPeers).copying(tunnelCopies),
+		tunnelRow("wg-plumbing", openWGPlumbing),
+		tunnelRow("vpn", openVPN).copying(tunnelCopies),
+		tunnelRow("wg-device", openWGDevice),
 	}
+}
+
+// tunnelRow is a row of a tunnel's trial whose ends open: one TCP
+// stream each way between the pair's namespaces (nil: over the veth
+// alone).
+func tunnelRow(name string, open openTunnelEnd) rowSpec {
+	return rowSpec{name: name, units: units{sent: "bytes", received: "—"}, retrans: true, start: func(ctx context.Context) (trial, error) {
+		return startTunnelTrial(open)
+	}}
 }
 
 // tunnelTrial is a pair with a tunnel end in each namespace (none for the
@@ -115,8 +119,8 @@ func (t *tunnelTrial) start(open openTunnelEnd) (err error) {
 			}
 		}
 	}
-	if w, ok := t.endA().(wgDevice); ok {
-		if err := w.waitHandshake(t.p.A, dstB, t.ends[1].(wgDevice)); err != nil {
+	if w, ok := t.endA().(handshaker); ok {
+		if err := waitHandshake(t.p.A, dstB, w, t.ends[1].(handshaker)); err != nil {
 			return err
 		}
 	}

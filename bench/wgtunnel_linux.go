@@ -1,7 +1,9 @@
 package main
 
-// The tunnel scenario's wireguard-go rows: its plumbing alone (TUN and
-// StdNetBind wired by loops, plaintext) and a real device.
+// The wireguard-go rows of the tunnel and wireguard scenarios: its
+// plumbing alone (TUN and StdNetBind wired by loops, plaintext) and a
+// real device; and what every WireGuard end of the bench shares (its
+// configuration, the wait for its handshake).
 
 import (
 	"crypto/rand"
@@ -160,7 +162,7 @@ type wgDevice struct {
 	log *wgLog
 }
 
-// wgLog keeps a wireguard-go device's last log lines, for an error that
+// wgLog keeps a WireGuard end's last log lines, for an error that
 // needs them.
 type wgLog struct {
 	mu    sync.Mutex
@@ -174,6 +176,12 @@ func (l *wgLog) printf(format string, args ...any) {
 	if len(l.lines) > 20 {
 		l.lines = l.lines[len(l.lines)-20:]
 	}
+}
+
+// Write takes a log line (a slog handler's).
+func (l *wgLog) Write(b []byte) (int, error) {
+	l.printf("%s", strings.TrimSpace(string(b)))
+	return len(b), nil
 }
 
 func (l *wgLog) String() string {
@@ -190,11 +198,9 @@ var wgKeys struct {
 }
 
 // openWGDevice opens a wireguard-go device in ns (MTU 1420, as wg-quick
-// sets it), configured with IpcSet: its key, its port, the peer's key,
-// address and the inner /24 behind it.
+// sets it), configured with IpcSet (wgConfig).
 func openWGDevice(ns *netlab.NS, local, peer netip.Addr) (tunnelEnd, error) {
-	mine, theirs := wgKey(local), wgKey(peer)
-	pub, err := curve25519.X25519(theirs[:], curve25519.Basepoint)
+	cfg, err := wgConfig(local, peer)
 	if err != nil {
 		return nil, err
 	}
@@ -206,8 +212,6 @@ func openWGDevice(ns *netlab.NS, local, peer netip.Addr) (tunnelEnd, error) {
 			return err
 		}
 		d = device.NewDevice(dev, conn.NewDefaultBind(), &device.Logger{Verbosef: log.printf, Errorf: log.printf})
-		cfg := fmt.Sprintf("private_key=%s\nlisten_port=%d\npublic_key=%s\nendpoint=%s\nallowed_ip=%s\n",
-			hex.EncodeToString(mine[:]), tnlPort, hex.EncodeToString(pub), netip.AddrPortFrom(peer, tnlPort), "198.19.0.0/24")
 		if err := d.IpcSet(cfg); err != nil {
 			return fmt.Errorf("wireguard-go IpcSet: %w", err)
 		}
@@ -220,6 +224,19 @@ func openWGDevice(ns *netlab.NS, local, peer netip.Addr) (tunnelEnd, error) {
 		return nil, err
 	}
 	return wgDevice{d, log}, nil
+}
+
+// wgConfig is the configuration of the WireGuard end at local, as a
+// set operation of wg's configuration protocol: its key, its port, the
+// peer's key, address and the inner /24 behind it.
+func wgConfig(local, peer netip.Addr) (string, error) {
+	mine, theirs := wgKey(local), wgKey(peer)
+	pub, err := curve25519.X25519(theirs[:], curve25519.Basepoint)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("private_key=%s\nlisten_port=%d\npublic_key=%s\nendpoint=%s\nallowed_ip=%s\n",
+		hex.EncodeToString(mine[:]), tnlPort, hex.EncodeToString(pub), netip.AddrPortFrom(peer, tnlPort), "198.19.0.0/24"), nil
 }
 
 // wgKey returns the private key of the end at addr, made the first time.
@@ -241,29 +258,35 @@ func wgKey(addr netip.Addr) [32]byte {
 
 func (w wgDevice) datagrams() (sent, sends, received, receives uint64) { return 0, 0, 0, 0 }
 
-// handshakeTimeout bounds waitHandshake: wireguard-go tries a lost
+// handshakeTimeout bounds waitHandshake: WireGuard tries a lost
 // initiation again every REKEY_TIMEOUT (5 s), and a machine busy with
 // other work slows each try.
 const handshakeTimeout = time.Minute
 
+// A handshaker is a WireGuard end: its packets wait for a handshake.
+type handshaker interface {
+	// handshaked reports whether the end completed a handshake with its
+	// peer.
+	handshaked() (bool, error)
+	// logTail is the end's last log lines, for an error.
+	logTail() string
+}
+
 // waitHandshake sends a datagram from ns to dst through the tunnel every
-// half second until the device reports a handshake with its peer (the
-// device at the other end), so that a stream's connection never waits
-// on one: a handshake done after the SYN's retransmission at 7 s left the
+// half second until end reports a handshake with its peer (the end
+// at the other end), so that a stream's connection never waits on one: a
+// handshake done after the SYN's retransmission at 7 s left the
 // connection to the one at 15 s, past its timeout. Without a handshake
-// its error has both devices' last log lines.
-func (w wgDevice) waitHandshake(ns *netlab.NS, dst netip.Addr, peer wgDevice) error {
+// its error has both ends' last log lines.
+func waitHandshake(ns *netlab.NS, dst netip.Addr, end, peer handshaker) error {
 	deadline := time.Now().Add(handshakeTimeout)
 	for {
-		cfg, err := w.dev.IpcGet()
-		if err != nil {
-			return fmt.Errorf("wireguard-go IpcGet: %w", err)
-		}
-		if strings.Contains(cfg, "last_handshake_time_sec=") && !strings.Contains(cfg, "last_handshake_time_sec=0\n") {
-			return nil
+		done, err := end.handshaked()
+		if err != nil || done {
+			return err
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("wireguard-go: no handshake within %v; this end's log: %v; the peer's: %v", handshakeTimeout, w.log, peer.log)
+			return fmt.Errorf("wireguard: no handshake within %v; this end's log: %v; the peer's: %v", handshakeTimeout, end.logTail(), peer.logTail())
 		}
 		err = ns.Run(func() error {
 			c, err := net.Dial("udp4", netip.AddrPortFrom(dst, 9).String()) // discard
@@ -279,6 +302,16 @@ func (w wgDevice) waitHandshake(ns *netlab.NS, dst netip.Addr, peer wgDevice) er
 		time.Sleep(500 * time.Millisecond)
 	}
 }
+
+func (w wgDevice) handshaked() (bool, error) {
+	cfg, err := w.dev.IpcGet()
+	if err != nil {
+		return false, fmt.Errorf("wireguard-go IpcGet: %w", err)
+	}
+	return strings.Contains(cfg, "last_handshake_time_sec=") && !strings.Contains(cfg, "last_handshake_time_sec=0\n"), nil
+}
+
+func (w wgDevice) logTail() string { return w.log.String() }
 
 func (w wgDevice) stop() error {
 	w.dev.Close()

@@ -139,7 +139,8 @@ func (h *hooks) seal(dgrams [][]byte, peers []int) {
 
 // open is the tunnel's Open: data messages are opened in place and
 // named for the peer their receiver index belongs to (so that a peer
-// roams); keepalives and handshake messages are Control.
+// roams), its place looked up once per run of datagrams from one peer;
+// keepalives and handshake messages are Control.
 func (h *hooks) open(dgrams [][]byte, peers []int, verdicts []udp.Verdict) {
 	tab := h.slots.Load()
 	s := h.packets(len(dgrams))
@@ -148,14 +149,22 @@ func (h *hooks) open(dgrams [][]byte, peers []int, verdicts []udp.Verdict) {
 		pkts[i] = wireguard.Packet{Buf: b}
 	}
 	h.dev.Open(pkts)
+	var last *wireguard.Peer
+	slot, placed := 0, false
 	for i := range pkts {
 		verdicts[i] = verdict(pkts[i].Reason, dgrams[i])
-		if p := pkts[i].Peer; p != nil {
-			if slot, ok := tab.index[p]; ok {
-				peers[i] = slot
-			} else if verdicts[i] == udp.Accept {
-				verdicts[i] = udp.DropAuth // a peer removed meanwhile
-			}
+		p := pkts[i].Peer
+		if p == nil {
+			continue
+		}
+		if p != last {
+			last = p
+			slot, placed = tab.index[p]
+		}
+		if placed {
+			peers[i] = slot
+		} else if verdicts[i] == udp.Accept {
+			verdicts[i] = udp.DropAuth // a peer removed meanwhile
 		}
 	}
 	h.done(s)

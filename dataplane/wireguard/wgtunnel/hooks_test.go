@@ -15,13 +15,24 @@ import (
 // handshake (a initiated), each with the other as its tunnel peer 0.
 func pairedHooks(t testing.TB) (a, b *hooks) {
 	t.Helper()
-	da, pa := newDevice(t)
-	db, pb := newDevice(t)
-	peerA, err := db.AddPeer(wireguard.PeerConfig{PublicKey: pa})
+	da, _ := newDevice(t)
+	db, _ := newDevice(t)
+	peerB, peerA := handshake(t, da, db)
+	a, b = newHooks(da, 1), newHooks(db, 1)
+	a.slots.Store(newSlots([]*wireguard.Peer{peerB}))
+	b.slots.Store(newSlots([]*wireguard.Peer{peerA}))
+	return a, b
+}
+
+// handshake makes da and db each other's peers and completes a
+// handshake, da initiating; it returns db as da's peer and da as db's.
+func handshake(t testing.TB, da, db *wireguard.Device) (peerB, peerA *wireguard.Peer) {
+	t.Helper()
+	peerA, err := db.AddPeer(wireguard.PeerConfig{PublicKey: da.PublicKey()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	peerB, err := da.AddPeer(wireguard.PeerConfig{PublicKey: pb})
+	peerB, err = da.AddPeer(wireguard.PeerConfig{PublicKey: db.PublicKey()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,10 +48,7 @@ func pairedHooks(t testing.TB) (a, b *hooks) {
 	if _, _, err := da.Handle(nil, resp, addrB, false); err != nil {
 		t.Fatal(err)
 	}
-	a, b = newHooks(da, 1), newHooks(db, 1)
-	a.slots.Store(newSlots([]*wireguard.Peer{peerB}))
-	b.slots.Store(newSlots([]*wireguard.Peer{peerA}))
-	return a, b
+	return peerB, peerA
 }
 
 // newDevice returns a device with a key, and its public key.
@@ -164,6 +172,58 @@ func TestHooksNoKey(t *testing.T) {
 	b.open(ka, peers, verdicts[:1])
 	if verdicts[0] != udp.Control || peers[0] != 0 {
 		t.Fatalf("keepalive: verdict %v, peer %d", verdicts[0], peers[0])
+	}
+}
+
+// TestHooksOpenPeers: a batch mixing two peers' data messages opens
+// each named for its own peer's place; a peer no longer in the tunnel's
+// table (removed meanwhile) has its messages dropped as unauthentic,
+// the other's still accepted.
+func TestHooksOpenPeers(t *testing.T) {
+	d, _ := newDevice(t)
+	x, _ := newDevice(t)
+	y, _ := newDevice(t)
+	_, px := handshake(t, x, d)
+	_, py := handshake(t, y, d)
+	hx, hy := newHooks(x, 1), newHooks(y, 1)
+	hx.slots.Store(newSlots([]*wireguard.Peer{x.Peers()[0]}))
+	hy.slots.Store(newSlots([]*wireguard.Peer{y.Peers()[0]}))
+	const size = 200
+	from := []*hooks{hx, hx, hy, hx, hy, hy} // x's and y's, interleaved
+	sealed := func() [][]byte {
+		dgrams := make([][]byte, len(from))
+		for i, h := range from {
+			bt := newBatch(1, size)
+			bt.fill(size)
+			h.seal(bt.dgrams, bt.peers)
+			dgrams[i] = bt.dgrams[0]
+		}
+		return dgrams
+	}
+	h := newHooks(d, 1)
+	for _, c := range []struct {
+		table []*wireguard.Peer
+		x, y  int // the places of x and y, -1: not in the table
+	}{{[]*wireguard.Peer{nil, py, px}, 2, 1}, {[]*wireguard.Peer{px}, 0, -1}} {
+		h.slots.Store(newSlots(c.table))
+		dgrams := sealed()
+		peers, verdicts := make([]int, len(dgrams)), make([]udp.Verdict, len(dgrams))
+		for i := range peers {
+			peers[i] = -1
+		}
+		h.open(dgrams, peers, verdicts)
+		for i, src := range from {
+			want, verdict := c.x, udp.Accept
+			if src == hy {
+				want = c.y
+			}
+			if want < 0 {
+				verdict = udp.DropAuth
+			}
+			if peers[i] != want || verdicts[i] != verdict {
+				t.Errorf("table %v, datagram %d: peer %d, verdict %v; want %d, %v", c.table, i, peers[i], verdicts[i], want, verdict)
+			}
+		}
 	}
 }
 
