@@ -9,21 +9,44 @@ import (
 )
 
 // slots are the tunnel's peers as the hooks see them: slots[i] is the
-// WireGuard peer of the tunnel's peer i (nil: a free slot), and index
-// the other way. A table is immutable; the device swaps in a new one.
+// WireGuard peer of the tunnel's peer i (nil: a free slot), counters[i]
+// its counters, and index the other way. A table is immutable; the
+// device swaps in a new one.
 type slots struct {
-	peers []*wireguard.Peer
-	index map[*wireguard.Peer]int
+	peers    []*wireguard.Peer
+	counters []*peerCounters
+	index    map[*wireguard.Peer]int
 }
 
-func newSlots(peers []*wireguard.Peer) *slots {
-	s := &slots{peers: peers, index: make(map[*wireguard.Peer]int, len(peers))}
+// newSlots returns the table of peers, with their counters in counters
+// (new ones for a peer without).
+func newSlots(peers []*wireguard.Peer, counters map[*wireguard.Peer]*peerCounters) *slots {
+	s := &slots{peers: peers, counters: make([]*peerCounters, len(peers)), index: make(map[*wireguard.Peer]int, len(peers))}
 	for i, p := range peers {
 		if p != nil {
 			s.index[p] = i
+			if s.counters[i] = counters[p]; s.counters[i] == nil {
+				s.counters[i] = new(peerCounters)
+			}
 		}
 	}
 	return s
+}
+
+// of returns the counters of p, or nil.
+func (s *slots) of(p *wireguard.Peer) *peerCounters {
+	if i, ok := s.index[p]; ok {
+		return s.counters[i]
+	}
+	return nil
+}
+
+// counter returns the counters of tunnel peer i, or nil.
+func (s *slots) counter(i int) *peerCounters {
+	if i < 0 || i >= len(s.counters) {
+		return nil
+	}
+	return s.counters[i]
 }
 
 // peer returns the WireGuard peer of tunnel peer i, or nil.
@@ -80,6 +103,7 @@ type hooks struct {
 
 	noKey    atomic.Uint64 // packets dropped by Seal for want of a keypair
 	unsealed atomic.Uint64 // packets Seal refused for another reason
+	refused  reasons       // data messages Open refused that named no peer
 }
 
 // newHooks returns the hooks of dev for callers goroutines at once.
@@ -88,7 +112,7 @@ func newHooks(dev *wireguard.Device, callers int) *hooks {
 	for range callers {
 		h.scratch <- new([]wireguard.Packet)
 	}
-	h.slots.Store(newSlots(nil))
+	h.slots.Store(newSlots(nil, nil))
 	return h
 }
 
@@ -132,6 +156,9 @@ func (h *hooks) seal(dgrams [][]byte, peers []int) {
 		default:
 			h.unsealed.Add(1)
 		}
+		if c := tab.counter(peers[i]); c != nil {
+			c.drops.add(pkts[i].Reason)
+		}
 		dgrams[i] = dgrams[i][:0]
 	}
 	h.done(s)
@@ -150,12 +177,18 @@ func (h *hooks) open(dgrams [][]byte, peers []int, verdicts []udp.Verdict) {
 	h.dev.Open(pkts)
 	for i := range pkts {
 		verdicts[i] = verdict(pkts[i].Reason, dgrams[i])
-		if p := pkts[i].Peer; p != nil {
-			if slot, ok := tab.index[p]; ok {
-				peers[i] = slot
-			} else if verdicts[i] == udp.Accept {
-				verdicts[i] = udp.DropAuth // a peer removed meanwhile
+		slot, known := tab.index[pkts[i].Peer]
+		switch {
+		case known:
+			peers[i] = slot
+			if verdicts[i] != udp.Accept && verdicts[i] != udp.Control {
+				tab.counters[slot].drops.add(pkts[i].Reason)
 			}
+		case pkts[i].Peer != nil && verdicts[i] == udp.Accept:
+			verdicts[i] = udp.DropAuth // a peer removed meanwhile
+			h.refused.add(wireguard.UnknownPeer)
+		case verdicts[i] != udp.Accept && verdicts[i] != udp.Control:
+			h.refused.add(pkts[i].Reason)
 		}
 	}
 	h.done(s)

@@ -38,8 +38,8 @@ func pairedHooks(t testing.TB) (a, b *hooks) {
 		t.Fatal(err)
 	}
 	a, b = newHooks(da, 1), newHooks(db, 1)
-	a.slots.Store(newSlots([]*wireguard.Peer{peerB}))
-	b.slots.Store(newSlots([]*wireguard.Peer{peerA}))
+	a.slots.Store(newSlots([]*wireguard.Peer{peerB}, nil))
+	b.slots.Store(newSlots([]*wireguard.Peer{peerA}, nil))
 	return a, b
 }
 
@@ -136,7 +136,7 @@ func TestHooksNoKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := newHooks(d, 1)
-	h.slots.Store(newSlots([]*wireguard.Peer{p}))
+	h.slots.Store(newSlots([]*wireguard.Peer{p}, nil))
 	bt := newBatch(2, 100)
 	bt.fill(100)
 	bt.peers[1] = 7 // no such peer
@@ -206,5 +206,51 @@ func TestPlacePeers(t *testing.T) {
 	got = placePeers(got, []*wireguard.Peer{p[0], p[3]})
 	if !slices.Equal(got, []*wireguard.Peer{p[0], p[3]}) {
 		t.Fatalf("after removing the last: %v", got)
+	}
+}
+
+// TestHooksDrops: Seal's refusals are counted for the peer by reason,
+// Open's refusals of messages that named no peer for the device; a
+// keepalive and a handshake message are no drops.
+func TestHooksDrops(t *testing.T) {
+	if r := wireguard.Reason(len(Drops{})); r.String() != "unknown reason" {
+		t.Fatalf("Drops has no room for the reason %q", r)
+	}
+	d, _ := newDevice(t)
+	_, pub := newDevice(t)
+	p, err := d.AddPeer(wireguard.PeerConfig{PublicKey: pub})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHooks(d, 1)
+	h.slots.Store(newSlots([]*wireguard.Peer{p}, nil))
+	bt := newBatch(3, 100)
+	bt.fill(100)
+	h.seal(bt.dgrams, bt.peers)
+	if got := h.slots.Load().of(p).drops.load(); got[wireguard.NoKey] != 3 {
+		t.Errorf("the peer's drops %v, want 3 for NoKey", got)
+	}
+	init, err := d.AppendInitiation(nil, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, 64)
+	data[0] = wireguard.TypeData
+	h.open([][]byte{init, data, data[:20]}, []int{-1, -1, -1}, make([]udp.Verdict, 3))
+	want := Drops{}
+	want[wireguard.UnknownIndex], want[wireguard.Short] = 1, 1
+	if got := h.refused.load(); got != want {
+		t.Errorf("Open's refusals %v, want %v", got, want)
+	}
+
+	a, b := pairedHooks(t)
+	ka := [][]byte{make([]byte, wireguard.MinDataSize)}
+	a.seal(ka, []int{0})
+	b.open(ka, []int{-1}, make([]udp.Verdict, 1))
+	if got := b.refused.load(); got != (Drops{}) {
+		t.Errorf("a keepalive counted as refused: %v", got)
+	}
+	if got := b.slots.Load().counter(0).drops.load(); got != (Drops{}) {
+		t.Errorf("a keepalive counted as the peer's drop: %v", got)
 	}
 }
