@@ -7,12 +7,16 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/gsoplane/gsoplane/dataplane/frame"
+	"github.com/gsoplane/gsoplane/dataplane/tunnel"
 	"github.com/gsoplane/gsoplane/dataplane/wireguard"
 	"github.com/gsoplane/gsoplane/dataplane/wireguard/wgtunnel"
 	"github.com/gsoplane/gsoplane/internal/httpserve"
@@ -139,5 +143,36 @@ func promtoolCheck(t *testing.T, page string) {
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
 		t.Errorf("promtool check metrics: %v\n%s", err, out.String())
+	}
+}
+
+// TestMetricsDocumented: docs/wireguard.md has a row for every metric
+// the collector describes, and its wggso_tunnel_events_total row names
+// every counter the tunnel names, so that a new counter is the
+// tunnel's and the docs' only.
+func TestMetricsDocumented(t *testing.T) {
+	b, err := os.ReadFile("../../docs/wireguard.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]string{}
+	for line := range strings.Lines(string(b)) {
+		if m := regexp.MustCompile("^\\| `(wggso_[a-z_]+)").FindStringSubmatch(line); m != nil {
+			rows[m[1]] = line
+		}
+	}
+	descs := make(chan *prometheus.Desc, 64)
+	collector{}.Describe(descs)
+	close(descs)
+	for d := range descs {
+		name := regexp.MustCompile(`fqName: "([a-z_]+)"`).FindStringSubmatch(d.String())[1]
+		if rows[name] == "" {
+			t.Errorf("docs/wireguard.md has no row for %s", name)
+		}
+	}
+	for _, c := range (tunnel.Stats{}).AppendCounters(nil) {
+		if !strings.Contains(rows["wggso_tunnel_events_total"], "`"+c.Name+"`") {
+			t.Errorf("docs/wireguard.md: wggso_tunnel_events_total does not name the event %s", c.Name)
+		}
 	}
 }
