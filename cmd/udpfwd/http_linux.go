@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gsoplane/gsoplane/internal/buildinfo"
 	"github.com/gsoplane/gsoplane/internal/httpserve"
 )
 
@@ -17,4 +18,7 @@ func newHTTPServer(reg *prometheus.Registry, health func() error, pprofOn bool, 
 
 // newRegistry registers the gateway's collector with the build
 // information and the Go runtime and process collectors.
-func newRegistry(c *statsCollector) *prometheus.Registry { return httpserve.NewRegistry("udpfwd", c) }
+func newRegistry(c *statsCollector) *prometheus.Registry {
+	b := buildinfo.Read()
+	return httpserve.NewRegistry("udpfwd", httpserve.Build{Version: b.Version, Revision: b.Revision, Go: b.Go}, c)
+}

@@ -8,6 +8,8 @@ import (
 	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/dataplane/wireguard"
 	"github.com/gsoplane/gsoplane/dataplane/wireguard/wgtunnel"
+	"github.com/gsoplane/gsoplane/internal/buildinfo"
+	"github.com/gsoplane/gsoplane/internal/httpserve"
 )
 
 func desc(name, help string, labels ...string) *prometheus.Desc {
@@ -107,6 +109,13 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for _, r := range frame.ReturnDropReasons {
 		counter(descTunnelDrops, s.Tunnel.Return.Drops[r], "peer_to_tun", r.String())
 	}
+}
+
+// newRegistry registers c with the build information and the Go runtime
+// and process collectors.
+func newRegistry(c collector) *prometheus.Registry {
+	b := buildinfo.Read()
+	return httpserve.NewRegistry("wggso", httpserve.Build{Version: b.Version, Revision: b.Revision, Go: b.Go}, c)
 }
 
 // health says why the interface cannot carry packets now: no private

@@ -33,7 +33,7 @@ func (f *fakeDevice) PeerStats() []wgtunnel.PeerStats { return f.peers }
 
 // scrapeCollector returns c's /metrics page as wggso's server serves it.
 func scrapeCollector(c collector) string {
-	srv := httpserve.New(httpserve.NewRegistry("wggso", c), httpserve.Config{Name: "wggso", Health: func() error { return nil }, Logger: slog.New(slog.DiscardHandler)})
+	srv := httpserve.New(newRegistry(c), httpserve.Config{Name: "wggso", Health: func() error { return nil }, Logger: slog.New(slog.DiscardHandler)})
 	rec := httptest.NewRecorder()
 	srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	return rec.Body.String()

@@ -168,7 +168,7 @@ func serveMetrics(ln net.Listener, dev *wgtunnel.Device, cfg *config, log *slog.
 	if ln == nil {
 		return errc, func() {}
 	}
-	srv := httpserve.New(httpserve.NewRegistry("wggso", collector{dev}), httpserve.Config{
+	srv := httpserve.New(newRegistry(collector{dev}), httpserve.Config{
 		Name: "wggso", Version: version(), Health: func() error { return health(dev) }, Pprof: cfg.Pprof, Logger: log,
 	})
 	go func() {

@@ -22,8 +22,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/time/rate"
-
-	"github.com/gsoplane/gsoplane/internal/buildinfo"
 )
 
 // The server's limits. Any local user can reach it, all from the same
@@ -90,11 +88,13 @@ func Listen(addr string) (net.Listener, error) {
 	return ln, nil
 }
 
+// Build is the build NAME_build_info names (internal/buildinfo has it).
+type Build struct{ Version, Revision, Go string }
+
 // NewRegistry registers cs with NAME_build_info (always 1; its labels
 // version, revision and goversion say which build runs) and the Go
 // runtime and process collectors.
-func NewRegistry(name string, cs ...prometheus.Collector) *prometheus.Registry {
-	b := buildinfo.Read()
+func NewRegistry(name string, b Build, cs ...prometheus.Collector) *prometheus.Registry {
 	info := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: name + "_build_info", Help: "Always 1; the labels say which build of " + name + " runs.",
 		ConstLabels: prometheus.Labels{"version": b.Version, "revision": b.Revision, "goversion": b.Go},

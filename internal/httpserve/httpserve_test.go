@@ -17,7 +17,7 @@ import (
 )
 
 func testServer(health func() error) *Server {
-	return New(NewRegistry("test"), Config{Name: "test", Version: "v0 <x>", Health: health})
+	return New(NewRegistry("test", Build{Version: "v0"}), Config{Name: "test", Version: "v0 <x>", Health: health})
 }
 
 // serveLoopback serves a healthy testServer on a loopback port until the
