@@ -168,6 +168,15 @@ func TestInteropWireguardGo(t *testing.T) {
 	t.Logf("tunnel: sent %d datagrams in %d messages, received %d in %d; control sent %d, received %d",
 		s.Tunnel.Send.Datagrams, s.Tunnel.Send.Messages, s.Tunnel.Receive.Datagrams, s.Tunnel.Receive.Messages,
 		s.Tunnel.ControlSent, s.Tunnel.Receive.Control)
+
+	// Another listen port opens the tunnel again: the counters go on.
+	before := d.PeerStats()[0]
+	apply(t, h, fmt.Sprintf("listen_port=%d\n", port+1))
+	after, s2 := d.PeerStats()[0], d.Stats()
+	if after.RxPackets < before.RxPackets || after.TxPackets < before.TxPackets || s2.Tunnel.Send.Datagrams < s.Tunnel.Send.Datagrams || !s2.Tunnel.Send.GSO {
+		t.Errorf("after the tunnel opened again: peer packets %d and %d (were %d and %d), tunnel datagrams sent %d (were %d), GSO %v",
+			after.RxPackets, after.TxPackets, before.RxPackets, before.TxPackets, s2.Tunnel.Send.Datagrams, s.Tunnel.Send.Datagrams, s2.Tunnel.Send.GSO)
+	}
 }
 
 // checkPeerStats checks the counters of the Device's one peer, pub,
