@@ -209,7 +209,7 @@ func (d *Device) syncLocked() error {
 		d.closeTunnelLocked()
 		d.slotted, d.given = nil, nil
 		clear(d.counters)
-		d.hooks.slots.Store(newSlots(nil, nil))
+		d.hooks.slots.Store(newSlots(nil))
 		return nil
 	}
 	list := make([]udp.Peer, len(slotted))
@@ -236,7 +236,7 @@ func (d *Device) syncLocked() error {
 		d.given[i] = d.tnl.Peer(i).Endpoint
 	}
 	d.keepCounters(peers)
-	d.hooks.slots.Store(newSlots(slotted, d.counters))
+	d.hooks.slots.Store(newSlots(slotted).keep(d.counters))
 	return nil
 }
 

@@ -18,16 +18,24 @@ type slots struct {
 	index    map[*wireguard.Peer]int
 }
 
-// newSlots returns the table of peers, with their counters in counters
-// (new ones for a peer without).
-func newSlots(peers []*wireguard.Peer, counters map[*wireguard.Peer]*peerCounters) *slots {
+// newSlots returns the table of peers, each with counters of its own.
+func newSlots(peers []*wireguard.Peer) *slots {
 	s := &slots{peers: peers, counters: make([]*peerCounters, len(peers)), index: make(map[*wireguard.Peer]int, len(peers))}
 	for i, p := range peers {
 		if p != nil {
 			s.index[p] = i
-			if s.counters[i] = counters[p]; s.counters[i] == nil {
-				s.counters[i] = new(peerCounters)
-			}
+			s.counters[i] = new(peerCounters)
+		}
+	}
+	return s
+}
+
+// keep gives the table's peers the counters they have in counters, and
+// returns the table.
+func (s *slots) keep(counters map[*wireguard.Peer]*peerCounters) *slots {
+	for i, p := range s.peers {
+		if c := counters[p]; c != nil {
+			s.counters[i] = c
 		}
 	}
 	return s
@@ -112,7 +120,7 @@ func newHooks(dev *wireguard.Device, callers int) *hooks {
 	for range callers {
 		h.scratch <- new([]wireguard.Packet)
 	}
-	h.slots.Store(newSlots(nil, nil))
+	h.slots.Store(newSlots(nil))
 	return h
 }
 
@@ -177,21 +185,35 @@ func (h *hooks) open(dgrams [][]byte, peers []int, verdicts []udp.Verdict) {
 	h.dev.Open(pkts)
 	for i := range pkts {
 		verdicts[i] = verdict(pkts[i].Reason, dgrams[i])
-		slot, known := tab.index[pkts[i].Peer]
-		switch {
-		case known:
-			peers[i] = slot
-			if verdicts[i] != udp.Accept && verdicts[i] != udp.Control {
-				tab.counters[slot].drops.add(pkts[i].Reason)
+		if p := pkts[i].Peer; p != nil {
+			if slot, ok := tab.index[p]; ok {
+				peers[i] = slot
+			} else if verdicts[i] == udp.Accept {
+				verdicts[i] = udp.DropAuth // a peer removed meanwhile
 			}
-		case pkts[i].Peer != nil && verdicts[i] == udp.Accept:
-			verdicts[i] = udp.DropAuth // a peer removed meanwhile
-			h.refused.add(wireguard.UnknownPeer)
-		case verdicts[i] != udp.Accept && verdicts[i] != udp.Control:
-			h.refused.add(pkts[i].Reason)
 		}
 	}
+	h.countDrops(tab, pkts, peers, verdicts)
 	h.done(s)
+}
+
+// countDrops counts the datagrams open refused by reason: for their
+// peer if they authenticated as one in the table, else for the device.
+func (h *hooks) countDrops(tab *slots, pkts []wireguard.Packet, peers []int, verdicts []udp.Verdict) {
+	for i := range pkts {
+		if verdicts[i] == udp.Accept || verdicts[i] == udp.Control {
+			continue
+		}
+		r := pkts[i].Reason
+		if r == wireguard.OK {
+			r = wireguard.UnknownPeer // authentic, from a peer removed meanwhile
+		}
+		if p := pkts[i].Peer; p != nil && tab.peer(peers[i]) == p {
+			tab.counters[peers[i]].drops.add(r)
+		} else {
+			h.refused.add(r)
+		}
+	}
 }
 
 // verdict is what the tunnel does with a datagram Open left with r.

@@ -38,8 +38,8 @@ func pairedHooks(t testing.TB) (a, b *hooks) {
 		t.Fatal(err)
 	}
 	a, b = newHooks(da, 1), newHooks(db, 1)
-	a.slots.Store(newSlots([]*wireguard.Peer{peerB}, nil))
-	b.slots.Store(newSlots([]*wireguard.Peer{peerA}, nil))
+	a.slots.Store(newSlots([]*wireguard.Peer{peerB}))
+	b.slots.Store(newSlots([]*wireguard.Peer{peerA}))
 	return a, b
 }
 
@@ -136,7 +136,7 @@ func TestHooksNoKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := newHooks(d, 1)
-	h.slots.Store(newSlots([]*wireguard.Peer{p}, nil))
+	h.slots.Store(newSlots([]*wireguard.Peer{p}))
 	bt := newBatch(2, 100)
 	bt.fill(100)
 	bt.peers[1] = 7 // no such peer
@@ -223,7 +223,7 @@ func TestHooksDrops(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := newHooks(d, 1)
-	h.slots.Store(newSlots([]*wireguard.Peer{p}, nil))
+	h.slots.Store(newSlots([]*wireguard.Peer{p}))
 	bt := newBatch(3, 100)
 	bt.fill(100)
 	h.seal(bt.dgrams, bt.peers)
@@ -252,5 +252,22 @@ func TestHooksDrops(t *testing.T) {
 	}
 	if got := b.slots.Load().counter(0).drops.load(); got != (Drops{}) {
 		t.Errorf("a keepalive counted as the peer's drop: %v", got)
+	}
+
+	// Authentic, but no IP packet inside: the peer's malformed; from a
+	// peer no longer in the table: the device's unknown_peer.
+	bt = newBatch(2, 100)
+	bt.fill(100)
+	bt.dgrams[0][wireguard.HeaderLen] = 0x00 // IP version 0
+	a.seal(bt.dgrams, bt.peers)
+	b.open(bt.dgrams[:1], []int{-1}, make([]udp.Verdict, 1))
+	if got := b.slots.Load().counter(0).drops.load(); got[wireguard.Malformed] != 1 {
+		t.Errorf("the peer's drops %v, want 1 malformed", got)
+	}
+	b.slots.Store(newSlots(nil))
+	verdicts := make([]udp.Verdict, 1)
+	b.open(bt.dgrams[1:], []int{-1}, verdicts)
+	if got := b.refused.load(); verdicts[0] != udp.DropAuth || got[wireguard.UnknownPeer] != 1 {
+		t.Errorf("from a peer removed: verdict %v, refused %v, want DropAuth and 1 unknown_peer", verdicts[0], got)
 	}
 }
