@@ -37,7 +37,7 @@ func TestCollector(t *testing.T) {
 
 	rec := httptest.NewRecorder()
 	newHTTPServer(newRegistry(&statsCollector{stats: func() dataplane.GatewayStats { return s }, port: "xdp", backpressure: true}), func() error { return nil }, false, slog.New(slog.DiscardHandler)).
-		Handler.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	m, err := parseMetrics(rec.Body)
 	if err != nil {
 		t.Fatal(err)

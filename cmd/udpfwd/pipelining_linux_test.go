@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gsoplane/gsoplane/internal/httpserve"
 	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
@@ -29,7 +30,7 @@ const pipelinedRSSGrowth = 16 << 20
 // connection to udpfwd's metrics port and never reads an answer. The
 // server stops reading when its answers fill the socket buffers and
 // closes the connection when a write has waited for the write timeout
-// (httpWrite); past the rate limit its answers are 429s. Meanwhile
+// (httpserve.WriteTimeout); past the rate limit its answers are 429s. Meanwhile
 // another client still gets /healthz, udpfwd's resident set stays
 // within pipelinedRSSGrowth, and once the connection is closed its
 // goroutines are back to what they were.
@@ -60,7 +61,7 @@ func TestMetricsPipelining(t *testing.T) {
 	var healthz int
 	rssMax := rss0
 	for open := true; open; {
-		if time.Since(start) > httpWrite+15*time.Second {
+		if time.Since(start) > httpserve.WriteTimeout+15*time.Second {
 			t.Fatalf("the pipelining connection is still open after %v (TCP state %d)", time.Since(start), tcpState(c))
 		}
 		code, err := healthzRetry(a)

@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/gsoplane/gsoplane/dataplane"
+	"github.com/gsoplane/gsoplane/internal/httpserve"
 )
 
 // run is udpfwd: it parses and checks the configuration, sets up the
@@ -69,9 +70,9 @@ type daemon struct {
 	cfg    *config
 	log    *slog.Logger
 	gw     *gateway
-	ln     net.Listener // nil without -metrics
-	srv    httpServer
-	notify *notifier // systemd's READY, STOPPING and WATCHDOG
+	ln     net.Listener      // nil without -metrics
+	srv    *httpserve.Server // nil until the metrics server starts
+	notify *notifier         // systemd's READY, STOPPING and WATCHDOG
 	// stopping is set once a signal asked for the drain (/healthz: 503).
 	stopping atomic.Bool
 	// forced is the exit status a second signal set (128+N), 0 before:
@@ -83,7 +84,7 @@ type daemon struct {
 // and logs the effective configuration. On failure it undoes what it did
 // and returns a nil daemon and the exit status.
 func start(cfg *config, acct *account, log *slog.Logger) (*daemon, int) {
-	ln, err := listenMetrics(cfg.Metrics)
+	ln, err := httpserve.Listen(cfg.Metrics)
 	if err != nil {
 		log.Error("cannot start", "err", err)
 		return nil, exitFailure

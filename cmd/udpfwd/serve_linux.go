@@ -100,7 +100,7 @@ func (d *daemon) startHTTP() <-chan error {
 	reg := newRegistry(&statsCollector{stats: d.gw.Stats, port: d.gw.Port().String(), ingress: d.cfg.Ingress != "", backpressure: d.cfg.Backpressure})
 	d.srv = newHTTPServer(reg, d.health, d.cfg.Pprof, d.log)
 	go func() {
-		if err := d.srv.serve(d.ln); !errors.Is(err, http.ErrServerClosed) {
+		if err := d.srv.Serve(d.ln); !errors.Is(err, http.ErrServerClosed) {
 			errc <- err
 		}
 	}()
@@ -126,7 +126,7 @@ func (d *daemon) health() error {
 // finish stops the metrics server, reports what was left unsent, closes
 // the gateway and returns the exit status.
 func (d *daemon) finish(failure error) int {
-	if d.srv.Server != nil {
+	if d.srv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		d.srv.Shutdown(ctx)
 		cancel()

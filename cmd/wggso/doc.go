@@ -9,7 +9,10 @@
 // interface and its socket are ready (or prints why they are not) and
 // exits, as wg-quick expects. It stops cleanly on SIGINT or SIGTERM,
 // when its socket file is removed, and when the interface is deleted
-// (wg-quick down).
+// (wg-quick down). It serves Prometheus metrics (each peer's traffic,
+// handshakes and drops by reason, the tunnel's counters) and /healthz
+// on -metrics, 127.0.0.1:9465 by default, with cmd/udpfwd's server
+// (internal/httpserve).
 //
 // Exit status: 0 after a clean stop (or -h, -version; without -f, once
 // the background process is ready); 1 when setting up or running

@@ -29,8 +29,14 @@ type config struct {
 	LogFile    string
 	LogLevel   string
 	Queues     int
+	Metrics    string
+	Pprof      bool
 	Interface  string
 }
+
+// defaultMetrics is -metrics's default: loopback, as udpfwd's, on a port
+// of its own.
+const defaultMetrics = "127.0.0.1:9465"
 
 func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("wggso", flag.ContinueOnError)
@@ -40,6 +46,8 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.LogFile, "log", "", "append the log to `file` (default: stderr with -f, none in the background)")
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.IntVar(&cfg.Queues, "queues", 1, "TUN queues, one forwarder each")
+	fs.StringVar(&cfg.Metrics, "metrics", defaultMetrics, "`ADDR` (host:port) to serve Prometheus /metrics and /healthz on; empty disables")
+	fs.BoolVar(&cfg.Pprof, "pprof", false, "also serve /debug/pprof/ on the -metrics address")
 	fs.Usage = func() {
 		fmt.Fprintln(out, "usage: wggso [-f] [flags] INTERFACE")
 		fs.PrintDefaults()

@@ -2,11 +2,14 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -15,6 +18,7 @@ import (
 
 	"github.com/gsoplane/gsoplane/dataplane/wireguard/uapi"
 	"github.com/gsoplane/gsoplane/dataplane/wireguard/wgtunnel"
+	"github.com/gsoplane/gsoplane/internal/httpserve"
 )
 
 // readyEnv names the file descriptor on which a background process
@@ -98,11 +102,20 @@ func background(args []string, stderr io.Writer) int {
 	return exitFailure
 }
 
-// serve creates the interface and serves its configuration socket
-// until a signal (SIGINT, SIGTERM), the socket file's removal or the
-// interface's deletion (nil), or a failure.
+// serve binds the metrics address, creates the interface and serves its
+// configuration socket and the metrics until a signal (SIGINT,
+// SIGTERM), the socket file's removal or the interface's deletion
+// (nil), or a failure.
 func serve(ctx context.Context, cfg *config, log *slog.Logger, ready func(error)) (err error) {
 	path, _ := uapi.SocketPath(cfg.Interface) // parse checked it
+	ln, err := httpserve.Listen(cfg.Metrics)
+	if err != nil {
+		ready(err)
+		return err
+	}
+	if ln != nil {
+		defer ln.Close()
+	}
 	dev, err := wgtunnel.New(wgtunnel.Config{Name: cfg.Interface, Queues: cfg.Queues, Logger: log})
 	if err != nil {
 		ready(err)
@@ -115,7 +128,10 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger, ready func(error)
 		return err
 	}
 	defer srv.Close()
-	log.Info("wggso: up", "interface", dev.Name(), "socket", path, "pid", os.Getpid(), "version", version())
+	metrics, stopMetrics := serveMetrics(ln, dev, cfg, log)
+	defer stopMetrics()
+	log.Info("wggso: up", "interface", dev.Name(), "socket", path, "metrics", cmp.Or(cfg.Metrics, "off"),
+		"pid", os.Getpid(), "version", version())
 	ready(nil)
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
@@ -127,6 +143,7 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger, ready func(error)
 	select {
 	case <-ctx.Done():
 		log.Info("wggso: stopping on a signal")
+	case err = <-metrics:
 	case err = <-served:
 		if errors.Is(err, uapi.ErrSocketRemoved) {
 			log.Info("wggso: stopping: the socket file was removed")
@@ -142,4 +159,22 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger, ready func(error)
 	stop()
 	srv.Close()
 	return errors.Join(err, <-ran)
+}
+
+// serveMetrics serves the device's metrics and health on ln (nil: none)
+// until stop; the channel reports a failure.
+func serveMetrics(ln net.Listener, dev *wgtunnel.Device, cfg *config, log *slog.Logger) (failed <-chan error, stop func()) {
+	errc := make(chan error, 1)
+	if ln == nil {
+		return errc, func() {}
+	}
+	srv := httpserve.New(newRegistry(collector{dev}), httpserve.Config{
+		Name: "wggso", Version: version(), Health: func() error { return health(dev) }, Pprof: cfg.Pprof, Logger: log,
+	})
+	go func() {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("metrics server: %w", err)
+		}
+	}()
+	return errc, func() { srv.Close() }
 }

@@ -26,7 +26,7 @@ import (
 func TestTunnelRecipe(t *testing.T) {
 	src, err := docrecipe.Block("../../docs/embedding.md", "## A VPN tunnel", "go")
 	netlab.Must(t, err)
-	excerpt, err := docrecipe.Block("../../README.md", "### Embed a VPN tunnel", "go")
+	excerpt, err := docrecipe.Block("../../README.md", "#### A plain tunnel", "go")
 	netlab.Must(t, err)
 	if err := docrecipe.Excerpt(excerpt, src); err != nil {
 		t.Errorf("the README's tunnel quick start is no excerpt of docs/embedding.md's program: %v", err)

@@ -63,6 +63,7 @@ type Device struct {
 	fail  chan error    // a tunnel's Run failed
 
 	ctrlDropped atomic.Uint64 // handshake messages dropped, the queue full
+	hsRefused   reasons       // handshake messages Handle refused
 
 	mu      sync.Mutex // the fields below, and configuration changes
 	conn    *net.UDPConn
@@ -72,7 +73,11 @@ type Device struct {
 	slotted []*wireguard.Peer
 	given   []netip.AddrPort // the endpoints the tunnel was given, by slot
 	allowed map[wireguard.Key][]netip.Prefix
-	closed  bool
+	// counters are the peers' own; past sums the counters of the
+	// tunnels closed.
+	counters map[*wireguard.Peer]*peerCounters
+	past     tunnel.Stats
+	closed   bool
 }
 
 // control is a handshake message and its source.
@@ -89,7 +94,7 @@ func New(cfg Config) (_ *Device, err error) {
 	d := &Device{
 		log:  cfg.Logger,
 		wake: make(chan struct{}, 1), ctrl: make(chan control, controlQueue), fail: make(chan error, 1),
-		allowed: map[wireguard.Key][]netip.Prefix{},
+		allowed: map[wireguard.Key][]netip.Prefix{}, counters: map[*wireguard.Peer]*peerCounters{},
 	}
 	if d.log == nil {
 		d.log = slog.Default()
@@ -203,6 +208,7 @@ func (d *Device) syncLocked() error {
 	if len(peers) == 0 {
 		d.closeTunnelLocked()
 		d.slotted, d.given = nil, nil
+		clear(d.counters)
 		d.hooks.slots.Store(newSlots(nil))
 		return nil
 	}
@@ -229,8 +235,21 @@ func (d *Device) syncLocked() error {
 	for i := range list {
 		d.given[i] = d.tnl.Peer(i).Endpoint
 	}
-	d.hooks.slots.Store(newSlots(slotted))
+	d.keepCounters(peers)
+	d.hooks.slots.Store(newSlots(slotted).keep(d.counters))
 	return nil
+}
+
+// keepCounters keeps the counters of peers, new ones for a peer new,
+// and forgets those of the others. d.mu is held.
+func (d *Device) keepCounters(peers []*wireguard.Peer) {
+	keep := make(map[*wireguard.Peer]*peerCounters, len(peers))
+	for _, p := range peers {
+		if keep[p] = d.counters[p]; keep[p] == nil {
+			keep[p] = new(peerCounters)
+		}
+	}
+	d.counters = keep
 }
 
 // openTunnelLocked opens the tunnel on the TUN device and the socket,
@@ -274,6 +293,13 @@ func (d *Device) closeTunnelLocked() {
 	}
 	d.tnl.Close()
 	d.running.Wait()
+	d.past = d.past.Add(d.tnl.Stats())
+	for i, s := range d.tnl.PeerStats() {
+		if c := d.hooks.slots.Load().counter(i); c != nil {
+			c.rxPackets += s.ReceivedDatagrams
+			c.txPackets += s.SentDatagrams
+		}
+	}
 	d.tnl = nil
 }
 
@@ -341,27 +367,36 @@ func (d *Device) handshakes(ctx context.Context) {
 			d.send(c.from, out)
 		}
 		if err != nil {
+			if r, ok := errors.AsType[wireguard.Reason](err); ok {
+				d.hsRefused.add(r)
+			}
 			d.log.Debug("wgtunnel: handshake message refused", "from", c.from, "err", err)
 			continue
 		}
 		if p != nil {
+			if c := d.hooks.slots.Load().of(p); c != nil {
+				c.handshakes.Add(1)
+			}
 			d.follow(p)
 			d.kick() // a completed handshake: Tick sends its keepalive
 		}
 	}
 }
 
-// send sends a message of the protocol's own through the tunnel.
-func (d *Device) send(to netip.AddrPort, msg []byte) {
+// send sends a message of the protocol's own through the tunnel, and
+// says whether it did.
+func (d *Device) send(to netip.AddrPort, msg []byte) bool {
 	d.mu.Lock()
 	t := d.tnl
 	d.mu.Unlock()
 	if t == nil || !to.IsValid() || isPlaceholder(to) {
-		return
+		return false
 	}
 	if err := t.Send(to, msg); err != nil {
 		d.log.Debug("wgtunnel: send", "to", to, "err", err)
+		return false
 	}
+	return true
 }
 
 // follow moves the tunnel's endpoint of p to p's, where its last
@@ -422,8 +457,10 @@ func (d *Device) act(p *wireguard.Peer, act wireguard.Action) {
 	d.syncEndpoint(p)
 	to := p.Endpoint()
 	if act&wireguard.SendInitiation != 0 && to.IsValid() {
-		if msg, err := d.AppendInitiation(nil, p); err == nil {
-			d.send(to, msg)
+		if msg, err := d.AppendInitiation(nil, p); err == nil && d.send(to, msg) {
+			if c := d.hooks.slots.Load().of(p); c != nil {
+				c.initiations.Add(1)
+			}
 		}
 	}
 	if act&wireguard.SendKeepalive != 0 {
@@ -469,21 +506,32 @@ func (d *Device) checkDevice() error {
 
 // Stats are a device's counters.
 type Stats struct {
-	Tunnel tunnel.Stats // the tunnel's (zero while it has no peers)
+	// Tunnel sums the counters of the tunnels opened so far (one at a
+	// time: another opens for another listen port or MTU).
+	Tunnel tunnel.Stats
 	// NoKey counts the packets dropped for a peer without a keypair (a
 	// handshake is asked for), Unsealed those Seal refused otherwise
 	// (both are in Tunnel.Send.Unsealed); ControlDropped the handshake
 	// messages dropped with the handshake loop's queue full.
 	NoKey, Unsealed, ControlDropped uint64
+	// DataRefused counts the data messages Open refused before they
+	// named a peer (Replay, Auth, UnknownIndex, Expired, Short; their
+	// verdicts are in Tunnel.Receive), HandshakeRefused the handshake
+	// messages Handle refused (BadMAC1, NeedCookie, UnknownPeer,
+	// OldTimestamp, RateLimited, ...). PeerStats has each peer's drops.
+	DataRefused, HandshakeRefused Drops
 }
 
 // Stats returns a snapshot of the counters.
 func (d *Device) Stats() Stats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	s := Stats{NoKey: d.hooks.noKey.Load(), Unsealed: d.hooks.unsealed.Load(), ControlDropped: d.ctrlDropped.Load()}
+	s := Stats{
+		Tunnel: d.past, NoKey: d.hooks.noKey.Load(), Unsealed: d.hooks.unsealed.Load(), ControlDropped: d.ctrlDropped.Load(),
+		DataRefused: d.hooks.refused.load(), HandshakeRefused: d.hsRefused.load(),
+	}
 	if d.tnl != nil {
-		s.Tunnel = d.tnl.Stats()
+		s.Tunnel = s.Tunnel.Add(d.tnl.Stats())
 	}
 	return s
 }

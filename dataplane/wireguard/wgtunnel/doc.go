@@ -32,7 +32,13 @@
 // goroutine; past half of its queue the device is under load and asks
 // for cookies), runs each peer's Tick and sends what it asks for (an
 // initiation, a keepalive) with Tunnel.Send, and keeps each peer's
-// endpoint and the tunnel's the same both ways. It needs Linux and
-// CAP_NET_ADMIN; elsewhere New returns an error wrapping
+// endpoint and the tunnel's the same both ways.
+//
+// Stats sums the tunnels' counters (another opens for another listen
+// port or MTU) with the messages refused by reason (wireguard.Reason)
+// before they named a peer; PeerStats has each peer's: wg(8)'s transfer,
+// its data packets each way, handshakes initiated and completed, and its
+// drops by reason. cmd/wggso exports both as Prometheus metrics. It
+// needs Linux and CAP_NET_ADMIN; elsewhere New returns an error wrapping
 // frame.ErrNotSupported.
 package wgtunnel

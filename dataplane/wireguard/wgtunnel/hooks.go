@@ -9,21 +9,52 @@ import (
 )
 
 // slots are the tunnel's peers as the hooks see them: slots[i] is the
-// WireGuard peer of the tunnel's peer i (nil: a free slot), and index
-// the other way. A table is immutable; the device swaps in a new one.
+// WireGuard peer of the tunnel's peer i (nil: a free slot), counters[i]
+// its counters, and index the other way. A table is immutable; the
+// device swaps in a new one.
 type slots struct {
-	peers []*wireguard.Peer
-	index map[*wireguard.Peer]int
+	peers    []*wireguard.Peer
+	counters []*peerCounters
+	index    map[*wireguard.Peer]int
 }
 
+// newSlots returns the table of peers, each with counters of its own.
 func newSlots(peers []*wireguard.Peer) *slots {
-	s := &slots{peers: peers, index: make(map[*wireguard.Peer]int, len(peers))}
+	s := &slots{peers: peers, counters: make([]*peerCounters, len(peers)), index: make(map[*wireguard.Peer]int, len(peers))}
 	for i, p := range peers {
 		if p != nil {
 			s.index[p] = i
+			s.counters[i] = new(peerCounters)
 		}
 	}
 	return s
+}
+
+// keep gives the table's peers the counters they have in counters, and
+// returns the table.
+func (s *slots) keep(counters map[*wireguard.Peer]*peerCounters) *slots {
+	for i, p := range s.peers {
+		if c := counters[p]; c != nil {
+			s.counters[i] = c
+		}
+	}
+	return s
+}
+
+// of returns the counters of p, or nil.
+func (s *slots) of(p *wireguard.Peer) *peerCounters {
+	if i, ok := s.index[p]; ok {
+		return s.counters[i]
+	}
+	return nil
+}
+
+// counter returns the counters of tunnel peer i, or nil.
+func (s *slots) counter(i int) *peerCounters {
+	if i < 0 || i >= len(s.counters) {
+		return nil
+	}
+	return s.counters[i]
 }
 
 // peer returns the WireGuard peer of tunnel peer i, or nil.
@@ -80,6 +111,7 @@ type hooks struct {
 
 	noKey    atomic.Uint64 // packets dropped by Seal for want of a keypair
 	unsealed atomic.Uint64 // packets Seal refused for another reason
+	refused  reasons       // data messages Open refused that named no peer
 }
 
 // newHooks returns the hooks of dev for callers goroutines at once.
@@ -132,6 +164,9 @@ func (h *hooks) seal(dgrams [][]byte, peers []int) {
 		default:
 			h.unsealed.Add(1)
 		}
+		if c := tab.counter(peers[i]); c != nil {
+			c.drops.add(pkts[i].Reason)
+		}
 		dgrams[i] = dgrams[i][:0]
 	}
 	h.done(s)
@@ -167,7 +202,27 @@ func (h *hooks) open(dgrams [][]byte, peers []int, verdicts []udp.Verdict) {
 			verdicts[i] = udp.DropAuth // a peer removed meanwhile
 		}
 	}
+	h.countDrops(tab, pkts, peers, verdicts)
 	h.done(s)
+}
+
+// countDrops counts the datagrams open refused by reason: for their
+// peer if they authenticated as one in the table, else for the device.
+func (h *hooks) countDrops(tab *slots, pkts []wireguard.Packet, peers []int, verdicts []udp.Verdict) {
+	for i := range pkts {
+		if verdicts[i] == udp.Accept || verdicts[i] == udp.Control {
+			continue
+		}
+		r := pkts[i].Reason
+		if r == wireguard.OK {
+			r = wireguard.UnknownPeer // authentic, from a peer removed meanwhile
+		}
+		if p := pkts[i].Peer; p != nil && tab.peer(peers[i]) == p {
+			tab.counters[peers[i]].drops.add(r)
+		} else {
+			h.refused.add(r)
+		}
+	}
 }
 
 // verdict is what the tunnel does with a datagram Open left with r.

@@ -268,3 +268,66 @@ func TestPlacePeers(t *testing.T) {
 		t.Fatalf("after removing the last: %v", got)
 	}
 }
+
+// TestHooksDrops: Seal's refusals are counted for the peer by reason,
+// Open's refusals of messages that named no peer for the device; a
+// keepalive and a handshake message are no drops.
+func TestHooksDrops(t *testing.T) {
+	if r := wireguard.Reason(len(Drops{})); r.String() != "unknown reason" {
+		t.Fatalf("Drops has no room for the reason %q", r)
+	}
+	d, _ := newDevice(t)
+	_, pub := newDevice(t)
+	p, err := d.AddPeer(wireguard.PeerConfig{PublicKey: pub})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHooks(d, 1)
+	h.slots.Store(newSlots([]*wireguard.Peer{p}))
+	bt := newBatch(3, 100)
+	bt.fill(100)
+	h.seal(bt.dgrams, bt.peers)
+	if got := h.slots.Load().of(p).drops.load(); got[wireguard.NoKey] != 3 {
+		t.Errorf("the peer's drops %v, want 3 for NoKey", got)
+	}
+	init, err := d.AppendInitiation(nil, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, 64)
+	data[0] = wireguard.TypeData
+	h.open([][]byte{init, data, data[:20]}, []int{-1, -1, -1}, make([]udp.Verdict, 3))
+	want := Drops{}
+	want[wireguard.UnknownIndex], want[wireguard.Short] = 1, 1
+	if got := h.refused.load(); got != want {
+		t.Errorf("Open's refusals %v, want %v", got, want)
+	}
+
+	a, b := pairedHooks(t)
+	ka := [][]byte{make([]byte, wireguard.MinDataSize)}
+	a.seal(ka, []int{0})
+	b.open(ka, []int{-1}, make([]udp.Verdict, 1))
+	if got := b.refused.load(); got != (Drops{}) {
+		t.Errorf("a keepalive counted as refused: %v", got)
+	}
+	if got := b.slots.Load().counter(0).drops.load(); got != (Drops{}) {
+		t.Errorf("a keepalive counted as the peer's drop: %v", got)
+	}
+
+	// Authentic, but no IP packet inside: the peer's malformed; from a
+	// peer no longer in the table: the device's unknown_peer.
+	bt = newBatch(2, 100)
+	bt.fill(100)
+	bt.dgrams[0][wireguard.HeaderLen] = 0x00 // IP version 0
+	a.seal(bt.dgrams, bt.peers)
+	b.open(bt.dgrams[:1], []int{-1}, make([]udp.Verdict, 1))
+	if got := b.slots.Load().counter(0).drops.load(); got[wireguard.Malformed] != 1 {
+		t.Errorf("the peer's drops %v, want 1 malformed", got)
+	}
+	b.slots.Store(newSlots(nil))
+	verdicts := make([]udp.Verdict, 1)
+	b.open(bt.dgrams[1:], []int{-1}, verdicts)
+	if got := b.refused.load(); verdicts[0] != udp.DropAuth || got[wireguard.UnknownPeer] != 1 {
+		t.Errorf("from a peer removed: verdict %v, refused %v, want DropAuth and 1 unknown_peer", verdicts[0], got)
+	}
+}

@@ -164,9 +164,41 @@ func TestInteropWireguardGo(t *testing.T) {
 	if s.Tunnel.Receive.Replay != 0 || s.Tunnel.Receive.Malformed != 0 || s.Tunnel.Receive.NotAllowed != 0 || s.ControlDropped != 0 {
 		t.Errorf("drops: %+v", s)
 	}
+	checkPeerStats(t, d, pubB)
 	t.Logf("tunnel: sent %d datagrams in %d messages, received %d in %d; control sent %d, received %d",
 		s.Tunnel.Send.Datagrams, s.Tunnel.Send.Messages, s.Tunnel.Receive.Datagrams, s.Tunnel.Receive.Messages,
 		s.Tunnel.ControlSent, s.Tunnel.Receive.Control)
+
+	// Another listen port opens the tunnel again: the counters go on.
+	before := d.PeerStats()[0]
+	apply(t, h, fmt.Sprintf("listen_port=%d\n", port+1))
+	after, s2 := d.PeerStats()[0], d.Stats()
+	if after.RxPackets < before.RxPackets || after.TxPackets < before.TxPackets || s2.Tunnel.Send.Datagrams < s.Tunnel.Send.Datagrams || !s2.Tunnel.Send.GSO {
+		t.Errorf("after the tunnel opened again: peer packets %d and %d (were %d and %d), tunnel datagrams sent %d (were %d), GSO %v",
+			after.RxPackets, after.TxPackets, before.RxPackets, before.TxPackets, s2.Tunnel.Send.Datagrams, s.Tunnel.Send.Datagrams, s2.Tunnel.Send.GSO)
+	}
+}
+
+// checkPeerStats checks the counters of the Device's one peer, pub,
+// after a handshake the Device started with a packet waiting, and TCP
+// both ways.
+func checkPeerStats(t *testing.T, d *Device, pub wireguard.Key) {
+	t.Helper()
+	ps := d.PeerStats()
+	if len(ps) != 1 || ps[0].PublicKey != pub {
+		t.Fatalf("PeerStats %+v, want the one peer", ps)
+	}
+	p := ps[0]
+	if p.Initiations == 0 || p.Handshakes == 0 || p.LastHandshake.IsZero() || p.Drops[wireguard.NoKey] == 0 {
+		t.Errorf("initiations %d, handshakes %d, last %v, dropped for want of a keypair %d: want each above 0",
+			p.Initiations, p.Handshakes, p.LastHandshake, p.Drops[wireguard.NoKey])
+	}
+	// Each way 4 MiB of TCP: thousands of packets, the bytes above them.
+	if p.RxPackets < 1000 || p.TxPackets < 1000 || p.RxBytes < 4<<20 || p.TxBytes < 4<<20 || !p.Endpoint.IsValid() {
+		t.Errorf("peer counters %+v, want thousands of packets and over 4 MiB each way", p)
+	}
+	t.Logf("peer: rx %d packets %d bytes, tx %d packets %d bytes, %d initiations, %d handshakes, drops %v",
+		p.RxPackets, p.RxBytes, p.TxPackets, p.TxBytes, p.Initiations, p.Handshakes, p.Drops)
 }
 
 // wgQuickTools returns the paths of wg, wg-quick and ip, or skips the
