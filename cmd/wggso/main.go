@@ -30,12 +30,15 @@ type config struct {
 	LogLevel   string
 	Queues     int
 	Metrics    string
+	MetricsSet bool // -metrics was given: its address must be served
 	Pprof      bool
 	Interface  string
 }
 
 // defaultMetrics is -metrics's default: loopback, as udpfwd's, on a port
-// of its own.
+// of its own. Where another interface's wggso holds it (wg-quick starts
+// every interface with the same command line), the next runs without
+// metrics and says so; an address given with -metrics must be served.
 const defaultMetrics = "127.0.0.1:9465"
 
 func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
@@ -79,6 +82,7 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	fs.Visit(func(f *flag.Flag) { cfg.MetricsSet = cfg.MetricsSet || f.Name == "metrics" })
 	if cfg.Version {
 		return cfg, nil
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -108,7 +107,7 @@ func background(args []string, stderr io.Writer) int {
 // (nil), or a failure.
 func serve(ctx context.Context, cfg *config, log *slog.Logger, ready func(error)) (err error) {
 	path, _ := uapi.SocketPath(cfg.Interface) // parse checked it
-	ln, err := httpserve.Listen(cfg.Metrics)
+	ln, err := listenMetrics(cfg, log)
 	if err != nil {
 		ready(err)
 		return err
@@ -130,7 +129,7 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger, ready func(error)
 	defer srv.Close()
 	metrics, stopMetrics := serveMetrics(ln, dev, cfg, log)
 	defer stopMetrics()
-	log.Info("wggso: up", "interface", dev.Name(), "socket", path, "metrics", cmp.Or(cfg.Metrics, "off"),
+	log.Info("wggso: up", "interface", dev.Name(), "socket", path, "metrics", metricsAddr(ln),
 		"pid", os.Getpid(), "version", version())
 	ready(nil)
 
@@ -159,6 +158,28 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger, ready func(error)
 	stop()
 	srv.Close()
 	return errors.Join(err, <-ran)
+}
+
+// listenMetrics binds -metrics's address (none: nil). The default
+// address taken (another interface's wggso has it) or not there (a
+// namespace whose loopback is down) is not fatal: the interface runs
+// without metrics, and the log says why.
+func listenMetrics(cfg *config, log *slog.Logger) (net.Listener, error) {
+	ln, err := httpserve.Listen(cfg.Metrics)
+	if err != nil && !cfg.MetricsSet && (errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, syscall.EADDRNOTAVAIL)) {
+		log.Warn("wggso: no metrics: the default address is taken or not there; give this interface -metrics ADDR", "error", err)
+		return nil, nil
+	}
+	return ln, err
+}
+
+// metricsAddr is what the log says of the metrics: the address served,
+// or off.
+func metricsAddr(ln net.Listener) string {
+	if ln == nil {
+		return "off"
+	}
+	return ln.Addr().String()
 }
 
 // serveMetrics serves the device's metrics and health on ln (nil: none)

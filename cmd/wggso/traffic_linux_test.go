@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -154,8 +155,10 @@ func TestMetricsUnderTraffic(t *testing.T) {
 		m1["wggso_peer_handshake_initiations_total"+k], m1[`wggso_peer_drops_total{peer="`+b.key.Public().String()+`",reason="no_key"}`])
 }
 
-// TestMetricsAddressTaken: a -metrics address in use fails the start
-// before the interface is created, naming the flag.
+// TestMetricsAddressTaken: an address given with -metrics that is in use
+// fails the start before the interface is created, naming the flag; the
+// default address in use (another interface's wggso has it) leaves this
+// one without metrics, running.
 func TestMetricsAddressTaken(t *testing.T) {
 	ns := netlab.NewT(t, "wggsot")
 	var ln net.Listener
@@ -164,15 +167,48 @@ func TestMetricsAddressTaken(t *testing.T) {
 		return err
 	}))
 	defer ln.Close()
-	cfg := &config{Interface: fmt.Sprintf("wmt%d", os.Getpid()%100000), Queues: 1, Metrics: defaultMetrics}
-	var readyErr error
-	err := ns.Run(func() error {
-		return serve(context.Background(), cfg, slog.New(slog.DiscardHandler), func(err error) { readyErr = err })
+	t.Run("given", func(t *testing.T) {
+		cfg := &config{Interface: fmt.Sprintf("wmt%d", os.Getpid()%100000), Queues: 1, Metrics: defaultMetrics, MetricsSet: true}
+		var readyErr error
+		err := ns.Run(func() error {
+			return serve(context.Background(), cfg, slog.New(slog.DiscardHandler), func(err error) { readyErr = err })
+		})
+		if err == nil || readyErr == nil || !strings.Contains(err.Error(), "-metrics "+defaultMetrics) {
+			t.Fatalf("serve with its metrics address taken: %v (ready: %v), want the -metrics error", err, readyErr)
+		}
+		if _, err := ns.Link(cfg.Interface); err == nil {
+			t.Error("the interface was created")
+		}
 	})
-	if err == nil || readyErr == nil || !strings.Contains(err.Error(), "-metrics "+defaultMetrics) {
-		t.Fatalf("serve with its metrics address taken: %v (ready: %v), want the -metrics error", err, readyErr)
-	}
-	if _, err := ns.Link(cfg.Interface); err == nil {
-		t.Error("the interface was created")
-	}
+	t.Run("default", func(t *testing.T) {
+		cfg := &config{Interface: fmt.Sprintf("wmd%d", os.Getpid()%100000), Queues: 1, Metrics: defaultMetrics}
+		var logged strings.Builder
+		ctx, cancel := context.WithCancel(context.Background())
+		ready, done := make(chan error, 1), make(chan error, 1)
+		go ns.Run(func() error {
+			done <- serve(ctx, cfg, slog.New(slog.NewTextHandler(&syncWriter{w: &logged}, nil)), func(err error) { ready <- err })
+			return nil
+		})
+		err := <-ready
+		cancel()
+		if derr := <-done; err != nil || derr != nil {
+			t.Fatalf("serve with the default metrics address taken: ready %v, stopped %v; want it to run", err, derr)
+		}
+		if !strings.Contains(logged.String(), "no metrics: the default address is taken or not there") || !strings.Contains(logged.String(), "metrics=off") {
+			t.Errorf("the log does not say the metrics are off:\n%s", logged.String())
+		}
+	})
+}
+
+// syncWriter serialises writes to w (the log's handler runs on the
+// server's goroutines).
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }
