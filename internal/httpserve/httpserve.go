@@ -254,18 +254,24 @@ func (c *trackedConn) Close() error {
 // connKey is the request context's key of its trackedConn.
 type connKey struct{}
 
-// noteActivity notes a request begun or answered on a trackedConn.
+// noteActivity notes a request begun on a trackedConn. Its answer is
+// noted by limitRate when the handler returns, before the server ends
+// the response: the idle state comes after the client may have read it,
+// which would let a later request's connection look the quieter.
 func noteActivity(c net.Conn, st http.ConnState) {
-	if tc, ok := c.(*trackedConn); ok && (st == http.StateActive || st == http.StateIdle) {
+	if tc, ok := c.(*trackedConn); ok && st == http.StateActive {
 		tc.touch()
 	}
 }
 
-// limitRate answers 429 to the requests that their connection's limit
+// limitRate notes each answer on its connection, and answers 429 to the requests that their connection's limit
 // does not allow, or all's (lim) except for /healthz.
 func limitRate(next http.Handler, lim *rate.Limiter, refused *atomic.Uint64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, _ := r.Context().Value(connKey{}).(*trackedConn)
+		if c != nil {
+			defer c.touch() // answered
+		}
 		if c != nil && !c.limit.Allow() || r.URL.Path != "/healthz" && !lim.Allow() {
 			refused.Add(1)
 			w.Header().Set("Retry-After", "1")
