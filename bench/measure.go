@@ -453,3 +453,18 @@ func sortedKeys(m map[string]float64) []string {
 	sort.Strings(keys)
 	return keys
 }
+
+// selectRows is the rows whose names are in names (-rows), in their
+// order; every row when names is empty.
+func selectRows(rows []rowSpec, names []string) []rowSpec {
+	if len(names) == 0 {
+		return rows
+	}
+	var out []rowSpec
+	for _, r := range rows {
+		if contains(names, r.name) {
+			out = append(out, r)
+		}
+	}
+	return out
+}

@@ -271,7 +271,7 @@ func measureAll(ctx context.Context, o options, stderr io.Writer) *report {
 	planned := make([][]rowSpec, len(o.scenarios))
 	total := 0
 	for i, name := range o.scenarios {
-		planned[i] = scenarios[name].rows(o)
+		planned[i] = selectRows(scenarios[name].rows(o), o.rows)
 		total += len(planned[i]) * o.measure.runs
 	}
 	p := newProgress(stderr, total, o.measure.warmup+o.measure.duration)
