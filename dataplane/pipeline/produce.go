@@ -419,13 +419,16 @@ func (p *producer) queue(ctx context.Context, frames []frame.Frame, hdr segment.
 	return p.enqueue(ctx)
 }
 
-// enqueue queues p.items. What a DropTail queue refuses is counted and its
-// frames are freed.
+// enqueue queues p.items and, running to completion, transmits them. What
+// a DropTail queue refuses is counted and its frames are freed.
 func (p *producer) enqueue(ctx context.Context) error {
 	q := p.f.cfg.Queue
 	p.f.producing.wait() // while the queue is full: for the sink loop
 	n, err := q.Enqueue(ctx, p.items)
 	p.f.producing.woke()
+	if n > 0 {
+		p.f.push()
+	}
 	if err == nil {
 		return nil
 	}
