@@ -172,6 +172,20 @@ type HeaderReceiver interface {
 	Header(i int) segment.Header
 }
 
+// An IntoReceiver is a Receiver that can also receive into buffers its
+// caller gives, as a packet socket's recvmmsg does into any memory: a
+// WireSource whose forwarder reads into an OffloadSink's large frames
+// then copies nothing. ReceiveInto is Receive with frame i received into
+// bufs[i] from its start (the headroom, then the IP packet) and frames[i]
+// a view of bufs[i]; a HeaderReceiver's Header(i) describes it as after
+// Receive. A frame longer than bufs[i] is cut short: frames[i] is then
+// nil and bufs[i] holds its start (the receiver counts it as
+// truncated). afpacket's Receiver is one.
+type IntoReceiver interface {
+	Receiver
+	ReceiveInto(bufs, frames [][]byte) (int, error)
+}
+
 // A Writer writes packets, bufs[i][offset:] each, virtio-net header
 // first, in order, and returns how many it wrote; on error, bufs[n] is
 // the packet that failed. tun.Queue is one.
