@@ -76,13 +76,16 @@ type BackloggedSink interface {
 }
 
 // A SyncSink is a Sink whose frames are gone once Transmit has taken
-// them, as a packet or UDP socket's sendmmsg copies them: Complete
-// reports them at once. While its sink loop is idle, the forwarder
-// transmits on one from its producer goroutine, right after queueing
-// (run to completion), rather than waking the sink loop for every batch;
-// the sink loop takes over what Transmit left (a full device queue) and
-// waits for the sink. Transmit, Complete and Wait are still called by one
-// goroutine at a time. afpacket.Sink and udp.Sink are SyncSinks.
+// them, as a packet socket's sendmmsg copies them: Complete reports them
+// at once. While its sink loop is idle, the forwarder transmits on one
+// from its producer goroutine, right after queueing (run to completion),
+// rather than waking the sink loop for every batch; the sink loop takes
+// over what Transmit left (a full device queue) and waits for the sink.
+// Transmit, Complete and Wait are still called by one goroutine at a
+// time. afpacket.Sink is one. udp.Sink, though as synchronous, is not:
+// its sendmmsg of tens of datagrams per super-packet, batched across
+// super-packets by a sink loop of its own, measured faster in the
+// tunnel (docs/bench.md).
 type SyncSink interface {
 	Sink
 	// CompletesOnTransmit reports whether the sink is synchronous as

@@ -21,7 +21,7 @@ import (
 	"github.com/gsoplane/gsoplane/internal/iphdr"
 )
 
-var _ frame.SyncSink = (*Sink)(nil)
+var _ frame.Sink = (*Sink)(nil)
 
 // Sink is a frame.Sink that sends every segment, an IP packet behind
 // Headroom bytes of encapsulation header, as the payload of one UDP
@@ -693,10 +693,6 @@ func (s *Sink) sent(from, to int) {
 // Complete reports the frames taken by Transmit since the last call, sent
 // or dropped, and returns them to the pool. It never fails.
 func (s *Sink) Complete() (int, error) { return s.pool.Complete(), nil }
-
-// CompletesOnTransmit reports true: a frame is complete once sendmmsg
-// has copied it, or dropped (frame.SyncSink).
-func (s *Sink) CompletesOnTransmit() bool { return true }
 
 // Wait returns at once when Complete has frames to report. Otherwise it
 // sleeps for d: Transmit only leaves frames behind after ENOBUFS, a
