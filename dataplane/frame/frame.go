@@ -85,7 +85,7 @@ type BackloggedSink interface {
 // time. afpacket.Sink is one. udp.Sink, though as synchronous, is not:
 // its sendmmsg of tens of datagrams per super-packet, batched across
 // super-packets by a sink loop of its own, measured faster in the
-// tunnel (docs/bench.md).
+// tunnel (docs/design.md).
 type SyncSink interface {
 	Sink
 	// CompletesOnTransmit reports whether the sink is synchronous as
