@@ -30,7 +30,7 @@ import (
 
 func ingressRows() []rowSpec {
 	return []rowSpec{
-		ingressTCPRow("packet", false, ingressPacket(afpacket.GSOModeAuto)).copying(inPlaceCopies + wireCopies),
+		ingressTCPRow("packet", false, ingressPacket(afpacket.GSOModeAuto)).copying(inPlaceCopies),
 		ingressTCPRow("floor", false, func(l *lab) (dataplaneUnderTest, error) { return startIngressFloor(l) }).copying(floorCopies),
 		ingressTCPRow("xdp", false, func(l *lab) (dataplaneUnderTest, error) {
 			g, err := startGateway(l, ingressConfig(dataplane.PortXDP, xsk.ModeGeneric, nil))
@@ -39,7 +39,7 @@ func ingressRows() []rowSpec {
 			}
 			return gwDataplane{gateway: g}, nil
 		}).copying(forwardCopies + wireCopies + chainCopies),
-		ingressTCPRow("packet-cut", false, ingressPacket(afpacket.GSOModePartial)).copying(forwardCopies + wireCopies),
+		ingressTCPRow("packet-cut", false, ingressPacket(afpacket.GSOModePartial)).copying(forwardCopies),
 		ingressTCPRow("kernel", true, func(l *lab) (dataplaneUnderTest, error) {
 			return nil, errors.Join(l.A.Sysctl("net/ipv4/ip_forward", "1"), l.RouteKernel())
 		}).copying(kernelCopies),

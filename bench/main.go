@@ -7,6 +7,7 @@
 //	sudo go run ./bench -scenario gso -runs 5 -duration 5s
 //	sudo go run ./bench -json -out results.json
 //	sudo go run ./bench -scenario gso -html report.html
+//	sudo go run ./bench -scenario ingress -rows packet,floor -cpuprofile cpu.pprof
 //
 // Scenarios:
 //
@@ -116,6 +117,7 @@ var scenarioNames = []string{"backpressure", "gso", "tunnel-gso", "gro", "queues
 // options are the parsed flags.
 type options struct {
 	scenarios  []string
+	rows       []string // row names to run (-rows); nil: every row
 	measure    measureOpts
 	lineRate   int64
 	json       bool
@@ -182,6 +184,7 @@ func parseFlags(args []string, stderr io.Writer) (options, int, error) {
 	out := fs.String("out", "", "also save the results as JSON to this file")
 	html := fs.String("html", "", "also write the results as a self-contained HTML report to this file")
 	verbose := fs.Bool("v", false, "verbose: every run's numbers and sar-like CPU details")
+	rows := fs.String("rows", "", "run only these rows of each scenario, comma-separated names (such as packet,floor); empty: every row")
 	cpuprofile := fs.String("cpuprofile", "", "write a Go CPU profile of the whole run to this file")
 	link := fs.String("link", "veth", "the wire between the gateway's NIC and the receiver: veth, a veth pair; or nics, two real NICs joined by a wire, named by $GSOPLANE_NICS (e.g. eth0,eth1), which the runs borrow")
 	fs.Usage = func() {
@@ -228,6 +231,11 @@ func parseFlags(args []string, stderr io.Writer) (options, int, error) {
 		}
 	}
 	o.scenarios = dedupe(o.scenarios)
+	for _, r := range strings.Split(*rows, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			o.rows = append(o.rows, r)
+		}
+	}
 	return o, exitOK, nil
 }
 

@@ -124,9 +124,10 @@ const (
 	// Device.Write) or reader (its Read, Tailscale's GSOSplit) copies the
 	// packets once more, into its own buffers.
 	peerCopies = 1
-	// wireCopies: a packet from a wire (an ingress port) is copied once
+	// wireCopies: a packet from an AF_XDP ingress port is copied once
 	// more, by pipeline.WireSource, into the buffer it is cut from or
-	// sent whole from (a large frame, where the sink lends one).
+	// sent whole from; an AF_PACKET port receives it there
+	// (frame.IntoReceiver: the port's recvmmsg is the source's copy).
 	wireCopies = 1
 	// chainCopies: an AF_XDP multi-buffer chain is gathered from its
 	// UMEM frames into one buffer before that.
@@ -452,4 +453,19 @@ func sortedKeys(m map[string]float64) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// selectRows is the rows whose names are in names (-rows), in their
+// order; every row when names is empty.
+func selectRows(rows []rowSpec, names []string) []rowSpec {
+	if len(names) == 0 {
+		return rows
+	}
+	var out []rowSpec
+	for _, r := range rows {
+		if contains(names, r.name) {
+			out = append(out, r)
+		}
+	}
+	return out
 }

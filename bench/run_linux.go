@@ -167,8 +167,8 @@ var scenarios = map[string]scenarioDef{
 			"Where the time goes (perf, xdp row): ~40% of the bench process is the AF_XDP copy-mode TX kick on gw-a (one skb per",
 			"  1500-byte segment, ~44 per super-packet the kernel row sends as one), ~15% the forwarder (WireSource read, cut, copy).",
 			"Where the time goes (perf, packet row): half the gateway is sendmmsg on gw-a (the copy into a new skb, and gw-b's receive,",
-			"  which the veth runs in the sender's softirq), a quarter recvmmsg on gw-c (the copy out of C's skb), a fifth Go's memmove",
-			"  (WireSource into the sink's large frame): three copies per super-packet (TestCopies counts user space's), the kernel none.",
+			"  which the veth runs in the sender's softirq), a quarter recvmmsg on gw-c (the copy out of C's skb, straight into the",
+			"  frame sent): two copies per super-packet, as the floor's (TestCopies counts user space's: none), the kernel none.",
 		},
 	},
 	"tunnel": {
@@ -272,7 +272,7 @@ func measureAll(ctx context.Context, o options, stderr io.Writer) *report {
 	planned := make([][]rowSpec, len(o.scenarios))
 	total := 0
 	for i, name := range o.scenarios {
-		planned[i] = scenarios[name].rows(o)
+		planned[i] = selectRows(scenarios[name].rows(o), o.rows)
 		total += len(planned[i]) * o.measure.runs
 	}
 	p := newProgress(stderr, total, o.measure.warmup+o.measure.duration)

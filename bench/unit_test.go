@@ -37,6 +37,24 @@ func TestParseFlags(t *testing.T) {
 	}
 }
 
+func TestSelectRows(t *testing.T) {
+	o, _, err := parseFlags([]string{"-rows", " packet, floor ,"}, io.Discard)
+	if err != nil || strings.Join(o.rows, ",") != "packet,floor" {
+		t.Fatalf("-rows: %q, %v", o.rows, err)
+	}
+	rows := []rowSpec{{name: "floor"}, {name: "kernel"}, {name: "packet"}}
+	var got []string
+	for _, r := range selectRows(rows, o.rows) {
+		got = append(got, r.name)
+	}
+	if strings.Join(got, ",") != "floor,packet" {
+		t.Errorf("selected %q, want the rows named, in the scenario's order", got)
+	}
+	if len(selectRows(rows, nil)) != len(rows) {
+		t.Error("no -rows: not every row")
+	}
+}
+
 func TestBitrate(t *testing.T) {
 	for in, want := range map[string]int64{"1G": 1e9, "2.5g": 2.5e9, "100M": 100e6, "64k": 64e3, "1e9": 1e9} {
 		var b bitrate

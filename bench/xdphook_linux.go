@@ -82,7 +82,15 @@ func xdphookRow(name string, port dataplane.PortKind, hook pipeline.Hook) rowSpe
 			}
 			return &labTrial{dp: gwDataplane{gateway: g, ipBytesAsRx: true}, tr: f, rxAtB: true, onStop: onStop}, nil
 		})
-	}}.copying(forwardCopies + wireCopies)
+	}}.copying(forwardCopies + wireCopiesOf(port))
+}
+
+// wireCopiesOf is wireCopies for an ingress port of kind port.
+func wireCopiesOf(port dataplane.PortKind) int {
+	if port == dataplane.PortPacket {
+		return 0
+	}
+	return wireCopies
 }
 
 // generatorRow is the generator alone: gw-c drops and counts its frames

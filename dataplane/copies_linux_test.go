@@ -26,10 +26,11 @@ import (
 //	TUN → AF_XDP                          1: the cut into TX frames
 //	TUN → either, single datagrams        1: the copy into a TX frame
 //	NIC → TUN (GRO), either port          0: GRO merges with one vectored write
-//	AF_PACKET ingress → AF_PACKET         1: the wire source's copy straight into the frame sent
+//	AF_PACKET ingress → AF_PACKET         0: received straight into the frame sent (frame.IntoReceiver)
 //	AF_XDP ingress → AF_XDP               2: the wire source's copy, then the cut into TX frames
 //	the same, multi-buffer (generic XDP)  3: the chain gathered into one buffer, the wire source's copy, the cut
-//	ingress, single datagrams, either     2: the wire source's copy, then the copy into a TX frame
+//	ingress, single datagrams, AF_PACKET  1: received into a large frame, then the copy into a TX frame
+//	ingress, single datagrams, AF_XDP     2: the wire source's copy, then the copy into a TX frame
 func TestCopies(t *testing.T) {
 	netlab.RequireRoot(t)
 	if !copycount.Enabled {
@@ -63,7 +64,7 @@ func TestCopies(t *testing.T) {
 		cfg        GatewayConfig
 		fwd, small int
 	}{
-		{"packet", portPacket.config(GatewayConfig{}), 1, 2},
+		{"packet", portPacket.config(GatewayConfig{}), 0, 1},
 		{"xdp", portXDP.config(GatewayConfig{}), 2, 2},
 		{"xdp-generic", portXDP.config(GatewayConfig{XDP: XDPOptions{Mode: xsk.ModeGeneric}}), 3, 2},
 	} {

@@ -76,3 +76,4 @@ func (*Sink) Complete() (int, error)               { return 0, errNotSupported }
 func (*Sink) Wait(time.Duration) error             { return errNotSupported }
 func (*Sink) Close()                               {}
 func (*Sink) Backlog() <-chan struct{}             { return nil }
+func (*Sink) CompletesOnTransmit() bool            { return true }

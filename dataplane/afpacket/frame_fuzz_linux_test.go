@@ -7,8 +7,9 @@ import (
 )
 
 // FuzzReceiveFrame feeds the receiver's frame check whatever the kernel
-// might hand over: it never panics, returns either the whole frame or an
-// empty packet, and a header whose csum_start lies in the packet.
+// might hand over: it never panics, returns the whole frame, an empty
+// packet, or nil for a truncated one, and a header whose csum_start lies
+// in the packet.
 func FuzzReceiveFrame(f *testing.F) {
 	ok := udpFrame(make([]byte, 6), make([]byte, 6), testAddrPort(testSrc4, 1), testAddrPort(testDst4, 2), 80)
 	f.Add(ok, false)
@@ -20,9 +21,13 @@ func FuzzReceiveFrame(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, trunc bool) {
 		r := &receiver{s: &Socket{}, bufs: [][]byte{make([]byte, rxBufSize)}, hdrs: make([]segment.Header, 1)}
 		l := copy(r.bufs[0], data)
-		fr := r.frame(0, l, trunc)
+		fr := r.frame(0, r.bufs[0], l, trunc)
 		h := r.hdrs[0]
 		switch {
+		case fr == nil:
+			if !trunc || h != (segment.Header{}) {
+				t.Fatalf("nil frame (truncated %v), header %+v", trunc, h)
+			}
 		case len(fr) == Headroom:
 			if h != (segment.Header{}) {
 				t.Fatalf("empty packet with header %+v", h)

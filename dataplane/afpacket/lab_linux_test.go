@@ -119,12 +119,6 @@ func (r *recordingReceiver) Receive(frames [][]byte) (int, error) {
 	return n, err
 }
 
-func (r *recordingReceiver) superFrames() (int, int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.gsoFrames, r.maxSize
-}
-
 // gateway opens the port and a TUN device in A and runs the pipeline
 // between them until the test ends.
 func (l *lab) gateway(t testing.TB, cfg Config, mode GSOMode) {

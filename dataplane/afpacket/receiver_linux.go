@@ -16,8 +16,11 @@ import (
 	"github.com/gsoplane/gsoplane/segment"
 )
 
-// A socket's Receiver is a frame.HeaderReceiver.
-var _ frame.HeaderReceiver = (*receiver)(nil)
+// A socket's Receiver is a frame.HeaderReceiver and a frame.IntoReceiver.
+var (
+	_ frame.HeaderReceiver = (*receiver)(nil)
+	_ frame.IntoReceiver   = (*receiver)(nil)
+)
 
 const (
 	rxBatch = 64 // most frames one recvmmsg takes
@@ -35,17 +38,23 @@ const (
 
 // receiver is a socket's receive side.
 type receiver struct {
-	s      *Socket
-	mem    []byte
-	bufs   [][]byte
-	msgs   *mmsg.Batch
-	hdrs   []segment.Header
-	n      int // frames of the last Receive
-	want   int // recvFn's argument and results
-	got    int
-	errno  unix.Errno
-	recvFn func(uintptr)
-	waitFn func(uintptr) bool
+	s    *Socket
+	mem  []byte
+	bufs [][]byte
+	msgs *mmsg.Batch
+	hdrs []segment.Header
+	n    int // frames of the last Receive
+	// lent is how many messages, from the first, point into a caller's
+	// buffers (ReceiveInto) rather than bufs.
+	lent int
+	// deadline is the socket's read deadline, as the last armDeadline
+	// set it.
+	deadline time.Time
+	want     int // recvFn's argument and results
+	got      int
+	errno    unix.Errno
+	recvFn   func(uintptr)
+	waitFn   func(uintptr) bool
 }
 
 // rxSizeFor is the size of a receive buffer on an interface: the
@@ -122,8 +131,34 @@ func (r *receiver) Header(i int) segment.Header {
 }
 
 func (r *receiver) Receive(frames [][]byte) (int, error) {
+	for i := range r.lent {
+		r.msgs.Set(i, r.bufs[i])
+	}
+	r.lent = 0
+	return r.receive(r.bufs, frames, false)
+}
+
+// ReceiveInto is Receive into the caller's buffers (frame.IntoReceiver):
+// frame i into bufs[i], of which each must hold at least the headroom; a
+// frame longer than its buffer comes back nil, counted as truncated.
+func (r *receiver) ReceiveInto(bufs, frames [][]byte) (int, error) {
+	want := min(len(bufs), len(frames), rxBatch)
+	for i, b := range bufs[:want] {
+		if len(b) < Headroom {
+			return 0, fmt.Errorf("afpacket: receive into a buffer of %d bytes: %w", len(b), frame.ErrInvalidConfig)
+		}
+		r.msgs.Set(i, b)
+	}
+	r.lent = max(r.lent, want)
+	return r.receive(bufs[:want], frames, true)
+}
+
+// receive receives up to len(frames) frames into bufs, at which the
+// messages point, and returns them as views of bufs; into: a truncated
+// one as nil (ReceiveInto), else as an empty packet.
+func (r *receiver) receive(bufs, frames [][]byte, into bool) (int, error) {
 	r.n = 0
-	want := min(len(frames), rxBatch)
+	want := min(len(frames), len(bufs), rxBatch)
 	if want == 0 {
 		return 0, nil
 	}
@@ -131,20 +166,19 @@ func (r *receiver) Receive(frames [][]byte) (int, error) {
 		return 0, ErrClosed
 	}
 	r.want = want
-	n, err := r.recv(false)
-	if n == 0 && err == nil && !r.s.stopped.Load() {
-		if derr := r.s.file.SetReadDeadline(time.Now().Add(rxWait)); derr == nil {
-			n, err = r.recv(true)
-		}
-	}
+	wait := !r.s.stopped.Load() && r.armDeadline()
+	n, err := r.recv(wait)
 	if err != nil {
 		return 0, err
 	}
 	r.n = n
 	var bytes, super uint64
 	for i := range n {
-		frames[i] = r.frame(i, r.msgs.MsgLen(i), r.msgs.Flags(i)&unix.MSG_TRUNC != 0)
-		bytes += uint64(len(frames[i]) - vnetHdrLen)
+		frames[i] = r.frame(i, bufs[i], r.msgs.MsgLen(i), r.msgs.Flags(i)&unix.MSG_TRUNC != 0)
+		if frames[i] == nil && !into {
+			frames[i] = bufs[i][:Headroom]
+		}
+		bytes += uint64(max(len(frames[i])-vnetHdrLen, 0))
 		if r.hdrs[i].GSOType != segment.GSONone {
 			super++
 		}
@@ -154,6 +188,26 @@ func (r *receiver) Receive(frames [][]byte) (int, error) {
 	st.rxBytes.Add(bytes)
 	st.rxSuper.Add(super)
 	return n, nil
+}
+
+// armDeadline keeps the socket's read deadline between rxWait/2 and
+// rxWait ahead, so that a wait ends within rxWait, and reports whether it
+// is set. It sets a new one only when the last is less than rxWait/2
+// ahead: each costs the runtime a timer update, which a Receive per
+// packet would pay otherwise.
+func (r *receiver) armDeadline() bool {
+	now := time.Now()
+	if r.deadline.Sub(now) > rxWait/2 {
+		return true
+	}
+	if r.s.file.SetReadDeadline(now.Add(rxWait)) != nil {
+		return false
+	}
+	r.deadline = now.Add(rxWait)
+	if r.s.stopped.Load() { // stopRX ran meanwhile: its deadline is the past
+		r.s.file.SetReadDeadline(time.Unix(1, 0))
+	}
+	return true
 }
 
 // recv takes what is waiting, or (wait) waits for it through the runtime
@@ -208,17 +262,16 @@ func (r *receiver) doRecvOrWait(fd uintptr) bool {
 }
 
 // frame checks received message i, of length l (truncated: MSG_TRUNC),
-// and returns its frame, with an empty packet if it is not a whole IP
-// packet behind an Ethernet header that says so; it decodes the
-// virtio-net header into hdrs[i].
-func (r *receiver) frame(i, l int, truncated bool) []byte {
-	b := r.bufs[i]
+// in b, and returns its frame: nil if it was truncated, with an empty
+// packet if it is not a whole IP packet behind an Ethernet header that
+// says so; it decodes the virtio-net header into hdrs[i].
+func (r *receiver) frame(i int, b []byte, l int, truncated bool) []byte {
 	r.hdrs[i] = segment.Header{}
 	empty := b[:Headroom]
 	switch {
 	case truncated || l > len(b):
 		r.s.st.truncated.Add(1)
-		return empty
+		return nil
 	case l <= Headroom || !ethernet.IsIP(b[vnetHdrLen:l]):
 		r.s.st.invalid.Add(1)
 		return empty

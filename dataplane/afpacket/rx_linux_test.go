@@ -1,6 +1,7 @@
 package afpacket
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"net/netip"
@@ -13,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
+	"github.com/gsoplane/gsoplane/dataplane/frame"
 	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 	"github.com/gsoplane/gsoplane/segment"
 )
@@ -231,14 +233,15 @@ func TestReceiveGRO(t *testing.T) {
 	types := map[segment.GSOType]int{}
 	var frames, maxSize int
 	for _, r := range l.recvs {
-		n, m := r.superFrames()
-		frames, maxSize = frames+n, max(maxSize, m)
+		r.mu.Lock() // the return path still receives (an ACK, a retransmit)
+		frames, maxSize = frames+r.gsoFrames, max(maxSize, r.maxSize)
 		for k, v := range r.gsoTypes {
 			types[k] += v
 		}
 		if len(r.bad) > 0 {
 			t.Errorf("%d super-packets with a bad header, such as %s", len(r.bad), r.bad[0])
 		}
+		r.mu.Unlock()
 	}
 	st := l.sumStats()
 	t.Logf("received %v (largest %d bytes); port %+v", types, maxSize, st)
@@ -357,4 +360,59 @@ func TestRxSizeFor(t *testing.T) {
 			t.Errorf("%s: rxSizeFor = %d, want %d rounded up to 128", c.name, got, c.want)
 		}
 	}
+}
+
+// TestReceiveInto: ReceiveInto receives each frame into the caller's
+// buffer (the frame a view of it, the packet at Headroom, whatever the
+// buffer held), one longer than its buffer comes back nil and counts as
+// truncated, and a Receive after it receives into the socket's own
+// memory again.
+func TestReceiveInto(t *testing.T) {
+	l := newLab(t, false)
+	p := l.open(t, Config{Queues: 1})
+	r := p.Sockets()[0].Receiver().(frame.IntoReceiver)
+	dst := netip.AddrPortFrom(netlab.App4, 9000)
+	const size = Headroom + 28 + 100 // room for 100 bytes of UDP payload
+	bufs := make([][]byte, rxBatch)
+	for i := range bufs {
+		bufs[i] = bytes.Repeat([]byte{0xa5}, size)
+	}
+	l.sendUDP(t, dst, 0, 3, "into")
+	l.sendUDP(t, dst, 0, 1, strings.Repeat("long ", 40))
+	frames := make([][]byte, rxBatch)
+	var got []string
+	cut := 0
+	for deadline := time.Now().Add(labWait); len(got)+cut < 4 && time.Now().Before(deadline); {
+		n, err := r.ReceiveInto(bufs, frames)
+		netlab.Must(t, err)
+		for i, f := range frames[:n] {
+			switch {
+			case f == nil:
+				cut++
+			case &f[0] != &bufs[i][0]:
+				t.Fatalf("frame %d is not in the buffer it was received into", i)
+			default:
+				got = append(got, parseUDP(t, 0, f).payload)
+			}
+		}
+	}
+	if strings.Join(got, ",") != "into 0,into 1,into 2" || cut != 1 {
+		t.Fatalf("received %q and %d cut short; want the three short datagrams and the long one cut", got, cut)
+	}
+	if st := l.sumStats(); st.Drops.Truncated != 1 {
+		t.Errorf("%d truncated, want 1", st.Drops.Truncated)
+	}
+	l.sendUDP(t, dst, 0, 1, "own")
+	for deadline := time.Now().Add(labWait); time.Now().Before(deadline); {
+		n, err := r.Receive(frames)
+		netlab.Must(t, err)
+		if n == 0 {
+			continue
+		}
+		if pl := parseUDP(t, 0, frames[0]).payload; pl != "own 0" || &frames[0][0] == &bufs[0][0] {
+			t.Fatalf("Receive after ReceiveInto: %q, in the caller's buffer %v", pl, &frames[0][0] == &bufs[0][0])
+		}
+		return
+	}
+	t.Fatal("nothing received after ReceiveInto")
 }

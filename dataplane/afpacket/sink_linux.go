@@ -22,8 +22,11 @@ import (
 	"github.com/gsoplane/gsoplane/segment"
 )
 
-// A Sink is a frame.OffloadSink.
-var _ frame.OffloadSink = (*Sink)(nil)
+// A Sink is a frame.OffloadSink and a frame.SyncSink.
+var (
+	_ frame.OffloadSink = (*Sink)(nil)
+	_ frame.SyncSink    = (*Sink)(nil)
+)
 
 const (
 	sinkBatch = 64 // most frames one sendmmsg carries
@@ -544,3 +547,7 @@ func (s *Sink) doWait(uintptr) bool {
 	s.waited = true
 	return false
 }
+
+// CompletesOnTransmit reports true: a frame is complete once sendmmsg
+// has copied it (frame.SyncSink).
+func (s *Sink) CompletesOnTransmit() bool { return true }

@@ -75,12 +75,31 @@ type BackloggedSink interface {
 	Backlog() <-chan struct{}
 }
 
+// A SyncSink is a Sink whose frames are gone once Transmit has taken
+// them, as a packet socket's sendmmsg copies them: Complete reports them
+// at once. While its sink loop is idle, the forwarder transmits on one
+// from its producer goroutine, right after queueing (run to completion),
+// rather than waking the sink loop for every batch; the sink loop takes
+// over what Transmit left (a full device queue) and waits for the sink.
+// Transmit, Complete and Wait are still called by one goroutine at a
+// time. afpacket.Sink is one. udp.Sink, though as synchronous, is not:
+// its sendmmsg of tens of datagrams per super-packet, batched across
+// super-packets by a sink loop of its own, measured faster in the
+// tunnel (docs/design.md).
+type SyncSink interface {
+	Sink
+	// CompletesOnTransmit reports whether the sink is synchronous as
+	// above; false makes it a plain Sink.
+	CompletesOnTransmit() bool
+}
+
 // A Sink transmits IP packets from frames it owns and reports when they are
 // gone. The forwarder calls Alloc and Free from its producer and Transmit,
-// Complete and Wait from its sink loop, concurrently: a Sink must allow
-// that. It must own at least BurstSegments frames: the forwarder takes
-// the frames of a super-packet's segments, BurstSegments at most, at
-// once, and drops a packet that needs more than the sink owns. Transmit and
+// Complete and Wait from its sink loop (a SyncSink's from its producer
+// too, one goroutine at a time), concurrently: a Sink must allow that.
+// It must own at least BurstSegments frames: the forwarder takes the
+// frames of a super-packet's segments, BurstSegments at most, at once,
+// and drops a packet that needs more than the sink owns. Transmit and
 // Complete return an error only when the sink can no longer send: that
 // stops the forwarder; transient conditions are the sink's to retry and
 // count. xsk.Sink and udp.Sink are Sinks.
@@ -154,6 +173,20 @@ type Receiver interface {
 type HeaderReceiver interface {
 	Receiver
 	Header(i int) segment.Header
+}
+
+// An IntoReceiver is a Receiver that can also receive into buffers its
+// caller gives, as a packet socket's recvmmsg does into any memory: a
+// WireSource whose forwarder reads into an OffloadSink's large frames
+// then copies nothing. ReceiveInto is Receive with frame i received into
+// bufs[i] from its start (the headroom, then the IP packet) and frames[i]
+// a view of bufs[i]; a HeaderReceiver's Header(i) describes it as after
+// Receive. A frame longer than bufs[i] is cut short: frames[i] is then
+// nil and bufs[i] holds its start (the receiver counts it as
+// truncated). afpacket's Receiver is one.
+type IntoReceiver interface {
+	Receiver
+	ReceiveInto(bufs, frames [][]byte) (int, error)
 }
 
 // A Writer writes packets, bufs[i][offset:] each, virtio-net header

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -58,6 +59,15 @@ type Forwarder struct {
 	mtu   atomic.Int64  // see ForwarderConfig.MTU
 	// The producer's and the sink loop's heartbeats (see Pulse).
 	producing, sending heartbeat
+
+	// Run to completion (a SyncSink, no TxRate): the producer transmits
+	// what it queues itself while the sink loop is idle. snd is the sink
+	// side's state, used by whoever holds tx; kick wakes the sink loop
+	// for what the producer left or could not take.
+	inline bool
+	tx     sync.Mutex
+	snd    *sender
+	kick   chan struct{}
 }
 
 // headerSizeOK reports a virtio-net header size a TUN device can have.
@@ -86,7 +96,10 @@ func NewForwarder(cfg ForwarderConfig) (*Forwarder, error) {
 	if cfg.DrainTime <= 0 {
 		cfg.DrainTime = DefaultDrainTime
 	}
-	f := &Forwarder{cfg: cfg, freed: make(chan struct{}, 1)}
+	f := &Forwarder{cfg: cfg, freed: make(chan struct{}, 1), kick: make(chan struct{}, 1)}
+	if s, ok := cfg.Sink.(frame.SyncSink); ok && s.CompletesOnTransmit() && cfg.TxRate <= 0 {
+		f.inline = true
+	}
 	f.mtu.Store(int64(cfg.MTU))
 	return f, nil
 }
@@ -110,9 +123,10 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	sinkCtx, stopSink := context.WithCancel(context.Background())
 	var sinkErr error
 	sinkDone := make(chan struct{})
+	f.snd = newSender(f)
 	go func() {
 		defer close(sinkDone)
-		if sinkErr = f.sinkLoop(sinkCtx); sinkErr != nil {
+		if sinkErr = f.sinkLoop(sinkCtx, f.snd); sinkErr != nil {
 			stopProd() // nothing will complete: stop taking packets
 		}
 	}()

@@ -31,6 +31,7 @@ type producer struct {
 	partial  *segment.Segmenter // cuts with partial checksums, for OffloadCsum
 	bufs     [][]byte           // read buffers: own, or lent (see lend)
 	own      [][]byte           // the producer's own read buffers
+	off      int                // where the packets go in bufs: a large frame's headroom less the header
 	sizes    []int
 	lent     []frame.Frame // large frames bufs[:nLent] read into; Buf nil once a packet left in it
 	nLent    int
@@ -60,8 +61,11 @@ func newProducer(f *Forwarder) *producer {
 		items:   make([]txqueue.Item[frame.Frame], 0, frame.BurstSegments),
 		size:    txqueue.Truesize(f.cfg.FrameSize),
 	}
+	if p.lends {
+		p.off = f.cfg.Sink.Headroom() - f.cfg.HeaderSize
+	}
 	for i := range p.own {
-		p.own[i] = make([]byte, maxSuperPacket)
+		p.own[i] = make([]byte, p.off+maxSuperPacket)
 	}
 	copy(p.bufs, p.own)
 	return p
@@ -81,7 +85,7 @@ func (f *Forwarder) produce(ctx context.Context) error {
 		}
 		n, err := p.read(bufs)
 		for i := range n {
-			if err := p.forward(ctx, p.bufs[i][:p.sizes[i]], i); err != nil {
+			if err := p.forward(ctx, p.bufs[i][p.off:p.off+p.sizes[i]], i); err != nil {
 				return err
 			}
 		}
@@ -101,7 +105,7 @@ func (f *Forwarder) produce(ctx context.Context) error {
 func (p *producer) read(bufs [][]byte) (int, error) {
 	p.f.producing.wait()
 	defer p.f.producing.woke()
-	return p.f.cfg.Source.Read(bufs, p.sizes, 0)
+	return p.f.cfg.Source.Read(bufs, p.sizes, p.off)
 }
 
 // forward handles packet i of the batch read, raw, virtio-net header
@@ -288,7 +292,10 @@ func (p *producer) largeFrame(ctx context.Context, pkt []byte, i int) (f frame.F
 // it holds none, it waits for one if the last super-packet left whole
 // (the next one most likely will too, and reading it elsewhere would
 // cost a copy), else it reads into its own buffers. A sink whose large
-// frames cannot hold the largest packet lends none.
+// frames cannot hold the largest packet lends none. The buffers are the
+// whole frames, read into at p.off (the packet at the headroom), so that
+// a source that receives from a wire in place (a WireSource over a
+// frame.IntoReceiver) has room in front for what its port writes there.
 func (p *producer) lend(ctx context.Context) ([][]byte, error) {
 	headroom := p.f.cfg.Sink.Headroom()
 	for p.lends && p.nLent < len(p.bufs) {
@@ -322,7 +329,7 @@ func (p *producer) lend(ctx context.Context) ([][]byte, error) {
 func (p *producer) lendFirst(f frame.Frame, headroom int) {
 	copy(p.lent[1:p.nLent+1], p.lent[:p.nLent])
 	copy(p.bufs[1:p.nLent+1], p.bufs[:p.nLent])
-	p.lent[0], p.bufs[0] = f, f.Buf[headroom-p.f.cfg.HeaderSize:]
+	p.lent[0], p.bufs[0] = f, f.Buf[headroom-p.f.cfg.HeaderSize-p.off:] // the whole frame
 	p.nLent++
 }
 
@@ -419,13 +426,16 @@ func (p *producer) queue(ctx context.Context, frames []frame.Frame, hdr segment.
 	return p.enqueue(ctx)
 }
 
-// enqueue queues p.items. What a DropTail queue refuses is counted and its
-// frames are freed.
+// enqueue queues p.items and, running to completion, transmits them. What
+// a DropTail queue refuses is counted and its frames are freed.
 func (p *producer) enqueue(ctx context.Context) error {
 	q := p.f.cfg.Queue
 	p.f.producing.wait() // while the queue is full: for the sink loop
 	n, err := q.Enqueue(ctx, p.items)
 	p.f.producing.woke()
+	if n > 0 {
+		p.f.push()
+	}
 	if err == nil {
 		return nil
 	}

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/gsoplane/gsoplane/dataplane/frame"
@@ -13,6 +14,8 @@ const sinkBatch = 64
 
 // sender is the forwarder's sink side: it drains the queue into the sink,
 // paces it when asked to, and turns the sink's completions into releases.
+// The sink loop runs it; with a SyncSink (Forwarder.inline) the producer
+// too, whoever holds Forwarder.tx (see push).
 type sender struct {
 	f        *Forwarder
 	items    []txqueue.Item[frame.Frame]
@@ -23,6 +26,7 @@ type sender struct {
 	pace     pacer
 	backlog  frame.BackloggedSink // the sink, if it has a backlog
 	flush    bool                 // its backlog is ready: Transmit even with no frames
+	err      error                // the producer's Transmit or Complete failed: the sink loop ends with it
 }
 
 // sentBatch remembers when frames were taken by the sink, for the
@@ -32,7 +36,7 @@ type sentBatch struct {
 	at time.Time
 }
 
-func (f *Forwarder) sinkLoop(ctx context.Context) error {
+func newSender(f *Forwarder) *sender {
 	s := &sender{
 		f:      f,
 		items:  make([]txqueue.Item[frame.Frame], sinkBatch),
@@ -40,29 +44,113 @@ func (f *Forwarder) sinkLoop(ctx context.Context) error {
 		pace:   pacer{rate: f.cfg.TxRate},
 	}
 	s.backlog, _ = f.cfg.Sink.(frame.BackloggedSink)
+	return s
+}
+
+func (f *Forwarder) sinkLoop(ctx context.Context, s *sender) error {
 	for {
 		f.sending.beat()
-		if err := s.fill(); err != nil {
-			return nil // the queue was closed: nothing more to send
-		}
-		sent, err := s.transmit()
-		if err != nil {
-			s.complete() // release what did go out
+		s.lock()
+		stop, err := s.round(ctx)
+		s.unlock()
+		if stop || err != nil {
 			return err
-		}
-		done, err := s.complete()
-		if err != nil {
-			return err
-		}
-		stop, err := s.idle(ctx, sent+done)
-		if err != nil {
-			s.complete() // release what did go out
-			return err
-		}
-		if stop {
-			return nil
 		}
 	}
+}
+
+// round is one round of the sink loop: it reports true when the loop is
+// to end, with the error that ends it.
+func (s *sender) round(ctx context.Context) (bool, error) {
+	if s.err != nil {
+		return true, s.err
+	}
+	if err := s.fill(); err != nil {
+		return true, nil // the queue was closed: nothing more to send
+	}
+	sent, err := s.transmit()
+	if err != nil {
+		s.complete() // release what did go out
+		return true, err
+	}
+	done, err := s.complete()
+	if err != nil {
+		return true, err
+	}
+	stop, err := s.idle(ctx, sent+done)
+	if err != nil {
+		s.complete() // release what did go out
+	}
+	return stop || err != nil, err
+}
+
+// lock and unlock take and give up the sender, shared with the producer
+// (run to completion); no-ops otherwise.
+func (s *sender) lock() {
+	if s.f.inline {
+		s.f.tx.Lock()
+	}
+}
+
+func (s *sender) unlock() {
+	if s.f.inline {
+		s.f.tx.Unlock()
+	}
+}
+
+// push runs to completion (a SyncSink): the producer transmits what it
+// has just queued, unless the sink loop is at work, and wakes the sink
+// loop for what it leaves (the sink took less than all: a full device
+// queue; frames the sink keeps for their next hop), could not take (the
+// sink loop held the sender) or an error.
+func (f *Forwarder) push() {
+	if !f.inline {
+		return
+	}
+	if !f.tx.TryLock() {
+		f.wakeSink()
+		return
+	}
+	more := f.snd.pass()
+	f.tx.Unlock()
+	if more {
+		f.wakeSink()
+	}
+}
+
+// wakeSink wakes the sink loop (run to completion).
+func (f *Forwarder) wakeSink() {
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
+}
+
+// pass transmits and completes what is queued until the queue is empty
+// or the sink takes nothing, and reports whether the sink loop has work
+// left: frames pending or in flight, or an error to end with.
+func (s *sender) pass() bool {
+	for s.err == nil {
+		if s.fill() != nil {
+			return true // closed: the sink loop ends
+		}
+		if len(s.pending) == 0 {
+			break
+		}
+		sent, err := s.transmit()
+		_, cerr := s.complete()
+		if s.err = errors.Join(err, cerr); s.err != nil || sent == 0 {
+			break
+		}
+	}
+	return s.err != nil || len(s.pending) > 0 || s.inFlight > 0 || s.backlogged()
+}
+
+// backlogged reports whether the sink keeps frames to send later (its
+// Backlog is not nil): the sink loop, which waits for it, is to look
+// again.
+func (s *sender) backlogged() bool {
+	return s.backlog != nil && s.backlog.Backlog() != nil
 }
 
 // fill dequeues a batch when the last one is all taken.
@@ -166,10 +254,16 @@ func (s *sender) idle(ctx context.Context, progress int) (bool, error) {
 		if s.backlog != nil {
 			backlog = s.backlog.Backlog()
 		}
+		ready := s.f.cfg.Queue.Ready()
+		if s.f.inline {
+			ready = s.f.kick // the producer sends what it queues, and says what it leaves
+		}
+		s.unlock() // for the producer
+		defer s.lock()
 		s.f.sending.wait() // for the producer
 		defer s.f.sending.woke()
 		select {
-		case <-s.f.cfg.Queue.Ready():
+		case <-ready:
 			return false, nil
 		case <-backlog:
 			s.flush = true

@@ -93,8 +93,10 @@ type WireStats struct {
 type WireSource struct {
 	cfg    WireConfig
 	hr     frame.HeaderReceiver // cfg.Receiver, if it gives the kernel's headers
+	into   frame.IntoReceiver   // cfg.Receiver, if it receives into the forwarder's buffers
 	mtu    atomic.Int64
 	frames [][]byte
+	rbufs  [][]byte // where ReceiveInto receives: the forwarder's buffers, from the receiver's headroom on
 
 	packets, cut, clamped, tooBig, badCsum, invalid, spoofed, ttlExceeded, big atomic.Uint64
 }
@@ -115,6 +117,7 @@ func NewWireSource(cfg WireConfig) (*WireSource, error) {
 	}
 	w := &WireSource{cfg: cfg}
 	w.hr, _ = cfg.Receiver.(frame.HeaderReceiver)
+	w.into, _ = cfg.Receiver.(frame.IntoReceiver)
 	w.mtu.Store(int64(cfg.MTU))
 	return w, nil
 }
@@ -140,19 +143,29 @@ func (w *WireSource) SetReadDeadline(t time.Time) error {
 // virtio-net header at bufs[i][offset:]. A packet longer than its buffer
 // is lost with an error wrapping ErrPacketTruncated. It returns 0 and no
 // error when the Receiver had nothing, or nothing worth passing on.
+//
+// An IntoReceiver receives straight into bufs where offset leaves room
+// for its headroom in front of the packet's place (the forwarder's read
+// into an OffloadSink's large frames): each packet then stays where it
+// was received, and is copied only to close the gap a dropped one left.
 func (w *WireSource) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	n := min(len(bufs), len(sizes))
 	if len(w.frames) < n {
-		w.frames = make([][]byte, n)
+		w.frames, w.rbufs = make([][]byte, n), make([][]byte, n)
 	}
-	got, err := w.cfg.Receiver.Receive(w.frames[:n])
+	head := w.cfg.Receiver.Headroom()
+	got, err := w.receive(bufs[:n], offset, head)
 	if got == 0 {
 		return 0, err
 	}
 	w.packets.Add(uint64(got))
-	head, out := w.cfg.Receiver.Headroom(), 0
+	out := 0
 	var terr error
 	for i, f := range w.frames[:got] {
+		if f == nil { // cut short by ReceiveInto: longer than the buffer
+			w.dropLong(w.rbufs[i][head:])
+			continue
+		}
 		if segment.IsBig(f[min(head, len(f)):]) {
 			if w.big.Add(1) == 1 && w.cfg.OnBigTCP != nil {
 				w.cfg.OnBigTCP()
@@ -188,6 +201,50 @@ func (w *WireSource) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	return out, errors.Join(terr, err)
 }
 
+// receive receives a batch into w.frames: into bufs, behind the
+// receiver's headroom at the packets' place, where the receiver can and
+// there is room for the headroom; else into the receiver's own memory.
+func (w *WireSource) receive(bufs [][]byte, offset, head int) (int, error) {
+	at := offset + segment.HeaderSize - head // where the headroom starts
+	if w.into == nil || at < 0 {
+		return w.cfg.Receiver.Receive(w.frames[:len(bufs)])
+	}
+	for i, b := range bufs {
+		if len(b) < at+head {
+			return w.cfg.Receiver.Receive(w.frames[:len(bufs)])
+		}
+		w.rbufs[i] = b[at:]
+	}
+	return w.into.ReceiveInto(w.rbufs[:len(bufs)], w.frames[:len(bufs)])
+}
+
+// dropLong drops a packet longer than the buffer it was received into,
+// of which pkt is the start: a BIG TCP super-packet, by its header (an
+// IP length of 0), as Read drops one received whole, else invalid.
+func (w *WireSource) dropLong(pkt []byte) {
+	if !bigStart(pkt) {
+		w.invalid.Add(1)
+		return
+	}
+	if w.big.Add(1) == 1 && w.cfg.OnBigTCP != nil {
+		w.cfg.OnBigTCP()
+	}
+}
+
+// bigStart reports whether pkt starts like a BIG TCP packet: an IPv4
+// header with a total length of 0, or an IPv6 one with a payload length
+// of 0 and a Hop-by-Hop header next (segment.IsBig, without the length).
+func bigStart(pkt []byte) bool {
+	be := binary.BigEndian
+	switch v := iphdr.Version(pkt); {
+	case v == 4 && len(pkt) >= ipv4MinLen:
+		return be.Uint16(pkt[2:]) == 0
+	case v == 6 && len(pkt) >= ipv6HeaderLen:
+		return be.Uint16(pkt[4:]) == 0 && pkt[6] == 0
+	}
+	return false
+}
+
 // from returns the receiving kernel's header of frame i of the last
 // Receive, if the Receiver gives it.
 func (w *WireSource) from(i int) segment.Header {
@@ -202,8 +259,11 @@ func (w *WireSource) from(i int) segment.Header {
 // kernel said of pkt.
 func (w *WireSource) prepare(buf, pkt []byte, from segment.Header) int {
 	mtu := int(w.mtu.Load())
-	p := buf[segment.HeaderSize : segment.HeaderSize+copy(buf[segment.HeaderSize:], pkt)]
-	copycount.Add(p, pkt)
+	p := buf[segment.HeaderSize : segment.HeaderSize+len(pkt)]
+	if &p[0] != &pkt[0] { // not received in place (ReceiveInto)
+		copy(p, pkt)
+		copycount.Add(p, pkt)
+	}
 	if w.cfg.Clamp && segment.Clamp(p, min(mtu, w.ingressMTU(mtu))) {
 		w.clamped.Add(1)
 	}
