@@ -102,6 +102,9 @@ func background(args []string, stderr io.Writer) int {
 // until a signal (SIGINT, SIGTERM), the socket file's removal or the
 // interface's deletion (nil), or a failure.
 func serve(ctx context.Context, cfg *config, log *slog.Logger, ready func(error)) (err error) {
+	// Before the socket appears: whoever sees it may signal at once.
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	path, _ := uapi.SocketPath(cfg.Interface) // parse checked it
 	dev, err := wgtunnel.New(wgtunnel.Config{Name: cfg.Interface, Queues: cfg.Queues, Logger: log})
 	if err != nil {
@@ -118,8 +121,6 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger, ready func(error)
 	log.Info("wggso: up", "interface", dev.Name(), "socket", path, "pid", os.Getpid(), "version", version())
 	ready(nil)
 
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve() }()
 	ran := make(chan error, 1)
