@@ -52,7 +52,7 @@ func pack(name string, img *image, b *binaries, plan *kernels.Plan) error {
 			return err
 		}
 	}
-	for _, bin := range b.steps {
+	for _, bin := range append(b.steps, b.extra...) {
 		if bin.dir == "" {
 			continue
 		}
