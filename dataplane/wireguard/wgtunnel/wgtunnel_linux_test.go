@@ -181,6 +181,11 @@ func (l *interop) run(t *testing.T, other interopPeer) {
 		}
 		t.Logf("the other end counts %d bytes received, %d sent", rx, tx)
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the Device's counters: %+v", l.d.Stats())
+		}
+	})
 	waitHandshake(t, l.p.B, interopA, func() bool { return ourHandshake() && other.handshaked(t) })
 	if n := l.d.Stats().NoKey; n != 0 {
 		t.Errorf("the Device dropped %d packets for want of a keypair, with the other end initiating", n)
