@@ -106,6 +106,9 @@ func background(args []string, stderr io.Writer) int {
 // SIGTERM), the socket file's removal or the interface's deletion
 // (nil), or a failure.
 func serve(ctx context.Context, cfg *config, log *slog.Logger, ready func(error)) (err error) {
+	// Before the socket appears: whoever sees it may signal at once.
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	path, _ := uapi.SocketPath(cfg.Interface) // parse checked it
 	ln, err := listenMetrics(cfg, log)
 	if err != nil {
@@ -133,8 +136,6 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger, ready func(error)
 		"pid", os.Getpid(), "version", version())
 	ready(nil)
 
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve() }()
 	ran := make(chan error, 1)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -27,6 +28,7 @@ import (
 	"github.com/gsoplane/gsoplane/dataplane/wireguard"
 	"github.com/gsoplane/gsoplane/dataplane/wireguard/uapi"
 	"github.com/gsoplane/gsoplane/internal/testing/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/wgkernel"
 )
 
 func TestMain(m *testing.M) { os.Exit(netlab.Main(m)) }
@@ -104,61 +106,103 @@ func apply(t *testing.T, h *uapi.Handler, lines string) {
 	netlab.Must(t, h.Apply(s))
 }
 
-// TestInteropWireguardGo runs a Device in one namespace against a stock
-// wireguard-go device on a real TUN in another: wireguard-go starts the
-// first handshake, the Device the second (both peers removed and added
-// again in between), and after each a TCP stream goes each way,
-// checked with SHA-256.
-func TestInteropWireguardGo(t *testing.T) {
-	p := netlab.NewPairT(t, "wgtun")
-	privA, privB := newKey(t), newKey(t)
-	pubA, pubB := privA.Public(), privB.Public()
-	const port = 51820
-	var d *Device
+// interopPort is both ends' listen port in the interop tests, each in a
+// namespace of its own.
+const interopPort = 51820
+
+// The interop tests' tunnel addresses: the Device's in A, the other end's
+// in B.
+var (
+	interopA = netip.MustParseAddr("10.9.0.1")
+	interopB = netip.MustParseAddr("10.9.0.2")
+)
+
+// interop is a Device in namespace A of a pair, configured with one peer,
+// another WireGuard implementation in namespace B.
+type interop struct {
+	p            *netlab.Pair
+	d            *Device
+	h            *uapi.Handler
+	privA, privB wireguard.Key
+	ours         string // the peer's lines in the Device's configuration
+}
+
+// newInterop makes two keys and runs a Device named wgs0 in p.A, with
+// address interopA/24 and the peer of privB's public key at p.AddrB.
+func newInterop(t *testing.T, p *netlab.Pair) *interop {
+	l := &interop{p: p, privA: newKey(t), privB: newKey(t)}
 	var err error
-	p.A.Do(t, func() { d, err = New(Config{Name: "wgs0", Logger: slog.New(slog.DiscardHandler)}) })
+	p.A.Do(t, func() { l.d, err = New(Config{Name: "wgs0", Logger: slog.New(slog.DiscardHandler)}) })
 	netlab.Must(t, err)
-	t.Cleanup(func() { d.Close() })
+	t.Cleanup(func() { l.d.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
-	go func() { ran <- d.Run(ctx) }()
+	go func() { ran <- l.d.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-ran; err != nil {
 			t.Errorf("Run: %v", err)
 		}
 	})
-	h := uapi.NewHandler(d, uapi.Limits{})
-	ours := fmt.Sprintf("public_key=%s\nendpoint=%s\nallowed_ip=10.9.0.2/32\n", hexKey(pubB), netip.AddrPortFrom(p.AddrB, port))
-	apply(t, h, fmt.Sprintf("private_key=%s\nlisten_port=%d\n%s", hexKey(privA), port, ours))
+	l.h = uapi.NewHandler(l.d, uapi.Limits{})
+	l.ours = fmt.Sprintf("public_key=%s\nendpoint=%s\nallowed_ip=%s/32\n", hexKey(l.privB.Public()), netip.AddrPortFrom(p.AddrB, interopPort), interopB)
+	apply(t, l.h, fmt.Sprintf("private_key=%s\nlisten_port=%d\n%s", hexKey(l.privA), interopPort, l.ours))
 	netlab.Must(t, p.A.LinkUp("wgs0"))
-	netlab.Must(t, p.A.AddAddr("wgs0", "10.9.0.1/24"))
-	theirs := fmt.Sprintf("public_key=%s\nendpoint=%s\nallowed_ip=10.9.0.1/32\n", hexKey(pubA), netip.AddrPortFrom(p.AddrA, port))
-	w := startWgGo(t, p.B, "wgg0", "10.9.0.2/24", 1420, fmt.Sprintf("private_key=%s\nlisten_port=%d\n%s", hexKey(privB), port, theirs))
-	inA, inB := netip.MustParseAddr("10.9.0.1"), netip.MustParseAddr("10.9.0.2")
+	netlab.Must(t, p.A.AddAddr("wgs0", interopA.String()+"/24"))
+	return l
+}
 
-	ourHandshake := func() bool { return !d.PeerByKey(pubB).LastHandshake().IsZero() }
+// interopPeer is the other end of an interop test, with the Device as
+// its one peer.
+type interopPeer interface {
+	// handshaked reports whether it completed a handshake with the
+	// Device.
+	handshaked(t *testing.T) bool
+	// renew removes its peer and adds it again, without a session.
+	renew(t *testing.T)
+	// transfer returns the bytes it received from and sent to the peer.
+	transfer(t *testing.T) (rx, tx uint64)
+}
+
+// run checks the Device against other: the other end starts the first
+// handshake, the Device the second (both peers removed and added again in
+// between), and after each a TCP stream goes each way, checked with
+// SHA-256, and the other end's transfer counters show both.
+func (l *interop) run(t *testing.T, other interopPeer) {
+	pubB := l.privB.Public()
+	ourHandshake := func() bool { return !l.d.PeerByKey(pubB).LastHandshake().IsZero() }
+	const size = 4 << 20
 	transfers := func() {
-		netlab.TCPTransfer(t, p.A, p.B, netip.AddrPortFrom(inB, 5001), 4<<20, false)
-		netlab.TCPTransfer(t, p.A, p.B, netip.AddrPortFrom(inB, 5002), 4<<20, true)
+		netlab.TCPTransfer(t, l.p.A, l.p.B, netip.AddrPortFrom(interopB, 5001), size, false)
+		netlab.TCPTransfer(t, l.p.A, l.p.B, netip.AddrPortFrom(interopB, 5002), size, true)
+		rx, tx := other.transfer(t)
+		if rx < size || tx < size {
+			t.Errorf("the other end counts %d bytes received, %d sent, after %d each way", rx, tx, size)
+		}
+		t.Logf("the other end counts %d bytes received, %d sent", rx, tx)
 	}
-	waitHandshake(t, p.B, inA, func() bool { return ourHandshake() && w.handshaked(t) })
-	if n := d.Stats().NoKey; n != 0 {
-		t.Errorf("the Device dropped %d packets for want of a keypair, with wireguard-go initiating", n)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the Device's counters: %+v", l.d.Stats())
+		}
+	})
+	waitHandshake(t, l.p.B, interopA, func() bool { return ourHandshake() && other.handshaked(t) })
+	if n := l.d.Stats().NoKey; n != 0 {
+		t.Errorf("the Device dropped %d packets for want of a keypair, with the other end initiating", n)
 	}
 	transfers()
 
-	apply(t, h, fmt.Sprintf("public_key=%s\nremove=true\n%s", hexKey(pubB), ours))
-	netlab.Must(t, w.dev.IpcSet(fmt.Sprintf("public_key=%s\nremove=true\n%s", hexKey(pubA), theirs)))
-	if ourHandshake() || w.handshaked(t) {
+	apply(t, l.h, fmt.Sprintf("public_key=%s\nremove=true\n%s", hexKey(pubB), l.ours))
+	other.renew(t)
+	if ourHandshake() || other.handshaked(t) {
 		t.Fatal("a handshake with peers just added")
 	}
-	waitHandshake(t, p.A, inB, func() bool { return ourHandshake() && w.handshaked(t) })
-	if d.Stats().NoKey == 0 {
+	waitHandshake(t, l.p.A, interopB, func() bool { return ourHandshake() && other.handshaked(t) })
+	if l.d.Stats().NoKey == 0 {
 		t.Error("the Device initiated without a packet waiting for a keypair")
 	}
 	transfers()
-	s := d.Stats()
+	s := l.d.Stats()
 	// Receive.Auth may count a data message under the keys of the peers
 	// removed (an unknown receiver index), in flight as they were.
 	if s.Tunnel.Receive.Replay != 0 || s.Tunnel.Receive.Malformed != 0 || s.Tunnel.Receive.NotAllowed != 0 || s.ControlDropped != 0 {
@@ -201,6 +245,101 @@ func checkPeerStats(t *testing.T, d *Device, pub wireguard.Key) {
 		p.RxPackets, p.RxBytes, p.TxPackets, p.TxBytes, p.Initiations, p.Handshakes, p.Drops)
 }
 
+// wgGoPeer is a wireguard-go device as an interopPeer.
+type wgGoPeer struct {
+	*wgGo
+	key  wireguard.Key // its peer's public key
+	peer string        // its peer's lines
+}
+
+func (w wgGoPeer) renew(t *testing.T) {
+	netlab.Must(t, w.dev.IpcSet(fmt.Sprintf("public_key=%s\nremove=true\n%s", hexKey(w.key), w.peer)))
+}
+
+func (w wgGoPeer) transfer(t *testing.T) (rx, tx uint64) {
+	get, err := w.dev.IpcGet()
+	netlab.Must(t, err)
+	for _, c := range []struct {
+		key string
+		n   *uint64
+	}{{"rx_bytes", &rx}, {"tx_bytes", &tx}} {
+		if m := regexp.MustCompile(c.key + `=(\d+)`).FindStringSubmatch(get); m != nil {
+			*c.n, _ = strconv.ParseUint(m[1], 10, 64)
+		}
+	}
+	return rx, tx
+}
+
+// TestInteropWireguardGo runs a Device in one namespace against a stock
+// wireguard-go device on a real TUN in another (interop.run).
+func TestInteropWireguardGo(t *testing.T) {
+	l := newInterop(t, netlab.NewPairT(t, "wgtun"))
+	peer := fmt.Sprintf("public_key=%s\nendpoint=%s\nallowed_ip=%s/32\n", hexKey(l.privA.Public()), netip.AddrPortFrom(l.p.AddrA, interopPort), interopA)
+	w := startWgGo(t, l.p.B, "wgg0", interopB.String()+"/24", 1420, fmt.Sprintf("private_key=%s\nlisten_port=%d\n%s", hexKey(l.privB), interopPort, peer))
+	l.run(t, wgGoPeer{w, l.privA.Public(), peer})
+}
+
+// kernelPeer is the kernel's WireGuard device (wireguard.ko) as an
+// interopPeer.
+type kernelPeer struct {
+	c    *wgkernel.Conn
+	cfg  wgkernel.Config
+	peer wgkernel.Key
+}
+
+func (k *kernelPeer) get(t *testing.T) *wgkernel.Peer {
+	d, err := k.c.Get(k.cfg.Name)
+	netlab.Must(t, err)
+	p := d.Peer(k.peer)
+	if p == nil {
+		t.Fatalf("the kernel's %s has no peer %x...", k.cfg.Name, k.peer[:4])
+	}
+	return p
+}
+
+func (k *kernelPeer) handshaked(t *testing.T) bool { return !k.get(t).LastHandshake.IsZero() }
+
+func (k *kernelPeer) renew(t *testing.T) {
+	cfg := k.cfg
+	cfg.ReplacePeers = true
+	netlab.Must(t, k.c.Set(cfg))
+}
+
+func (k *kernelPeer) transfer(t *testing.T) (rx, tx uint64) {
+	p := k.get(t)
+	return p.RxBytes, p.TxBytes
+}
+
+// TestInteropKernel runs a Device in one namespace against the kernel's
+// WireGuard (wireguard.ko) in another (interop.run), configured over
+// generic netlink. It skips where the kernel has no WireGuard; the kernel
+// matrix runs it on Debian's kernels.
+func TestInteropKernel(t *testing.T) {
+	p := netlab.NewPairT(t, "wgkern")
+	const name = "wgk0"
+	if err := wgkernel.Create(p.B.Netlink(), name, 1420); errors.Is(err, netlab.ErrMissingFeature) {
+		t.Skip(err)
+	} else {
+		netlab.Must(t, err)
+	}
+	c, err := wgkernel.Open(p.B.Handle())
+	netlab.Must(t, err)
+	t.Cleanup(func() { c.Close() })
+	l := newInterop(t, p)
+	k := &kernelPeer{c: c, peer: wgkernel.Key(l.privA.Public()), cfg: wgkernel.Config{
+		Name: name, PrivateKey: wgkernel.Key(l.privB), ListenPort: interopPort,
+		Peers: []wgkernel.PeerConfig{{
+			PublicKey:  wgkernel.Key(l.privA.Public()),
+			Endpoint:   netip.AddrPortFrom(p.AddrA, interopPort),
+			AllowedIPs: []netip.Prefix{netip.PrefixFrom(interopA, 32)},
+		}},
+	}}
+	netlab.Must(t, c.Set(k.cfg))
+	netlab.Must(t, p.B.LinkUp(name))
+	netlab.Must(t, p.B.AddAddr(name, interopB.String()+"/24"))
+	l.run(t, k)
+}
+
 // wgQuickTools returns the paths of wg, wg-quick and ip, or skips the
 // test without them or without root.
 func wgQuickTools(t *testing.T) (wg, wgQuick string) {
@@ -217,11 +356,18 @@ func wgQuickTools(t *testing.T) (wg, wgQuick string) {
 	return paths[0], paths[1]
 }
 
-// buildWggso builds cmd/wggso into dir.
+// buildWggso builds cmd/wggso into dir, with `go build -o OUT .` in its
+// directory (what the kernel matrix's guests answer with a binary the
+// host built).
 func buildWggso(t *testing.T, dir string) string {
 	bin := filepath.Join(dir, "wggso")
-	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "github.com/gsoplane/gsoplane/cmd/wggso").CombinedOutput()
-	if err != nil {
+	goTool := "go"
+	if root := runtime.GOROOT(); root != "" {
+		goTool = filepath.Join(root, "bin", "go")
+	}
+	cmd := exec.Command(goTool, "build", "-o", bin, ".")
+	cmd.Dir = filepath.Join("..", "..", "..", "cmd", "wggso")
+	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build cmd/wggso: %v\n%s", err, out)
 	}
 	return bin

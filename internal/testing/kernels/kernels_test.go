@@ -148,6 +148,7 @@ func TestParseTestOutput(t *testing.T) {
 		"needs CAP_NET_ADMIN: run as root":               SkipOther,
 		`exec: "ping": executable file not found`:        SkipTool,
 		"XDP_MAX_TX_SKB_BUDGET: operation not supported": SkipKernel,
+		"kernel feature missing: WireGuard (wireguard.ko, Linux 5.6): add a link of kind wireguard: operation not supported": SkipKernel,
 	} {
 		if got := SkipClass(reason); got != class {
 			t.Errorf("SkipClass(%q) = %s, want %s", reason, got, class)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,7 +18,7 @@ type binary struct {
 	name   string // the package, or "bench"
 	host   string // its path here
 	guest  string // its path in the guest
-	dir    string // the package's directory in the guest (its working directory)
+	dir    string // the package's directory in the guest (a test's working directory; where a command is built)
 	src    string // the package's directory here
 	goTest bool
 }
@@ -27,7 +28,7 @@ type binaries struct {
 	root     string // the module's directory: what tests read beside their packages (contrib, docs)
 	kinit    string
 	steps    []binary // run in this order
-	extra    []binary // packed, not run (udpfwd for the cmd/udpfwd tests)
+	extra    []binary // packed, not run: the commands the tests build (testBuilds)
 	prebuilt map[string]string
 }
 
@@ -59,13 +60,15 @@ func build(o *options) (*binaries, error) {
 			return nil, err
 		}
 		b.steps = append(b.steps, bin)
-		if p == "cmd/udpfwd" {
-			udpfwd := binary{name: "udpfwd", host: filepath.Join(out, "udpfwd"), guest: "/tests/udpfwd"}
-			if err := goBuild(root, "build", udpfwd.host, "./cmd/udpfwd"); err != nil {
+		if cmd, ok := testBuilds[p]; ok {
+			c := binary{name: path.Base(cmd), host: filepath.Join(out, path.Base(cmd)), guest: "/tests/" + path.Base(cmd), dir: "/src/" + cmd}
+			if err := goBuild(root, "build", c.host, "./"+cmd); err != nil {
 				return nil, err
 			}
-			b.extra = append(b.extra, udpfwd)
-			b.prebuilt["build "+bin.dir] = udpfwd.guest
+			b.extra = append(b.extra, c)
+			b.prebuilt["build "+c.dir] = c.guest
+		}
+		if p == "cmd/udpfwd" { // its privilege tests build their own test binary
 			b.prebuilt["test "+bin.dir] = bin.guest
 		}
 	}
@@ -77,6 +80,14 @@ func build(o *options) (*binaries, error) {
 		b.steps = append(b.steps, bin)
 	}
 	return b, nil
+}
+
+// testBuilds are the commands a package's tests build (`go build -o OUT .`
+// in the command's directory), by package: the host builds them, and the
+// guest's go copies them.
+var testBuilds = map[string]string{
+	"cmd/udpfwd":                   "cmd/udpfwd",
+	"dataplane/wireguard/wgtunnel": "cmd/wggso",
 }
 
 // goBuild runs `go build` or `go test -c` without cgo, stripped of the

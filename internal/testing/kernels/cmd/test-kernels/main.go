@@ -58,6 +58,7 @@ var packages = []string{
 	"dataplane",
 	"cmd/udpfwd",
 	"segment",
+	"dataplane/wireguard/wgtunnel",
 }
 
 type options struct {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 
 	"github.com/gsoplane/gsoplane/internal/testing/kernels"
 )
@@ -21,7 +22,8 @@ const (
 
 // pack writes the guest's initramfs for img to name: the init (also as
 // /sbin/modprobe and /bin/go), the binaries, each package's testdata and
-// the module's contrib and docs, the kernel's modules and the plan.
+// sources, the module's contrib, docs and README, the kernel's modules
+// and the plan.
 func pack(name string, img *image, b *binaries, plan *kernels.Plan) error {
 	f, err := os.Create(name)
 	if err != nil {
@@ -52,7 +54,7 @@ func pack(name string, img *image, b *binaries, plan *kernels.Plan) error {
 			return err
 		}
 	}
-	for _, bin := range b.steps {
+	for _, bin := range append(b.steps, b.extra...) {
 		if bin.dir == "" {
 			continue
 		}
@@ -63,11 +65,17 @@ func pack(name string, img *image, b *binaries, plan *kernels.Plan) error {
 		if err := packTree(a, filepath.Join(bin.src, "testdata"), path.Join(bin.dir, "testdata")); err != nil {
 			return err
 		}
+		if err := packSources(a, bin.src, bin.dir); err != nil {
+			return err
+		}
 	}
 	for _, d := range []string{"contrib", "docs"} { // read by tests as ../../contrib, ../../docs
 		if err := packTree(a, filepath.Join(b.root, d), "/src/"+d); err != nil {
 			return err
 		}
+	}
+	if err := a.CopyFile("/src/README.md", filepath.Join(b.root, "README.md")); err != nil {
+		return err
 	}
 	if img.modules != "" {
 		if err := packModules(a, img); err != nil {
@@ -110,6 +118,24 @@ func packTree(a *kernels.Archive, src, dst string) error {
 		}
 		return nil
 	})
+}
+
+// packSources copies the Go files of the package in src (not its tests)
+// to dst: tests that check the docs' excerpts against the code read them.
+func packSources(a *kernels.Archive, src, dst string) error {
+	files, err := filepath.Glob(filepath.Join(src, "*.go"))
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		if err := a.CopyFile(path.Join(dst, filepath.Base(f)), f); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // packModules copies the modules of moduleDirs, with their dependencies,
