@@ -208,15 +208,15 @@ func (l *interop) run(t *testing.T, other interopPeer) {
 	if s.Tunnel.Receive.Replay != 0 || s.Tunnel.Receive.Malformed != 0 || s.Tunnel.Receive.NotAllowed != 0 || s.ControlDropped != 0 {
 		t.Errorf("drops: %+v", s)
 	}
-	checkPeerStats(t, d, pubB)
+	checkPeerStats(t, l.d, pubB)
 	t.Logf("tunnel: sent %d datagrams in %d messages, received %d in %d; control sent %d, received %d",
 		s.Tunnel.Send.Datagrams, s.Tunnel.Send.Messages, s.Tunnel.Receive.Datagrams, s.Tunnel.Receive.Messages,
 		s.Tunnel.ControlSent, s.Tunnel.Receive.Control)
 
 	// Another listen port opens the tunnel again: the counters go on.
-	before := d.PeerStats()[0]
-	apply(t, h, fmt.Sprintf("listen_port=%d\n", port+1))
-	after, s2 := d.PeerStats()[0], d.Stats()
+	before := l.d.PeerStats()[0]
+	apply(t, l.h, fmt.Sprintf("listen_port=%d\n", interopPort+1))
+	after, s2 := l.d.PeerStats()[0], l.d.Stats()
 	if after.RxPackets < before.RxPackets || after.TxPackets < before.TxPackets || s2.Tunnel.Send.Datagrams < s.Tunnel.Send.Datagrams || !s2.Tunnel.Send.GSO {
 		t.Errorf("after the tunnel opened again: peer packets %d and %d (were %d and %d), tunnel datagrams sent %d (were %d), GSO %v",
 			after.RxPackets, after.TxPackets, before.RxPackets, before.TxPackets, s2.Tunnel.Send.Datagrams, s.Tunnel.Send.Datagrams, s2.Tunnel.Send.GSO)
@@ -435,6 +435,10 @@ AllowedIPs = 10.8.0.2/32
 	t.Cleanup(func() {
 		if syscall.Kill(pid, 0) == nil {
 			syscall.Kill(pid, syscall.SIGTERM)
+		}
+		if t.Failed() {
+			logged, _ := os.ReadFile(logFile)
+			t.Logf("wggso's log:\n%s\nwireguard-go's:\n%s", logged, w.logTail())
 		}
 	})
 
