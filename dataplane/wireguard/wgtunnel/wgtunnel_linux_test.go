@@ -3,10 +3,8 @@ package wgtunnel
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/hex"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -19,10 +17,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"golang.zx2c4.com/wireguard/conn"
-	"golang.zx2c4.com/wireguard/device"
-	wgtun "golang.zx2c4.com/wireguard/tun"
 
 	"github.com/gsoplane/gsoplane/dataplane/wireguard"
 	"github.com/gsoplane/gsoplane/dataplane/wireguard/uapi"
@@ -42,40 +36,6 @@ func newKey(t *testing.T) wireguard.Key {
 }
 
 func hexKey(k wireguard.Key) string { return hex.EncodeToString(k[:]) }
-
-// wgGo is a stock wireguard-go device on a real TUN device in a
-// namespace.
-type wgGo struct {
-	dev *device.Device
-}
-
-// startWgGo creates the TUN device name (MTU mtu, address cidr, up) in
-// ns and a wireguard-go device on it, configured with IpcSet(cfg).
-func startWgGo(t *testing.T, ns *netlab.NS, name, cidr string, mtu int, cfg string) *wgGo {
-	t.Helper()
-	w := &wgGo{}
-	ns.Do(t, func() {
-		tdev, err := wgtun.CreateTUN(name, mtu)
-		netlab.Must(t, err)
-		// Silent: its TUN's netlink listener looks the device's MTU up
-		// outside the namespace and logs an error for each event.
-		w.dev = device.NewDevice(tdev, conn.NewDefaultBind(), device.NewLogger(device.LogLevelSilent, ""))
-		netlab.Must(t, w.dev.IpcSet(cfg))
-		netlab.Must(t, w.dev.Up())
-	})
-	t.Cleanup(w.dev.Close)
-	netlab.Must(t, ns.LinkUp(name))
-	netlab.Must(t, ns.AddAddr(name, cidr))
-	return w
-}
-
-// handshaked reports whether the device completed a handshake.
-func (w *wgGo) handshaked(t *testing.T) bool {
-	get, err := w.dev.IpcGet()
-	netlab.Must(t, err)
-	m := regexp.MustCompile(`last_handshake_time_sec=(\d+)`).FindStringSubmatch(get)
-	return m != nil && m[1] != "0"
-}
 
 // waitHandshake sends a datagram from ns to dst's discard port every
 // 200 ms until done reports the handshake it starts.
@@ -106,59 +66,34 @@ func apply(t *testing.T, h *uapi.Handler, lines string) {
 
 // TestInteropWireguardGo runs a Device in one namespace against a stock
 // wireguard-go device on a real TUN in another: wireguard-go starts the
-// first handshake, the Device the second (both peers removed and added
-// again in between), and after each a TCP stream goes each way,
-// checked with SHA-256.
+// first handshake; then both peers are removed and added again, and the
+// first datagram sent, sent once, waits for the handshake it starts and
+// arrives; after each handshake a TCP stream goes each way, checked with
+// SHA-256.
 func TestInteropWireguardGo(t *testing.T) {
-	p := netlab.NewPairT(t, "wgtun")
-	privA, privB := newKey(t), newKey(t)
-	pubA, pubB := privA.Public(), privB.Public()
-	const port = 51820
-	var d *Device
-	var err error
-	p.A.Do(t, func() { d, err = New(Config{Name: "wgs0", Logger: slog.New(slog.DiscardHandler)}) })
-	netlab.Must(t, err)
-	t.Cleanup(func() { d.Close() })
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- d.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-ran; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	h := uapi.NewHandler(d, uapi.Limits{})
-	ours := fmt.Sprintf("public_key=%s\nendpoint=%s\nallowed_ip=10.9.0.2/32\n", hexKey(pubB), netip.AddrPortFrom(p.AddrB, port))
-	apply(t, h, fmt.Sprintf("private_key=%s\nlisten_port=%d\n%s", hexKey(privA), port, ours))
-	netlab.Must(t, p.A.LinkUp("wgs0"))
-	netlab.Must(t, p.A.AddAddr("wgs0", "10.9.0.1/24"))
-	theirs := fmt.Sprintf("public_key=%s\nendpoint=%s\nallowed_ip=10.9.0.1/32\n", hexKey(pubA), netip.AddrPortFrom(p.AddrA, port))
-	w := startWgGo(t, p.B, "wgg0", "10.9.0.2/24", 1420, fmt.Sprintf("private_key=%s\nlisten_port=%d\n%s", hexKey(privB), port, theirs))
-	inA, inB := netip.MustParseAddr("10.9.0.1"), netip.MustParseAddr("10.9.0.2")
-
-	ourHandshake := func() bool { return !d.PeerByKey(pubB).LastHandshake().IsZero() }
+	x := newInterop(t, "wgtun", Config{})
 	transfers := func() {
-		netlab.TCPTransfer(t, p.A, p.B, netip.AddrPortFrom(inB, 5001), 4<<20, false)
-		netlab.TCPTransfer(t, p.A, p.B, netip.AddrPortFrom(inB, 5002), 4<<20, true)
+		netlab.TCPTransfer(t, x.p.A, x.p.B, netip.AddrPortFrom(x.inB, 5001), 4<<20, false)
+		netlab.TCPTransfer(t, x.p.A, x.p.B, netip.AddrPortFrom(x.inB, 5002), 4<<20, true)
 	}
-	waitHandshake(t, p.B, inA, func() bool { return ourHandshake() && w.handshaked(t) })
-	if n := d.Stats().NoKey; n != 0 {
-		t.Errorf("the Device dropped %d packets for want of a keypair, with wireguard-go initiating", n)
+	x.handshake(t, x.p.B)
+	if n := x.d.Stats().NoKey; n != 0 {
+		t.Errorf("the Device found no keypair for %d packets, with wireguard-go initiating", n)
 	}
 	transfers()
 
-	apply(t, h, fmt.Sprintf("public_key=%s\nremove=true\n%s", hexKey(pubB), ours))
-	netlab.Must(t, w.dev.IpcSet(fmt.Sprintf("public_key=%s\nremove=true\n%s", hexKey(pubA), theirs)))
-	if ourHandshake() || w.handshaked(t) {
-		t.Fatal("a handshake with peers just added")
+	sink := udpListen(t, x.p.B, netip.AddrPortFrom(x.inB, 7000))
+	x.readd(t)
+	staged := x.d.Stats().Staged.Staged
+	udpSend(t, x.p.A, netip.AddrPortFrom(x.inB, 7000), []byte("first"))
+	if got := udpReceive(sink, handshakeWait); string(got) != "first" {
+		t.Fatalf("the first datagram after wg set: %q (stats %+v)", got, x.d.Stats())
 	}
-	waitHandshake(t, p.A, inB, func() bool { return ourHandshake() && w.handshaked(t) })
-	if d.Stats().NoKey == 0 {
-		t.Error("the Device initiated without a packet waiting for a keypair")
+	if st := x.d.Stats(); st.Staged.Staged == staged || st.Staged.Sent == 0 {
+		t.Errorf("the first datagram did not wait for the handshake: %+v", st.Staged)
 	}
 	transfers()
-	s := d.Stats()
+	s := x.d.Stats()
 	// Receive.Auth may count a data message under the keys of the peers
 	// removed (an unknown receiver index), in flight as they were.
 	if s.Tunnel.Receive.Replay != 0 || s.Tunnel.Receive.Malformed != 0 || s.Tunnel.Receive.NotAllowed != 0 || s.ControlDropped != 0 {
