@@ -103,6 +103,9 @@ func background(args []string, stderr io.Writer) int {
 // interface's deletion (nil), or a failure.
 func serve(ctx context.Context, cfg *config, log *slog.Logger, ready func(error)) (err error) {
 	path, _ := uapi.SocketPath(cfg.Interface) // parse checked it
+	// Before the socket appears: a signal once it is there stops cleanly.
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	dev, err := wgtunnel.New(wgtunnel.Config{Name: cfg.Interface, Queues: cfg.Queues, Logger: log})
 	if err != nil {
 		ready(err)
@@ -118,8 +121,6 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger, ready func(error)
 	log.Info("wggso: up", "interface", dev.Name(), "socket", path, "pid", os.Getpid(), "version", version())
 	ready(nil)
 
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve() }()
 	ran := make(chan error, 1)
