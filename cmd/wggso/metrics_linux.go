@@ -26,9 +26,10 @@ var (
 	descPeerInits      = desc("peer_handshake_initiations_total", "Handshake initiations sent to the peer.", "peer")
 	descPeerHandshakes = desc("peer_handshakes_total", "Handshakes completed with the peer, either side starting them.", "peer")
 	descPeerLast       = desc("peer_last_handshake_seconds", "Unix time of the latest handshake with the peer; 0: none yet.", "peer")
-	descPeerDrops      = desc("peer_drops_total", "Packets for the peer that could not be sealed (no_key: no session yet, a handshake is asked for; expired; no_room; unknown_peer: removed meanwhile) and authenticated ones from it that were refused (malformed).", "peer", "reason")
+	descPeerDrops      = desc("peer_drops_total", "Packets for the peer that could not be sealed (no_room; unknown_peer: removed meanwhile) and authenticated ones from it that were refused (malformed). Packets waiting for a session are staged: wggso_staged_packets_total.", "peer", "reason")
 	descRefused        = desc("refused_total", "Messages refused before they named a peer, by message (data, handshake) and reason.", "message", "reason")
 	descQueueDropped   = desc("handshake_queue_dropped_total", "Handshake messages dropped, the handshake goroutine's queue full.")
+	descStaged         = desc("staged_packets_total", "Packets that waited for a handshake, by event: staged, sent once it completed, dropped with the queue full (full: the oldest, past 128 a peer) or with the handshake given up or the peer removed (cleared).", "event")
 	descTunnel         = desc("tunnel_events_total", "The tunnel's counters, by name: traffic each way, the socket's messages, calls and errors, control messages, fall-backs.", "event")
 	descTunnelDrops    = desc("tunnel_drops_total", "Packets the tunnel dropped, by direction (tun_to_peer, peer_to_tun) and reason.", "direction", "reason")
 )
@@ -40,13 +41,13 @@ var reasonLabels = map[wireguard.Reason]string{
 	wireguard.BadKey: "bad_key", wireguard.UnknownPeer: "unknown_peer", wireguard.UnknownIndex: "unknown_index",
 	wireguard.Replay: "replay", wireguard.OldTimestamp: "old_timestamp", wireguard.RateLimited: "rate_limited",
 	wireguard.Expired: "expired", wireguard.NoKey: "no_key", wireguard.NoRoom: "no_room",
-	wireguard.Malformed: "malformed", wireguard.NoPrivateKey: "no_private_key",
+	wireguard.Malformed: "malformed", wireguard.NoPrivateKey: "no_private_key", wireguard.Queued: "queued",
 }
 
 // peerReasons are the reasons of a peer's drops; refusedReasons those of
 // the messages refused before they named a peer.
 var (
-	peerReasons    = []wireguard.Reason{wireguard.NoKey, wireguard.Expired, wireguard.NoRoom, wireguard.UnknownPeer, wireguard.Malformed}
+	peerReasons    = []wireguard.Reason{wireguard.NoRoom, wireguard.UnknownPeer, wireguard.Malformed}
 	refusedReasons = []wireguard.Reason{
 		wireguard.Short, wireguard.Oversize, wireguard.UnknownType, wireguard.BadMAC1, wireguard.NeedCookie,
 		wireguard.Auth, wireguard.BadKey, wireguard.UnknownPeer, wireguard.UnknownIndex, wireguard.Replay,
@@ -65,7 +66,7 @@ type collector struct {
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		descPeers, descPeerRxBytes, descPeerTxBytes, descPeerRxPackets, descPeerTxPackets, descPeerInits,
-		descPeerHandshakes, descPeerLast, descPeerDrops, descRefused, descQueueDropped, descTunnel, descTunnelDrops,
+		descPeerHandshakes, descPeerLast, descPeerDrops, descRefused, descQueueDropped, descStaged, descTunnel, descTunnelDrops,
 	} {
 		ch <- d
 	}
@@ -100,6 +101,12 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descRefused, s.HandshakeRefused[r], "handshake", reasonLabels[r])
 	}
 	counter(descQueueDropped, s.ControlDropped)
+	for _, e := range []struct {
+		name string
+		v    uint64
+	}{{"staged", s.Staged.Staged}, {"sent", s.Staged.Sent}, {"full", s.Staged.Full}, {"cleared", s.Staged.Cleared}} {
+		counter(descStaged, e.v, e.name)
+	}
 	for _, e := range s.Tunnel.AppendCounters(nil) {
 		counter(descTunnel, e.Value, e.Name)
 	}

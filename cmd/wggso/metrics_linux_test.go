@@ -67,9 +67,10 @@ func TestCollector(t *testing.T) {
 	key[0] = 1
 	peer := wgtunnel.PeerStats{PublicKey: key, RxBytes: 1000, TxBytes: 2000, RxPackets: 10, TxPackets: 20,
 		Initiations: 3, Handshakes: 2, LastHandshake: time.Unix(1700000000, 500_000_000)}
-	peer.Drops[wireguard.NoKey] = 4
+	peer.Drops[wireguard.NoRoom] = 4
 	dev := &fakeDevice{peers: []wgtunnel.PeerStats{peer}}
 	dev.stats.ControlDropped = 5
+	dev.stats.Staged.Full = 11
 	dev.stats.DataRefused[wireguard.Replay] = 6
 	dev.stats.HandshakeRefused[wireguard.BadMAC1] = 7
 	dev.stats.Tunnel.Send.Datagrams = 8
@@ -86,7 +87,9 @@ func TestCollector(t *testing.T) {
 		`wggso_peer_handshake_initiations_total{` + k + `}`:                  3,
 		`wggso_peer_handshakes_total{` + k + `}`:                             2,
 		`wggso_peer_last_handshake_seconds{` + k + `}`:                       1700000000.5,
-		`wggso_peer_drops_total{` + k + `,reason="no_key"}`:                  4,
+		`wggso_peer_drops_total{` + k + `,reason="no_room"}`:                 4,
+		`wggso_staged_packets_total{event="full"}`:                           11,
+		`wggso_staged_packets_total{event="sent"}`:                           0,
 		`wggso_peer_drops_total{` + k + `,reason="malformed"}`:               0,
 		`wggso_handshake_queue_dropped_total`:                                5,
 		`wggso_refused_total{message="data",reason="replay"}`:                6,

@@ -25,8 +25,11 @@ type Config struct {
 	Timers *Timers
 	// Notify, if set, is called when a peer needs its Tick sooner than
 	// the time its last Tick returned: the data path found it without a
-	// keypair, or due for a rekey, or a handshake completed. It is
-	// called on the caller's goroutine (that of Seal, Open or Handle),
+	// keypair, due for a rekey or with packets staged; an initiation
+	// was made (its retry is due); a handshake completed, or a
+	// responder's keypair with packets staged was confirmed. It is
+	// called on the caller's goroutine (that of Seal, Open, Handle or
+	// AppendInitiation),
 	// at most once between two Ticks of the peer, and must not block.
 	Notify func(*Peer)
 }
@@ -45,7 +48,8 @@ type Device struct {
 	// Kept for the caller, who applies them (see SetListenPort).
 	listenPort, fwmark atomic.Uint32
 
-	cookies cookieSecret
+	cookies     cookieSecret
+	stagedStats stagedCounters
 
 	mu      sync.RWMutex
 	peers   map[Key]*Peer
@@ -241,6 +245,7 @@ func (d *Device) RemovePeer(p *Peer) {
 	p.clearLocked()
 	p.removed = true
 	p.mu.Unlock()
+	p.clearStaged(true)
 }
 
 // newIndex returns a random receiver index not in use, registered for e.

@@ -65,6 +65,18 @@
 // an earlier one. A peer's endpoint roams to the source of its latest
 // authenticated message.
 //
+// # Staged packets
+//
+// A packet Seal refuses for want of a keypair (NoKey), or because
+// packets wait already (Queued: they go first), is the caller's to stage
+// (Peer.Stage: a copy, up to StagedPackets = 128 per peer, as Linux and
+// wireguard-go keep, the oldest dropped beyond). Once the peer has a
+// keypair, Tick asks for SendStaged, which seals them in order and hands
+// them to the caller; they are dropped when the handshake is given up or
+// the peer removed. StagedStats counts them. Only this path allocates
+// (a buffer per packet staged); the steady path reads one atomic
+// counter per run of packets.
+//
 // # Configuration
 //
 // A device's private key may be set later (Config.PrivateKey zero: no
@@ -83,9 +95,8 @@
 // # Not here
 //
 // Allowed IPs and cryptokey routing are the caller's (dataplane/udp's
-// Peers). There is no queue of packets waiting for a handshake (Seal
-// refuses them with NoKey; the caller keeps or drops them), no per-source
-// rate limit of handshake messages under load, and no sockets.
+// Peers). There is no per-source rate limit of handshake messages under
+// load, and no sockets.
 // The transport keys live inside x/crypto's AEADs, which cannot be
 // wiped: an expired keypair is unlinked and never used again, and its
 // memory goes back to the garbage collector as it is; the handshake's

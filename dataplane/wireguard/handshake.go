@@ -15,7 +15,8 @@ func Type(msg []byte) uint32 { return messageType(msg) }
 
 // AppendInitiation starts a handshake with p: it appends a handshake
 // initiation to dst, to be sent to p.Endpoint(). A handshake already
-// under way is replaced (its retry is this), and it is retried by Tick.
+// under way is replaced (its retry is this), and it is retried by Tick,
+// which Config.Notify asks for.
 func (d *Device) AppendInitiation(dst []byte, p *Peer) ([]byte, error) {
 	now := d.now()
 	m := d.mono(now)
@@ -23,6 +24,7 @@ func (d *Device) AppendInitiation(dst []byte, p *Peer) ([]byte, error) {
 	if id == nil {
 		return dst, errors.New("wireguard: no private key")
 	}
+	defer p.kick() // its retry is due sooner than Tick said: ask for a Tick
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.removed {

@@ -44,8 +44,10 @@ const nonceOff = offCounter - 4
 // Packet), to pkts[i].Peer, with its current keypair, looked up once per
 // run of packets to one peer, whose counters are taken for the run at
 // once. A packet that cannot be sealed gets a Reason (NoKey: no current
-// keypair, and a handshake is asked for; Expired: out of counters;
-// NoRoom; UnknownPeer: no Peer) and is to be dropped.
+// keypair, and a handshake is asked for; Queued: the peer has packets
+// staged, to be sent first; Expired: out of counters; NoRoom;
+// UnknownPeer: no Peer) and is to be dropped, or staged (Peer.Stage) for
+// NoKey and Queued.
 // It does not allocate and is safe to call from several goroutines.
 func (d *Device) Seal(pkts []Packet) {
 	m := d.mono(d.now())
@@ -60,14 +62,26 @@ func (d *Device) Seal(pkts []Packet) {
 }
 
 func (d *Device) sealRun(run []Packet, m int64) {
-	t := &d.timers
 	p := run[0].Peer
-	if p == nil {
-		for i := range run {
-			run[i].Reason = UnknownPeer
-		}
+	var r Reason
+	switch {
+	case p == nil:
+		r = UnknownPeer
+	case p.staged.n.Load() > 0: // behind the staged packets, in order
+		r = Queued
+		p.kick()
+	default:
+		d.sealKeyed(run, p, m)
 		return
 	}
+	for i := range run {
+		run[i].Reason = r
+	}
+}
+
+// sealKeyed seals a run of packets to p with its current keypair.
+func (d *Device) sealKeyed(run []Packet, p *Peer, m int64) {
+	t := &d.timers
 	ep := p.Endpoint()
 	for i := range run {
 		run[i].Addr, run[i].Reason = ep, NoKey

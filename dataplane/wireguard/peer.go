@@ -67,6 +67,8 @@ type Peer struct {
 	lastInit      int64 // the last initiation accepted from the peer
 	jar           cookieJar
 	removed       bool
+
+	staged stagedQueue // packets waiting for a keypair
 }
 
 // PublicKey returns p's static public key.
@@ -173,6 +175,9 @@ func (p *Peer) confirm(kp *keypair) {
 		p.next.Store(nil)
 	}
 	p.mu.Unlock()
+	if p.staged.n.Load() > 0 {
+		p.kick() // Tick: SendStaged
+	}
 }
 
 // dropLocked empties a keypair slot, the keypair's index with it. p.mu

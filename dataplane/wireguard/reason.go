@@ -26,6 +26,7 @@ const (
 	Keepalive           // Open: an authenticated keepalive, no inner packet
 	Malformed           // Open: the plaintext is no IPv4 or IPv6 packet that fits
 	NoPrivateKey        // Handle: the device has no private key
+	Queued              // Seal: the peer has packets staged (Peer.Stage), which go first
 	numReasons
 )
 
@@ -49,6 +50,7 @@ var reasonText = [numReasons]string{
 	Keepalive:    "keepalive",
 	Malformed:    "plaintext not an IP packet",
 	NoPrivateKey: "no private key",
+	Queued:       "queued behind staged packets",
 }
 
 func (r Reason) Error() string {

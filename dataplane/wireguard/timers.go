@@ -46,6 +46,9 @@ const (
 	// SendKeepalive: seal a Packet with no inner packet (Buf of
 	// HeaderLen bytes) and send it.
 	SendKeepalive
+	// SendStaged: the peer has a keypair and packets staged: send them
+	// (Device.SendStaged), before the keepalive.
+	SendStaged
 )
 
 // Tick runs p's timers at the device's clock: it drops keypairs past
@@ -98,6 +101,9 @@ func (p *Peer) Tick() (Action, time.Time) {
 	if k := int64(p.cfg.PersistentKeepalive); k > 0 && at(max(p.lastSent.Load(), 1)+k) {
 		act |= SendKeepalive
 	}
+	if kp := p.current.Load(); kp != nil && p.staged.n.Load() > 0 && kp.sendCounter.Load() < t.RejectAfterMessages {
+		act |= SendStaged
+	}
 	return act, d.epoch.Add(time.Duration(next - 1))
 }
 
@@ -107,6 +113,7 @@ func (p *Peer) giveUpLocked() {
 	p.attemptStart = 0
 	p.want.Store(false)
 	p.unansweredSend.Store(0)
+	p.clearStaged(false)
 }
 
 // jitter returns a random duration in [0, Timers.RekeyJitter).

@@ -46,6 +46,11 @@ type Config struct {
 	// Timers are the protocol's limits (nil: the protocol's); tests
 	// shorten them.
 	Timers *wireguard.Timers
+	// UnderLoad, if set, reports whether the device is under load
+	// besides its own judgement (past half of its queue of handshake
+	// messages): then it answers initiations and responses without a
+	// valid MAC2 with cookie replies. Tests force it.
+	UnderLoad func() bool
 }
 
 // A Device is a WireGuard interface: its protocol state (the embedded
@@ -64,6 +69,7 @@ type Device struct {
 
 	ctrlDropped atomic.Uint64 // handshake messages dropped, the queue full
 	hsRefused   reasons       // handshake messages Handle refused
+	underLoad   func() bool   // Config.UnderLoad
 
 	mu      sync.Mutex // the fields below, and configuration changes
 	conn    *net.UDPConn
@@ -84,6 +90,9 @@ type Device struct {
 type control struct {
 	from netip.AddrPort
 	msg  []byte
+	// roam, with no msg: an authenticated keepalive came from this
+	// peer, at from, which is not its endpoint.
+	roam *wireguard.Peer
 }
 
 // New creates the TUN device and binds the UDP socket to a port the
@@ -94,7 +103,7 @@ func New(cfg Config) (_ *Device, err error) {
 	d := &Device{
 		log:  cfg.Logger,
 		wake: make(chan struct{}, 1), ctrl: make(chan control, controlQueue), fail: make(chan error, 1),
-		allowed: map[wireguard.Key][]netip.Prefix{}, counters: map[*wireguard.Peer]*peerCounters{},
+		allowed: map[wireguard.Key][]netip.Prefix{}, counters: map[*wireguard.Peer]*peerCounters{}, underLoad: cfg.UnderLoad,
 	}
 	if d.log == nil {
 		d.log = slog.Default()
@@ -324,13 +333,23 @@ func (d *Device) deviceMTU() (mtu int, err error) {
 
 // onControl takes the tunnel's control datagrams: handshake messages
 // are queued for the handshake loop (dropped and counted when it is
-// full); keepalives need nothing more.
+// full); a keepalive (authenticated: Open named its peer) needs nothing
+// more, unless it comes from a new address: then the handshake loop
+// moves the peer's endpoint there, as a data message moves it.
 func (d *Device) onControl(from netip.AddrPort, peer int, b []byte) {
-	if t := wireguard.Type(b); t == 0 || t == wireguard.TypeData {
+	c := control{from: from}
+	switch wireguard.Type(b) {
+	case 0:
 		return
+	case wireguard.TypeData:
+		if c.roam = d.hooks.slots.Load().peer(peer); c.roam == nil || c.roam.Endpoint() == from {
+			return
+		}
+	default:
+		c.msg = append([]byte(nil), b...)
 	}
 	select {
-	case d.ctrl <- control{from: from, msg: append([]byte(nil), b...)}:
+	case d.ctrl <- c:
 	default:
 		d.ctrlDropped.Add(1)
 	}
@@ -360,9 +379,14 @@ func (d *Device) handshakes(ctx context.Context) {
 			return
 		case c = <-d.ctrl:
 		}
+		if c.roam != nil {
+			c.roam.SetEndpoint(c.from)
+			d.follow(c.roam)
+			continue
+		}
 		var p *wireguard.Peer
 		var err error
-		out, p, err = d.Handle(out[:0], c.msg, c.from, len(d.ctrl) > controlQueue/2)
+		out, p, err = d.Handle(out[:0], c.msg, c.from, d.loaded())
 		if len(out) > 0 {
 			d.send(c.from, out)
 		}
@@ -381,6 +405,12 @@ func (d *Device) handshakes(ctx context.Context) {
 			d.kick() // a completed handshake: Tick sends its keepalive
 		}
 	}
+}
+
+// loaded reports whether the device is under load: past half of its
+// queue of handshake messages, or as Config.UnderLoad says.
+func (d *Device) loaded() bool {
+	return len(d.ctrl) > controlQueue/2 || d.underLoad != nil && d.underLoad()
 }
 
 // send sends a message of the protocol's own through the tunnel, and
@@ -463,6 +493,9 @@ func (d *Device) act(p *wireguard.Peer, act wireguard.Action) {
 			}
 		}
 	}
+	if act&wireguard.SendStaged != 0 {
+		d.SendStaged(p, func(to netip.AddrPort, msg []byte) { d.send(to, msg) })
+	}
 	if act&wireguard.SendKeepalive != 0 {
 		ka := []wireguard.Packet{{Buf: make([]byte, wireguard.HeaderLen, wireguard.MinDataSize), Peer: p}}
 		d.Seal(ka)
@@ -470,6 +503,16 @@ func (d *Device) act(p *wireguard.Peer, act wireguard.Action) {
 			d.send(to, ka[0].Buf)
 		}
 	}
+}
+
+// Peers returns the device's peers in the order they were added (as
+// uapi's get shows them), each with the endpoint the tunnel roamed it to.
+func (d *Device) Peers() []*wireguard.Peer {
+	peers := d.Device.Peers()
+	for _, p := range peers {
+		d.syncEndpoint(p)
+	}
+	return peers
 }
 
 // syncEndpoint takes the tunnel's endpoint of p where the tunnel roamed
@@ -509,11 +552,16 @@ type Stats struct {
 	// Tunnel sums the counters of the tunnels opened so far (one at a
 	// time: another opens for another listen port or MTU).
 	Tunnel tunnel.Stats
-	// NoKey counts the packets dropped for a peer without a keypair (a
-	// handshake is asked for), Unsealed those Seal refused otherwise
-	// (both are in Tunnel.Send.Unsealed); ControlDropped the handshake
-	// messages dropped with the handshake loop's queue full.
+	// NoKey counts the packets that found their peer without a keypair
+	// (a handshake is asked for; they are staged), Unsealed those Seal
+	// refused otherwise (those out of counters are staged too; both are
+	// in Tunnel.Send.Unsealed, with those staged behind others);
+	// ControlDropped the handshake messages dropped with the handshake
+	// loop's queue full.
 	NoKey, Unsealed, ControlDropped uint64
+	// Staged counts the packets that waited for a handshake, and those
+	// dropped from the queues (see wireguard.StagedStats).
+	Staged wireguard.StagedStats
 	// DataRefused counts the data messages Open refused before they
 	// named a peer (Replay, Auth, UnknownIndex, Expired, Short; their
 	// verdicts are in Tunnel.Receive), HandshakeRefused the handshake
@@ -528,7 +576,7 @@ func (d *Device) Stats() Stats {
 	defer d.mu.Unlock()
 	s := Stats{
 		Tunnel: d.past, NoKey: d.hooks.noKey.Load(), Unsealed: d.hooks.unsealed.Load(), ControlDropped: d.ctrlDropped.Load(),
-		DataRefused: d.hooks.refused.load(), HandshakeRefused: d.hsRefused.load(),
+		Staged: d.StagedStats(), DataRefused: d.hooks.refused.load(), HandshakeRefused: d.hsRefused.load(),
 	}
 	if d.tnl != nil {
 		s.Tunnel = s.Tunnel.Add(d.tnl.Stats())

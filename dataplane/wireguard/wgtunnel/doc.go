@@ -21,24 +21,32 @@
 // padding to 16 bytes stops at the inner MTU, as WireGuard's does, and a
 // keepalive, 32 bytes, is a datagram the tunnel takes). Seal maps each
 // datagram's peer to its WireGuard peer and leaves it at its sealed
-// length; a packet for a peer without a keypair is dropped (counted in
-// Stats.NoKey and the tunnel's Send.Unsealed) while the device asks for
-// a handshake: there is no queue of packets waiting for one. Open runs
-// with the tunnel's Roam: a data message names its peer by its receiver
-// index, so that the tunnel follows a peer to a new address; keepalives
-// and handshake messages are udp.Control. Neither allocates.
+// length; a packet for a peer without a keypair (counted in Stats.NoKey)
+// is staged while the device asks for a handshake, and so are those
+// behind it until the staged ones are sent (wireguard.Peer.Stage, up to
+// 128 a peer; Stats.Staged): the datagram leaves the batch (the tunnel's
+// Send.Unsealed counts it) and its copy is sealed and sent in order
+// with Tunnel.Send once the handshake completes. Open runs with the
+// tunnel's Roam: a data message names its peer by its receiver index,
+// so that the tunnel follows a peer to a new address; keepalives and
+// handshake messages are udp.Control (a keepalive from a new address
+// moves its peer's endpoint too, through the handshake loop). Neither
+// allocates (staging a packet does, off the steady path).
 //
 // Run answers handshake messages (OnControl queues them for one
-// goroutine; past half of its queue the device is under load and asks
-// for cookies), runs each peer's Tick and sends what it asks for (an
-// initiation, a keepalive) with Tunnel.Send, and keeps each peer's
-// endpoint and the tunnel's the same both ways.
+// goroutine; past half of its queue, or when Config.UnderLoad says so,
+// the device is under load and asks for cookies), runs each peer's Tick
+// and sends what it asks for (an initiation, the staged packets, a
+// keepalive) with Tunnel.Send, and keeps each peer's endpoint and the
+// tunnel's the same both ways (Peers, which uapi's get calls, takes the
+// tunnel's roaming first).
 //
 // Stats sums the tunnels' counters (another opens for another listen
 // port or MTU) with the messages refused by reason (wireguard.Reason)
-// before they named a peer; PeerStats has each peer's: wg(8)'s transfer,
-// its data packets each way, handshakes initiated and completed, and its
-// drops by reason. cmd/wggso exports both as Prometheus metrics. It
-// needs Linux and CAP_NET_ADMIN; elsewhere New returns an error wrapping
+// before they named a peer, and the staged packets; PeerStats has each
+// peer's: wg(8)'s transfer, its data packets each way, handshakes
+// initiated and completed, and its drops by reason. cmd/wggso exports
+// both as Prometheus metrics. It needs Linux and CAP_NET_ADMIN;
+// elsewhere New returns an error wrapping
 // frame.ErrNotSupported.
 package wgtunnel

@@ -142,9 +142,11 @@ func (h *hooks) done(s *[]wireguard.Packet) {
 }
 
 // seal is the tunnel's Seal: each datagram is sealed for its peer and
-// left at its sealed length (padding included); one that cannot be
-// (no keypair yet: the device asks for a handshake) is emptied, which
-// drops it.
+// left at its sealed length (padding included); one that cannot be is
+// emptied, which drops it from the batch: a copy of one for a peer
+// without a keypair or whose keypair is out of counters (the device asks
+// for a handshake), or with packets staged already, is staged until the
+// handshake (Peer.Stage).
 func (h *hooks) seal(dgrams [][]byte, peers []int) {
 	tab := h.slots.Load()
 	s := h.packets(len(dgrams))
@@ -155,17 +157,21 @@ func (h *hooks) seal(dgrams [][]byte, peers []int) {
 	}
 	h.dev.Seal(pkts)
 	for i := range pkts {
-		switch pkts[i].Reason {
+		r := pkts[i].Reason
+		switch r {
 		case wireguard.OK:
 			dgrams[i] = pkts[i].Buf
 			continue
 		case wireguard.NoKey:
 			h.noKey.Add(1)
+		case wireguard.Queued:
 		default:
 			h.unsealed.Add(1)
 		}
-		if c := tab.counter(peers[i]); c != nil {
-			c.drops.add(pkts[i].Reason)
+		if r == wireguard.NoKey || r == wireguard.Queued || r == wireguard.Expired { // Expired: out of counters, a handshake is due
+			pkts[i].Peer.Stage(pkts[i].Buf)
+		} else if c := tab.counter(peers[i]); c != nil {
+			c.drops.add(r)
 		}
 		dgrams[i] = dgrams[i][:0]
 	}

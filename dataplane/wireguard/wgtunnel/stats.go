@@ -10,8 +10,8 @@ import (
 )
 
 // Drops counts messages or packets dropped by reason: Drops[r] those
-// dropped with wireguard.Reason r.
-type Drops [wireguard.NoPrivateKey + 1]uint64
+// dropped with wireguard.Reason r (Queued is the last reason).
+type Drops [wireguard.Queued + 1]uint64
 
 // reasons counts by wireguard.Reason, as Drops.
 type reasons [len(Drops{})]atomic.Uint64
@@ -57,9 +57,10 @@ type PeerStats struct {
 	// them; LastHandshake is the latest's time (zero: none).
 	Initiations, Handshakes uint64
 	LastHandshake           time.Time
-	// Drops counts the packets for the peer that Seal refused (NoKey: no
-	// session yet; Expired) and those from it that authenticated but
-	// were refused (Malformed).
+	// Drops counts the packets for the peer that Seal refused (NoRoom;
+	// those without a session, or whose session is out of counters, are
+	// staged instead: Stats.Staged) and those from it that authenticated
+	// but were refused (Malformed).
 	Drops Drops
 }
 
