@@ -1,17 +1,16 @@
 package dataplane
 
 import (
-	"bytes"
 	"io"
 	"log/slog"
 	"net"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gsoplane/gsoplane/internal/testing/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/syncbuf"
 )
 
 // bigTCPSize is the gso_max_size (and gro_max_size) of BIG TCP in
@@ -104,7 +103,7 @@ func TestIngressBigTCP(t *testing.T) {
 	nl, l := tp.B.Netlink(), tp.B.LinkT(t, netlab.NICB)
 	netlab.Must(t, tp.B.SetFeatures(netlab.NICB, map[string]bool{"tx": true}))
 	netlab.Must(t, nl.LinkSetGSOMaxSize(l, bigTCPSize))
-	var log lockedLog
+	var log syncbuf.Buffer
 	g, _ := startIngressWith(t, tp, portPacket.config(GatewayConfig{Log: slog.New(slog.NewTextHandler(&log, nil))}))
 
 	// B sends to C until the gateway has dropped a BIG TCP super-packet;
@@ -137,22 +136,4 @@ func TestIngressBigTCP(t *testing.T) {
 	if n := strings.Count(log.String(), "BIG TCP super-packets (over 64 KiB) from "+netlab.NICA); n != 1 {
 		t.Errorf("%d log lines about BIG TCP from %s, want 1:\n%s", n, netlab.NICA, log.String())
 	}
-}
-
-// lockedLog is a log destination the test reads while the gateway writes.
-type lockedLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -48,16 +46,7 @@ func TestDocsQuickStart(t *testing.T) {
 		exec.Command("ip", "netns", "del", "gsoA").Run()
 		exec.Command("ip", "netns", "del", "gsoB").Run()
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
-	cmd.Dir = "../.."
-	// At the deadline the whole recipe goes, udpfwd and iperf3 with it:
-	// they hold the output pipe open.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 5 * time.Second
-	out, err := cmd.CombinedOutput()
+	out, err := docrecipe.Run(script, "../..", 3*time.Minute)
 	if err != nil {
 		t.Fatalf("the quick start failed: %v\n%s", err, out)
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gsoplane/gsoplane/internal/testing/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/syncbuf"
 )
 
 // The udpfwd binary the privileged tests run, built once into binDir.
@@ -73,28 +73,10 @@ func cleanEnv(env ...string) []string {
 	return append(out, env...)
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and readers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // proc is a udpfwd started in a network namespace.
 type proc struct {
 	cmd  *exec.Cmd
-	out  syncBuffer // stdout and stderr
+	out  syncbuf.Buffer // stdout and stderr
 	done chan struct{}
 	err  error // of Wait, once done is closed
 }

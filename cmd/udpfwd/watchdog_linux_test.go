@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gsoplane/gsoplane/dataplane"
+	"github.com/gsoplane/gsoplane/internal/testing/syncbuf"
 )
 
 // TestWatchdogWedged serves a udpfwd daemon in this process, on each NIC
@@ -29,7 +30,7 @@ func TestWatchdogWedged(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var logs syncBuffer
+			var logs syncbuf.Buffer
 			log := slog.New(slog.NewTextHandler(&logs, nil))
 			var wedge atomic.Bool
 			entered, release := make(chan struct{}, 1), make(chan struct{})
@@ -134,7 +135,7 @@ func readNotify(t *testing.T, path string) <-chan string {
 }
 
 // expect waits up to 15 s for a notification containing want.
-func expect(t *testing.T, msgs <-chan string, want string, logs *syncBuffer) {
+func expect(t *testing.T, msgs <-chan string, want string, logs *syncbuf.Buffer) {
 	t.Helper()
 	deadline := time.After(15 * time.Second)
 	for {
@@ -167,7 +168,7 @@ func drain(msgs <-chan string) int {
 
 // logged waits up to 15 s for s to be logged n times and reports
 // whether it was.
-func logged(logs *syncBuffer, s string, n int) bool {
+func logged(logs *syncbuf.Buffer, s string, n int) bool {
 	for deadline := time.Now().Add(15 * time.Second); strings.Count(logs.String(), s) < n; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			return false

@@ -12,13 +12,13 @@ import (
 	"net/netip"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gsoplane/gsoplane/dataplane/wireguard"
 	"github.com/gsoplane/gsoplane/dataplane/wireguard/uapi"
 	"github.com/gsoplane/gsoplane/internal/testing/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/syncbuf"
 )
 
 // end is one wggso served in process in a namespace.
@@ -182,11 +182,11 @@ func TestMetricsAddressTaken(t *testing.T) {
 	})
 	t.Run("default", func(t *testing.T) {
 		cfg := &config{Interface: fmt.Sprintf("wmd%d", os.Getpid()%100000), Queues: 1, Metrics: defaultMetrics}
-		var logged strings.Builder
+		var logged syncbuf.Buffer
 		ctx, cancel := context.WithCancel(context.Background())
 		ready, done := make(chan error, 1), make(chan error, 1)
 		go ns.Run(func() error {
-			done <- serve(ctx, cfg, slog.New(slog.NewTextHandler(&syncWriter{w: &logged}, nil)), func(err error) { ready <- err })
+			done <- serve(ctx, cfg, slog.New(slog.NewTextHandler(&logged, nil)), func(err error) { ready <- err })
 			return nil
 		})
 		err := <-ready
@@ -198,17 +198,4 @@ func TestMetricsAddressTaken(t *testing.T) {
 			t.Errorf("the log does not say the metrics are off:\n%s", logged.String())
 		}
 	})
-}
-
-// syncWriter serialises writes to w (the log's handler runs on the
-// server's goroutines).
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gsoplane/gsoplane/internal/testing/docrecipe"
 	"github.com/gsoplane/gsoplane/internal/testing/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/syncbuf"
 )
 
 // TestTunnelRecipe checks that the README's tunnel quick start is an
@@ -45,9 +46,9 @@ func runRecipe(t *testing.T, bin string, queues int) {
 		inner       netip.Addr
 	}{{p.A, p.AddrA, p.AddrB, innerA}, {p.B, p.AddrB, p.AddrA, innerB}}
 	var cmds []*exec.Cmd
-	var outs []*syncBuffer
+	var outs []*syncbuf.Buffer
 	for _, e := range ends {
-		out := new(syncBuffer)
+		out := new(syncbuf.Buffer)
 		cmd := exec.Command(bin, "-local", e.local.String()+":51820", "-peer", e.peer.String()+":51820", "-queues", fmt.Sprint(queues))
 		cmd.Stdout, cmd.Stderr = out, out
 		netlab.Must(t, e.ns.Start(cmd))
@@ -98,7 +99,7 @@ func buildRecipe(t *testing.T, src string) string {
 }
 
 // waitLink waits until the link name exists in ns.
-func waitLink(t *testing.T, ns *netlab.NS, name string, out *syncBuffer) {
+func waitLink(t *testing.T, ns *netlab.NS, name string, out *syncbuf.Buffer) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if _, err := ns.Link(name); err == nil {

@@ -1,7 +1,6 @@
 package tunnel_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/gsoplane/gsoplane/dataplane/tunnel"
 	"github.com/gsoplane/gsoplane/internal/testing/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/syncbuf"
 )
 
 func TestMain(m *testing.M) { os.Exit(netlab.Main(m)) }
@@ -38,28 +38,10 @@ var (
 type end struct {
 	ns   *netlab.NS
 	tnl  *tunnel.Tunnel
-	logs *syncBuffer
+	logs *syncbuf.Buffer
 	done chan error // Run's result
 	ran  time.Time  // when Run returned, before its result is sent on done
 	stop context.CancelFunc
-}
-
-// syncBuffer is a bytes.Buffer for a logger used from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // openEnd opens a tunnel in ns from local to peer with cfg's framing,
@@ -77,7 +59,7 @@ func openEnd(t *testing.T, ns *netlab.NS, local, peer netip.Addr, addr netip.Add
 // closed in t.Cleanup.
 func openTunnel(t *testing.T, ns *netlab.NS, addr netip.Addr, cfg tunnel.Config) *end {
 	t.Helper()
-	e := &end{ns: ns, logs: new(syncBuffer)}
+	e := &end{ns: ns, logs: new(syncbuf.Buffer)}
 	cfg.Name = tunName
 	cfg.Logger = slog.New(slog.NewTextHandler(e.logs, nil))
 	var err error
