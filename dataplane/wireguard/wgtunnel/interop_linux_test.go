@@ -209,8 +209,8 @@ func (b *tapBind) Send(bufs [][]byte, ep conn.Endpoint) error {
 
 // interop is a Device in namespace A (wgs0, 10.9.0.1) against a stock
 // wireguard-go device in B (wgg0, 10.9.0.2), each the other's peer, both
-// on interopPort, through the pair's veth: the setup the interop tests
-// share.
+// on interopPort, through the pair's veth (its IPv4 addresses): the
+// setup the interop tests share. Options change the addresses.
 type interop struct {
 	p            *netlab.Pair
 	cfg          Config
@@ -221,17 +221,35 @@ type interop struct {
 	w            *wgGo    // wireguard-go, the other end (newInterop)
 	other        otherEnd // the other end: w, or the test's
 	privA, privB wireguard.Key
-	inA, inB     netip.Addr
+	inA, inB     netip.Addr // the tunnel's addresses, inside
+	outA, outB   netip.Addr // the endpoints' addresses, on the veth
+	inBits       int        // the prefix length of inA and inB on their devices
+	learn        bool       // the Device's peer configured with no endpoint at first
 }
 
 const interopPort = 51820
 
+// interopOption changes an interop's setup before its devices start.
+type interopOption func(*interop)
+
+// outer6 puts the endpoints on the veth's IPv6 addresses.
+func outer6(x *interop) { x.outA, x.outB = x.p.Addr6A, x.p.Addr6B }
+
+// inner6 gives the tunnel's devices IPv6 addresses (fd09::1, fd09::2).
+func inner6(x *interop) {
+	x.inA, x.inB, x.inBits = netip.MustParseAddr("fd09::1"), netip.MustParseAddr("fd09::2"), 64
+}
+
+// learnEndpoint configures the Device's peer without an endpoint: it
+// takes the one wireguard-go's first initiation comes from.
+func learnEndpoint(x *interop) { x.learn = true }
+
 // newInterop sets both devices up with cfg for the Device (its Name and
 // Logger are the harness's); no handshake yet.
-func newInterop(t *testing.T, tag string, cfg Config) *interop {
+func newInterop(t *testing.T, tag string, cfg Config, opts ...interopOption) *interop {
 	t.Helper()
-	x := newOurs(t, tag, cfg)
-	x.w = startWgGo(t, x.p.B, "wgg0", "10.9.0.2/24", 1420,
+	x := newOurs(t, tag, cfg, opts...)
+	x.w = startWgGo(t, x.p.B, "wgg0", x.cidr(x.inB), 1420,
 		fmt.Sprintf("private_key=%s\nlisten_port=%d\n%s", hexKey(x.privB), interopPort, x.theirs()))
 	x.other = goEnd{x}
 	return x
@@ -239,11 +257,16 @@ func newInterop(t *testing.T, tag string, cfg Config) *interop {
 
 // newOurs sets the Device up with cfg in A of a new pair; the test sets
 // the other end up in B.
-func newOurs(t *testing.T, tag string, cfg Config) *interop {
+func newOurs(t *testing.T, tag string, cfg Config, opts ...interopOption) *interop {
 	t.Helper()
+	p := netlab.NewPairT(t, tag)
 	x := &interop{
-		p: netlab.NewPairT(t, tag), cfg: cfg, log: &logBuffer{}, privA: newKey(t), privB: newKey(t),
-		inA: netip.MustParseAddr("10.9.0.1"), inB: netip.MustParseAddr("10.9.0.2"),
+		p: p, cfg: cfg, log: &logBuffer{}, privA: newKey(t), privB: newKey(t),
+		inA: netip.MustParseAddr("10.9.0.1"), inB: netip.MustParseAddr("10.9.0.2"), inBits: 24,
+		outA: p.AddrA, outB: p.AddrB,
+	}
+	for _, o := range opts {
+		o(x)
 	}
 	x.startOurs(t)
 	t.Cleanup(func() {
@@ -260,8 +283,10 @@ type otherEnd interface {
 	// handshaked reports whether it completed a handshake with the
 	// Device.
 	handshaked(t *testing.T) bool
-	// renew removes its peer and adds it again, without a session.
-	renew(t *testing.T)
+	// remove removes its peer, the Device; add adds it again, without
+	// a session.
+	remove(t *testing.T)
+	add(t *testing.T)
 	// transfer returns the bytes it received from and sent to the peer.
 	transfer(t *testing.T) (rx, tx uint64)
 }
@@ -271,9 +296,11 @@ type goEnd struct{ x *interop }
 
 func (g goEnd) handshaked(t *testing.T) bool { return g.x.w.handshaked(t) }
 
-func (g goEnd) renew(t *testing.T) {
-	netlab.Must(t, g.x.w.dev.IpcSet(fmt.Sprintf("public_key=%s\nremove=true\n%s", hexKey(g.x.privA.Public()), g.x.theirs())))
+func (g goEnd) remove(t *testing.T) {
+	netlab.Must(t, g.x.w.dev.IpcSet(fmt.Sprintf("public_key=%s\nremove=true\n", hexKey(g.x.privA.Public()))))
 }
+
+func (g goEnd) add(t *testing.T) { netlab.Must(t, g.x.w.dev.IpcSet(g.x.theirs())) }
 
 func (g goEnd) transfer(t *testing.T) (rx, tx uint64) {
 	get, err := g.x.w.dev.IpcGet()
@@ -318,14 +345,23 @@ func (x *interop) dump(t *testing.T) {
 }
 
 // ours is the set lines of the Device's peer, wireguard-go.
-func (x *interop) ours() string {
-	return fmt.Sprintf("public_key=%s\nendpoint=%s\nallowed_ip=10.9.0.2/32\n", hexKey(x.privB.Public()), netip.AddrPortFrom(x.p.AddrB, interopPort))
-}
+func (x *interop) ours() string { return peerLines(x.privB.Public(), x.outB, x.inB) }
 
 // theirs is the set lines of wireguard-go's peer, the Device.
-func (x *interop) theirs() string {
-	return fmt.Sprintf("public_key=%s\nendpoint=%s\nallowed_ip=10.9.0.1/32\n", hexKey(x.privA.Public()), netip.AddrPortFrom(x.p.AddrA, interopPort))
+func (x *interop) theirs() string { return peerLines(x.privA.Public(), x.outA, x.inA) }
+
+// peerLines is the set lines of the peer pub at out (none: no endpoint)
+// on interopPort, with inside address in.
+func peerLines(pub wireguard.Key, out, in netip.Addr) string {
+	s := fmt.Sprintf("public_key=%s\nallowed_ip=%s\n", hexKey(pub), netip.PrefixFrom(in, in.BitLen()))
+	if out.IsValid() {
+		s += fmt.Sprintf("endpoint=%s\n", netip.AddrPortFrom(out, interopPort))
+	}
+	return s
 }
+
+// cidr is a tunnel address in CIDR form, as its device has it.
+func (x *interop) cidr(a netip.Addr) string { return netip.PrefixFrom(a, x.inBits).String() }
 
 // startOurs creates the Device, runs it and configures it with its
 // private key, the listen port and its peer.
@@ -353,9 +389,13 @@ func (x *interop) startOurs(t *testing.T) {
 	}
 	t.Cleanup(x.stop)
 	x.d, x.h = d, uapi.NewHandler(d, uapi.Limits{})
-	apply(t, x.h, fmt.Sprintf("private_key=%s\nlisten_port=%d\n%s", hexKey(x.privA), interopPort, x.ours()))
+	peer := x.ours()
+	if x.learn {
+		peer = peerLines(x.privB.Public(), netip.Addr{}, x.inB)
+	}
+	apply(t, x.h, fmt.Sprintf("private_key=%s\nlisten_port=%d\n%s", hexKey(x.privA), interopPort, peer))
 	netlab.Must(t, x.p.A.LinkUp("wgs0"))
-	netlab.Must(t, x.p.A.AddAddr("wgs0", "10.9.0.1/24"))
+	netlab.Must(t, x.p.A.AddAddr("wgs0", x.cidr(x.inA)))
 }
 
 // restartOurs closes the Device and creates it again with the same
@@ -387,14 +427,21 @@ func (x *interop) handshake(t *testing.T, from *netlab.NS) {
 	waitHandshake(t, from, to, x.handshakedSince(t, time.Time{}))
 }
 
-// readd removes each side's peer and adds it again: no session. The
-// last packets of a connection closed just before (a FIN, an ACK) may
-// start a handshake at once: it tries again then, a little later.
+// readd removes each side's peer and adds it again: no session. Both
+// are removed before either is added, and the handshake messages in
+// flight given 100 ms to land and be refused: a handshake an old peer
+// answered for a new one would leave that one a session the other side
+// does not have. The last packets of a connection closed just before (a
+// FIN, an ACK) may start a handshake at once between the new peers: it
+// tries again then, a little later.
 func (x *interop) readd(t *testing.T) {
 	t.Helper()
 	for range 10 {
-		apply(t, x.h, fmt.Sprintf("public_key=%s\nremove=true\n%s", hexKey(x.privB.Public()), x.ours()))
-		x.other.renew(t)
+		apply(t, x.h, fmt.Sprintf("public_key=%s\nremove=true\n", hexKey(x.privB.Public())))
+		x.other.remove(t)
+		time.Sleep(100 * time.Millisecond)
+		apply(t, x.h, x.ours())
+		x.other.add(t)
 		if x.peer().LastHandshake().IsZero() && !x.other.handshaked(t) {
 			return
 		}
@@ -421,6 +468,23 @@ func (x *interop) quiet(t *testing.T) uint64 {
 
 // endpoint is the endpoint of the Device's peer as wg(8) shows it.
 func (x *interop) endpoint() netip.AddrPort { return x.h.State().Peers[0].Endpoint }
+
+// checkEndpoint checks the endpoint line of the Device's peer in the
+// answer to a UAPI get, what wg show prints: the other end's address on
+// the veth, plain (an IPv4 one not v4-mapped, as the dual-stack socket
+// receives it), and its port.
+func (x *interop) checkEndpoint(t *testing.T) {
+	t.Helper()
+	var out bytes.Buffer
+	netlab.Must(t, x.h.Handle(struct {
+		io.Reader
+		io.Writer
+	}{strings.NewReader("get=1\n\n"), &out}))
+	want := "endpoint=" + netip.AddrPortFrom(x.outB, interopPort).String()
+	if got := regexp.MustCompile(`(?m)^endpoint=.*$`).FindString(out.String()); got != want {
+		t.Errorf("the UAPI get shows %q, want %q", got, want)
+	}
+}
 
 // waitFor polls cond every 20 ms for up to wait.
 func waitFor(t *testing.T, wait time.Duration, what string, cond func() bool) {

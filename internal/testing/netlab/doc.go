@@ -13,8 +13,9 @@
 //
 // Tests use NewT and NewTopologyT, which skip unless root and remove
 // everything in t.Cleanup, Main, which fails a package whose tests leave
-// a namespace or a file descriptor behind, and TCPTransfer and Echo for
-// checked traffic between two namespaces. The bench uses New and
+// a namespace or a file descriptor behind, TCPTransfer and Echo for
+// checked traffic between two namespaces, and NS.Counters for what a
+// namespace's stack counted (segments out of order, UDP drops). The bench uses New and
 // NewTopology and closes them itself.
 //
 // It needs Linux and CAP_NET_ADMIN (and CAP_SYS_ADMIN to create named

@@ -94,6 +94,12 @@ func TestTraffic(t *testing.T) {
 	for _, a := range []netip.Addr{NICB4, NICB6} {
 		Echo(t, tp.B, tp.A, a, 5*time.Second)
 	}
+	// Counters reads both files: the transfers' segments (GRO's
+	// super-packets each one), Echo's datagram, a TcpExt counter.
+	c := tp.B.Counters(t)
+	if _, ok := c["TcpExt:TCPOFOQueue"]; !ok || c["Tcp:InSegs"] < 100 || c["Udp:InDatagrams"] == 0 {
+		t.Errorf("B's counters after the transfers: Tcp:InSegs %d, Udp:InDatagrams %d, TcpExt:TCPOFOQueue there %v", c["Tcp:InSegs"], c["Udp:InDatagrams"], ok)
+	}
 }
 
 // TestFeatureProbes: each probe answers, with the feature or with its

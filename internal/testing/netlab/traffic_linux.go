@@ -9,6 +9,9 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"os"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -236,4 +239,32 @@ func UDPSequence(t TB, client, server *NS, addr netip.AddrPort, count, size, win
 	if f := <-fail; f != "" {
 		t.Fatalf("UDP to %v: %s (%d of %d arrived in order)", addr, f, got.Load(), count)
 	}
+}
+
+// Counters returns ns's protocol counters, /proc/net/netstat's and
+// /proc/net/snmp's, each keyed by its group and name ("Udp:InErrors",
+// "TcpExt:TCPOFOQueue").
+func (ns *NS) Counters(t TB) map[string]int64 {
+	t.Helper()
+	c := map[string]int64{}
+	Must(t, ns.Run(func() error {
+		for _, f := range []string{"/proc/thread-self/net/netstat", "/proc/thread-self/net/snmp"} {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return err
+			}
+			lines := strings.Split(string(b), "\n")
+			for i := 0; i+1 < len(lines); i += 2 {
+				names, values := strings.Fields(lines[i]), strings.Fields(lines[i+1])
+				if len(names) == 0 || len(names) != len(values) || names[0] != values[0] {
+					continue
+				}
+				for j := 1; j < len(names); j++ {
+					c[names[0]+names[j]], _ = strconv.ParseInt(values[j], 10, 64)
+				}
+			}
+		}
+		return nil
+	}))
+	return c
 }
