@@ -436,14 +436,16 @@ func (d *Device) follow(p *wireguard.Peer) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	slot, ok := d.hooks.slots.Load().index[p]
-	if !ok || d.tnl == nil || !ep.IsValid() || d.tnl.Peer(slot).Endpoint == ep {
+	if !ok || d.tnl == nil || !ep.IsValid() {
 		return
 	}
-	if err := d.tnl.SetEndpoint(slot, ep); err != nil {
-		d.log.Warn("wgtunnel: peer endpoint", "peer", p.PublicKey(), "endpoint", ep, "err", err)
-		return
+	if d.tnl.Peer(slot).Endpoint != ep {
+		if err := d.tnl.SetEndpoint(slot, ep); err != nil {
+			d.log.Warn("wgtunnel: peer endpoint", "peer", p.PublicKey(), "endpoint", ep, "err", err)
+			return
+		}
 	}
-	d.given[slot] = d.tnl.Peer(slot).Endpoint
+	d.given[slot] = d.tnl.Peer(slot).Endpoint // the tunnel may have roamed there first
 }
 
 // timers runs the peers' Ticks when due or asked for, and checks the
