@@ -79,10 +79,13 @@ func TestStopStuckQueue(t *testing.T) {
 	waitQueued(t, a)
 	start := time.Now()
 	p.cmd.Process.Signal(syscall.SIGTERM)
-	code := p.wait(3 * time.Second)
+	code := p.wait(5 * time.Second)
 	took := time.Since(start)
 	out := p.out.String()
-	if code != 0 || took > 1500*time.Millisecond || !strings.Contains(out, "segments left unsent at stop") {
+	// The drain gives up after 1 s; the rest is the stop's own work,
+	// with slack for a busy machine (a stop that waited for the stuck
+	// queue would not end before the 5 s wait kills it).
+	if code != 0 || took > 2500*time.Millisecond || !strings.Contains(out, "segments left unsent at stop") {
 		t.Fatalf("exit %d after %v (want 0 within the 1s drain timeout, and the discarded segments logged):\n%s", code, took, out)
 	}
 	t.Logf("stopped in %v with the NIC down", took.Round(time.Millisecond))

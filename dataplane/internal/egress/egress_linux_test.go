@@ -348,7 +348,7 @@ func TestLinkDown(t *testing.T) {
 	}
 	l.layer.SetLinkUp(true)
 	start = time.Now()
-	if l.layer.Wait(time.Second) || time.Since(start) > 100*time.Millisecond {
+	if l.layer.Wait(time.Second) || time.Since(start) > 500*time.Millisecond { // at once, not the second: slack for a busy machine
 		t.Errorf("link up: Wait waited %v", time.Since(start))
 	}
 }

@@ -127,7 +127,10 @@ func TestNoStall(t *testing.T) {
 			t.Fatalf("%v: %v, want pending", a, st)
 		}
 	}
-	if took := time.Since(start); took > time.Millisecond {
+	// At once, not after a resolution's seconds: a busy machine may
+	// deschedule the test between the two (1.1 ms was seen in a full
+	// run), never for a second.
+	if took := time.Since(start); took > 500*time.Millisecond {
 		t.Errorf("two misses took %v", took)
 	}
 	var took []time.Duration // of the lookups of the peer meanwhile
