@@ -23,6 +23,7 @@ import (
 	wgtun "golang.zx2c4.com/wireguard/tun"
 
 	"github.com/gsoplane/gsoplane/internal/testing/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/wggo"
 )
 
 // wgOffset is the headroom wireguard-go's device reads and writes its TUN
@@ -207,11 +208,13 @@ func openWGDevice(ns *netlab.NS, local, peer netip.Addr) (tunnelEnd, error) {
 	var d *device.Device
 	log := &wgLog{}
 	err = ns.Run(func() error {
-		dev, err := createWGTUN(1420)
+		dev, err := wgtun.CreateTUN(tnlName, 1420)
 		if err != nil {
-			return err
+			return fmt.Errorf("wireguard-go CreateTUN: %w", err)
 		}
-		d = device.NewDevice(dev, conn.NewDefaultBind(), &device.Logger{Verbosef: log.printf, Errorf: log.printf})
+		// Up here, in the namespace: on the link's up event the device
+		// would bind its sockets outside it (wggo.SteadyTUN).
+		d = device.NewDevice(wggo.SteadyTUN(dev), conn.NewDefaultBind(), &device.Logger{Verbosef: log.printf, Errorf: log.printf})
 		if err := d.IpcSet(cfg); err != nil {
 			return fmt.Errorf("wireguard-go IpcSet: %w", err)
 		}

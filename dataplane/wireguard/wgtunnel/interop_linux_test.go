@@ -26,6 +26,7 @@ import (
 	"github.com/gsoplane/gsoplane/dataplane/wireguard"
 	"github.com/gsoplane/gsoplane/dataplane/wireguard/uapi"
 	"github.com/gsoplane/gsoplane/internal/testing/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/wggo"
 )
 
 // wgGo is a stock wireguard-go device on a real TUN device in a
@@ -54,7 +55,7 @@ func (w *wgGo) start(t *testing.T) {
 	w.ns.Do(t, func() {
 		tdev, err := wgtun.CreateTUN(w.name, w.mtu)
 		netlab.Must(t, err)
-		tdev = steadyTUN(tdev)
+		tdev = wggo.SteadyTUN(tdev) // its sockets stay in the namespace
 		// Silent: its TUN's netlink listener looks the device's MTU up
 		// outside the namespace and logs an error for each event.
 		w.dev = device.NewDevice(tdev, &tapBind{Bind: conn.NewDefaultBind(), tap: w.tap}, device.NewLogger(device.LogLevelSilent, ""))
@@ -65,31 +66,6 @@ func (w *wgGo) start(t *testing.T) {
 	netlab.Must(t, w.ns.LinkUp(w.name))
 	netlab.Must(t, w.ns.AddAddr(w.name, w.cidr))
 }
-
-// steadyTUN hides the link's up and down events from wireguard-go: on
-// them it brings itself up or down, and up binds its sockets on the
-// thread of the goroutine that reads the events, outside the namespace.
-// (It sees the TUN device down until the test sets it up.) The test
-// brings it up, in the namespace, once.
-func steadyTUN(dev wgtun.Device) wgtun.Device {
-	s := &steady{Device: dev, events: make(chan wgtun.Event, 4)}
-	go func() {
-		defer close(s.events)
-		for e := range dev.Events() {
-			if e &^= wgtun.EventUp | wgtun.EventDown; e != 0 {
-				s.events <- e
-			}
-		}
-	}()
-	return s
-}
-
-type steady struct {
-	wgtun.Device
-	events chan wgtun.Event
-}
-
-func (s *steady) Events() <-chan wgtun.Event { return s.events }
 
 // restart closes the device and creates it again with the same keys
 // and configuration: a new ephemeral key, new indices, counters from 0.
