@@ -72,6 +72,9 @@ func startUDPStream(l *lab, srv netip.Addr, port, segs, size int) (*udpStream, e
 			return setsockopt(s.tx, unix.IPPROTO_UDP, unix.UDP_SEGMENT, size)
 		})
 	}
+	if err == nil {
+		err = s.probe()
+	}
 	if err != nil {
 		s.close()
 		return nil, err
@@ -80,6 +83,29 @@ func startUDPStream(l *lab, srv netip.Addr, port, segs, size int) (*udpStream, e
 	go s.receive()
 	go s.send()
 	return s, nil
+}
+
+// probe sends short datagrams until one arrives, then drains the late
+// ones: the path, the server's next hop at the gateway included, is
+// known before the flood. (Backpressure is lossless once it is; while it
+// resolves, the gateway queues a bounded number of frames, as the
+// kernel's arp_queue, and drops a flood's excess.)
+func (s *udpStream) probe() error {
+	buf := make([]byte, 2048)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		s.tx.Write([]byte("probe")) // an ICMP error queued meanwhile is no matter: try again
+		s.rx.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		if _, err := s.rx.Read(buf); err != nil {
+			continue
+		}
+		for {
+			s.rx.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+			if _, err := s.rx.Read(buf); err != nil {
+				return s.rx.SetReadDeadline(time.Time{})
+			}
+		}
+	}
+	return errors.New("udp stream: no datagram reached the receiver within 10 s")
 }
 
 // send sends until stopped.
