@@ -21,11 +21,7 @@ func TestStopsWhenSocketRemoved(t *testing.T) {
 	cfg := &config{Interface: fmt.Sprintf("wgr%d", os.Getpid()%1000000), Queues: 1}
 	path, err := uapi.SocketPath(cfg.Interface)
 	netlab.Must(t, err)
-	ready, done := make(chan error, 1), make(chan error, 1)
-	go ns.Run(func() error {
-		done <- serve(context.Background(), cfg, slog.New(slog.DiscardHandler), func(err error) { ready <- err })
-		return nil
-	})
+	ready, done := serveIn(context.Background(), ns, cfg, slog.New(slog.DiscardHandler))
 	if err := <-ready; err != nil {
 		t.Fatal(err)
 	}
@@ -44,4 +40,21 @@ func TestStopsWhenSocketRemoved(t *testing.T) {
 	if _, err := ns.Link(cfg.Interface); err == nil {
 		t.Error("the interface outlived wggso")
 	}
+}
+
+// serveIn runs serve in ns on a goroutine of its own: ready gets what
+// serve reports when ready, done what it returned, once ns.Run is over
+// (its handle of the namespace closed, which the fd check at the end of
+// the tests would otherwise catch open).
+func serveIn(ctx context.Context, ns *netlab.NS, cfg *config, log *slog.Logger) (ready, done <-chan error) {
+	r, d := make(chan error, 1), make(chan error, 1)
+	go func() {
+		var err error
+		ns.Run(func() error {
+			err = serve(ctx, cfg, log, func(err error) { r <- err })
+			return nil
+		})
+		d <- err
+	}()
+	return r, d
 }

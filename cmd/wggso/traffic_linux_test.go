@@ -26,7 +26,7 @@ type end struct {
 	ns   *netlab.NS
 	cfg  *config
 	key  wireguard.Key
-	done chan error
+	done <-chan error
 }
 
 // startEnd serves wggso INTERFACE name in ns, its metrics on
@@ -35,13 +35,10 @@ func startEnd(t *testing.T, ns *netlab.NS, name string) *end {
 	t.Helper()
 	key, err := wireguard.NewPrivateKey()
 	netlab.Must(t, err)
-	e := &end{ns: ns, cfg: &config{Interface: name, Queues: 1, Metrics: defaultMetrics}, key: key, done: make(chan error, 1)}
+	e := &end{ns: ns, cfg: &config{Interface: name, Queues: 1, Metrics: defaultMetrics}, key: key}
 	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan error, 1)
-	go ns.Run(func() error {
-		e.done <- serve(ctx, e.cfg, slog.New(slog.DiscardHandler), func(err error) { ready <- err })
-		return nil
-	})
+	ready, done := serveIn(ctx, ns, e.cfg, slog.New(slog.DiscardHandler))
+	e.done = done
 	if err := <-ready; err != nil {
 		cancel()
 		t.Fatal(err)
@@ -184,11 +181,7 @@ func TestMetricsAddressTaken(t *testing.T) {
 		cfg := &config{Interface: fmt.Sprintf("wmd%d", os.Getpid()%100000), Queues: 1, Metrics: defaultMetrics}
 		var logged syncbuf.Buffer
 		ctx, cancel := context.WithCancel(context.Background())
-		ready, done := make(chan error, 1), make(chan error, 1)
-		go ns.Run(func() error {
-			done <- serve(ctx, cfg, slog.New(slog.NewTextHandler(&logged, nil)), func(err error) { ready <- err })
-			return nil
-		})
+		ready, done := serveIn(ctx, ns, cfg, slog.New(slog.NewTextHandler(&logged, nil)))
 		err := <-ready
 		cancel()
 		if derr := <-done; err != nil || derr != nil {
