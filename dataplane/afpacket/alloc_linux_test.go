@@ -50,14 +50,14 @@ func TestAllocs(t *testing.T) {
 		<-b
 		sink.Transmit(nil)
 	}
-	if a := testing.AllocsPerRun(100, batch); a != 0 {
+	if a := leastAllocs(100, batch); a != 0 {
 		t.Errorf("sink batch: %v allocations", a)
 	}
 	if st := s.Stats(); st.TX < 100*32 || st.Drops.Total() != 0 {
 		t.Errorf("sink stats %+v", st)
 	}
 	batchTo(dead) // starts the resolution
-	if a := testing.AllocsPerRun(20, func() { batchTo(dead) }); a != 0 {
+	if a := leastAllocs(20, func() { batchTo(dead) }); a != 0 {
 		t.Errorf("sink batch to a next hop being resolved: %v allocations", a)
 	}
 	if d := dead.Drops(); d[frame.DropUnresolved] == 0 {
@@ -91,4 +91,16 @@ func TestAllocs(t *testing.T) {
 	if a := testing.AllocsPerRun(3, func() { r.Receive(in) }); a != 0 {
 		t.Errorf("idle Receive: %v allocations", a)
 	}
+}
+
+// leastAllocs is testing.AllocsPerRun's count, the least of three tries:
+// it counts every goroutine's allocations, and the resolver's goroutine
+// may handle a neighbour message during one try (a full run on a busy
+// machine saw 2); an allocation of f's own shows in every try.
+func leastAllocs(runs int, f func()) float64 {
+	least := testing.AllocsPerRun(runs, f)
+	for range 2 {
+		least = min(least, testing.AllocsPerRun(runs, f))
+	}
+	return least
 }
