@@ -4,9 +4,6 @@ import (
 	"errors"
 	"net"
 	"net/netip"
-	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -203,20 +200,20 @@ func gatewayNeighbours(t *testing.T, lab *gwLab, app *netlab.NS) {
 	wg.Wait()
 	info := netlab.TCPInfo(conn.(*net.TCPConn))
 	st := lab.g.Stats()
-	tcp := tcpCounters(t, app) // the stream's sender is app's only TCP socket
+	tcp := app.Counters(t) // the stream's sender is app's only TCP socket
 	t.Logf("after %v: ICMP %v, ICMPv6 %v, UDP unreachable %v, late datagrams arrived %v; drops %v, replies %+v",
 		time.Since(start), answers4, answers6, udpUnreachable, lateArrived, st.Forward.Drops, st.Replies)
 	t.Logf("stream: %d bytes acked, %d retransmitted (timeouts %d, fast retransmits %d, tail loss probes %d), RTO %v",
-		info.Bytes_acked, info.Total_retrans, tcp["TCPTimeouts"], tcp["TCPFastRetrans"], tcp["TCPLossProbes"], time.Duration(info.Rto)*time.Microsecond)
+		info.Bytes_acked, info.Total_retrans, tcp["TcpExt:TCPTimeouts"], tcp["TcpExt:TCPFastRetrans"], tcp["TcpExt:TCPLossProbes"], time.Duration(info.Rto)*time.Microsecond)
 	// A segment the gateway dropped or passed would show as a fast
 	// retransmission, and one it held while another destination was
 	// resolved (a second or more) as a retransmission timeout. On a
 	// loaded machine an ACK a few milliseconds late makes the sender
 	// probe the tail of its flight, which may retransmit a segment: the
 	// scheduler's doing, not the gateway's.
-	if tcp["TCPTimeouts"] != 0 || tcp["TCPFastRetrans"] != 0 || int64(info.Total_retrans) > tcp["TCPLossProbes"] {
+	if tcp["TcpExt:TCPTimeouts"] != 0 || tcp["TcpExt:TCPFastRetrans"] != 0 || int64(info.Total_retrans) > tcp["TcpExt:TCPLossProbes"] {
 		t.Errorf("the stream's sender retransmitted %d segments, %d after timeouts, %d fast: the gateway held or dropped its segments",
-			info.Total_retrans, tcp["TCPTimeouts"], tcp["TCPFastRetrans"])
+			info.Total_retrans, tcp["TcpExt:TCPTimeouts"], tcp["TcpExt:TCPFastRetrans"])
 	}
 	if n := st.Forward.Drops[frame.DropUnresolved]; n != deadFrames {
 		t.Errorf("%d frames dropped as unresolved, want the %d to the dead addresses", n, deadFrames)
@@ -325,29 +322,3 @@ func quotedEcho(q []byte, proto int) (int, bool) {
 	return int(q[off+4])<<8 | int(q[off+5]), true
 }
 
-// tcpCounters returns the TCP counters of ns's /proc/net/netstat and
-// /proc/net/snmp (TcpExt and Tcp), by name.
-func tcpCounters(t *testing.T, ns *netlab.NS) map[string]int64 {
-	t.Helper()
-	c := map[string]int64{}
-	netlab.Must(t, ns.Run(func() error {
-		for _, f := range []string{"/proc/thread-self/net/netstat", "/proc/thread-self/net/snmp"} {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				return err
-			}
-			lines := strings.Split(string(b), "\n")
-			for i := 0; i+1 < len(lines); i += 2 {
-				names, values := strings.Fields(lines[i]), strings.Fields(lines[i+1])
-				if len(names) == 0 || len(names) != len(values) || (names[0] != "TcpExt:" && names[0] != "Tcp:") {
-					continue
-				}
-				for j := 1; j < len(names); j++ {
-					c[names[j]], _ = strconv.ParseInt(values[j], 10, 64)
-				}
-			}
-		}
-		return nil
-	}))
-	return c
-}

@@ -6,13 +6,10 @@ package main
 // routes the server's prefixes into it.
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +19,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/gsoplane/gsoplane/internal/testing/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/promtext"
 )
 
 const labTUN = "utun0"
@@ -75,7 +73,7 @@ func scrape(ns *netlab.NS, addr string) (map[string]float64, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
 	}
-	return parseMetrics(resp.Body)
+	return promtext.Parse(resp.Body)
 }
 
 // pprofStatus returns the HTTP status of /debug/pprof/ in namespace ns.
@@ -87,25 +85,6 @@ func pprofStatus(t *testing.T, ns *netlab.NS) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
-}
-
-// parseMetrics reads the Prometheus text format into name{labels} → value.
-func parseMetrics(r io.Reader) (map[string]float64, error) {
-	m := map[string]float64{}
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			return nil, fmt.Errorf("metrics line %q: %v", line, err)
-		}
-		m[line[:i]] = v
-	}
-	return m, sc.Err()
 }
 
 // sumMetric adds the samples of metric name (any labels).

@@ -14,6 +14,7 @@ import (
 	"github.com/gsoplane/gsoplane/dataplane/icmp"
 	"github.com/gsoplane/gsoplane/dataplane/pipeline"
 	"github.com/gsoplane/gsoplane/dataplane/xsk"
+	"github.com/gsoplane/gsoplane/internal/testing/promtext"
 )
 
 // TestCollector checks the exported values against a known snapshot:
@@ -38,7 +39,7 @@ func TestCollector(t *testing.T) {
 	rec := httptest.NewRecorder()
 	newHTTPServer(newRegistry(&statsCollector{stats: func() dataplane.GatewayStats { return s }, port: "xdp", backpressure: true}), func() error { return nil }, false, slog.New(slog.DiscardHandler)).
 		Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	m, err := parseMetrics(rec.Body)
+	m, err := promtext.Parse(rec.Body)
 	if err != nil {
 		t.Fatal(err)
 	}

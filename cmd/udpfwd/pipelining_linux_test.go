@@ -16,6 +16,7 @@ import (
 
 	"github.com/gsoplane/gsoplane/internal/httpserve"
 	"github.com/gsoplane/gsoplane/internal/testing/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/promtext"
 )
 
 // pipelinedRSSGrowth bounds how much udpfwd's resident set may grow
@@ -123,7 +124,7 @@ func scrapeOnce(t *testing.T, ns *netlab.NS) map[string]float64 {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /metrics: %s", resp.Status)
 	}
-	m, err := parseMetrics(resp.Body)
+	m, err := promtext.Parse(resp.Body)
 	netlab.Must(t, err)
 	return m
 }

@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"log/slog"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +18,7 @@ import (
 	"github.com/gsoplane/gsoplane/dataplane/wireguard"
 	"github.com/gsoplane/gsoplane/dataplane/wireguard/wgtunnel"
 	"github.com/gsoplane/gsoplane/internal/httpserve"
+	"github.com/gsoplane/gsoplane/internal/testing/promtext"
 )
 
 // fakeDevice is a device's counters, as a test sets them.
@@ -39,22 +38,12 @@ func scrapeCollector(c collector) string {
 	return rec.Body.String()
 }
 
-// parseMetrics reads the Prometheus text format into name{labels} → value.
+// parseMetrics reads a metrics page (promtext.Parse).
 func parseMetrics(t *testing.T, page string) map[string]float64 {
 	t.Helper()
-	m := map[string]float64{}
-	sc := bufio.NewScanner(strings.NewReader(page))
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("metrics line %q: %v", line, err)
-		}
-		m[line[:i]] = v
+	m, err := promtext.Parse(strings.NewReader(page))
+	if err != nil {
+		t.Fatal(err)
 	}
 	return m
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/gsoplane/gsoplane/dataplane/wireguard"
 	"github.com/gsoplane/gsoplane/dataplane/wireguard/uapi"
 	"github.com/gsoplane/gsoplane/internal/testing/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/syncbuf"
 	"github.com/gsoplane/gsoplane/internal/testing/wggo"
 )
 
@@ -190,7 +191,7 @@ func (b *tapBind) Send(bufs [][]byte, ep conn.Endpoint) error {
 type interop struct {
 	p            *netlab.Pair
 	cfg          Config
-	log          *logBuffer // the Device's log, debug level
+	log          *syncbuf.Buffer // the Device's log, debug level
 	d            *Device
 	h            *uapi.Handler
 	stop         func()   // ends the Device's Run and closes it
@@ -237,7 +238,7 @@ func newOurs(t *testing.T, tag string, cfg Config, opts ...interopOption) *inter
 	t.Helper()
 	p := netlab.NewPairT(t, tag)
 	x := &interop{
-		p: p, cfg: cfg, log: &logBuffer{}, privA: newKey(t), privB: newKey(t),
+		p: p, cfg: cfg, log: &syncbuf.Buffer{}, privA: newKey(t), privB: newKey(t),
 		inA: netip.MustParseAddr("10.9.0.1"), inB: netip.MustParseAddr("10.9.0.2"), inBits: 24,
 		outA: p.AddrA, outB: p.AddrB,
 	}
@@ -295,9 +296,7 @@ func (g goEnd) transfer(t *testing.T) (rx, tx uint64) {
 // dump logs what the test failed with: the Device's log and counters,
 // and the handshake messages wireguard-go received and sent.
 func (x *interop) dump(t *testing.T) {
-	x.log.mu.Lock()
-	t.Logf("the Device's log:\n%s", x.log.b.String())
-	x.log.mu.Unlock()
+	t.Logf("the Device's log:\n%s", x.log)
 	t.Logf("the Device's counters: %+v", x.d.Stats())
 	if x.w == nil {
 		return
@@ -470,24 +469,6 @@ func waitFor(t *testing.T, wait time.Duration, what string, cond func() bool) {
 			t.Fatalf("%s: not within %v", what, wait)
 		}
 	}
-}
-
-// logBuffer is a log the test reads while the Device writes it.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) count(s string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.b.String(), s)
 }
 
 // tcpStream is one TCP connection from client to a listener on addr in
@@ -705,7 +686,7 @@ func TestInteropRoaming(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "the spoofed datagrams refused", func() bool {
 		r := x.d.Stats().Tunnel.Receive
-		return r.Replay > before.Replay && r.Auth > before.Auth && x.log.count("wrong mac1") > 0
+		return r.Replay > before.Replay && r.Auth > before.Auth && strings.Contains(x.log.String(), "wrong mac1")
 	})
 	if ep := x.endpoint(); ep != roamed {
 		t.Fatalf("endpoint %v after unauthenticated datagrams from %v", ep, spoofed)
@@ -903,7 +884,7 @@ func TestInteropStaged(t *testing.T) {
 	for i := n - wireguard.StagedPackets; i < n; i++ {
 		got := udpReceive(sink, handshakeWait)
 		if len(got) != 64 || binary.BigEndian.Uint32(got) != uint32(i) {
-			t.Fatalf("datagram %d: %x (stats %+v, handshake %v, staged %d)\n%s", i, got, x.d.Stats(), x.peer().LastHandshake(), x.peer().Staged(), x.log.b.String())
+			t.Fatalf("datagram %d: %x (stats %+v, handshake %v, staged %d)\n%s", i, got, x.d.Stats(), x.peer().LastHandshake(), x.peer().Staged(), x.log)
 		}
 	}
 	if got := udpReceive(sink, 200*time.Millisecond); got != nil {
