@@ -321,4 +321,3 @@ func quotedEcho(q []byte, proto int) (int, bool) {
 	}
 	return int(q[off+4])<<8 | int(q[off+5]), true
 }
-
