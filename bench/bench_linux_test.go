@@ -25,6 +25,19 @@ func requireRoot(t *testing.T) {
 	}
 }
 
+// failures returns the lines of the bench's progress that say what
+// failed and each line after such a line (the failure's cause).
+func failures(progress string) string {
+	var out []string
+	lines := strings.Split(progress, "\n")
+	for i, l := range lines {
+		if strings.Contains(l, "failed") || (i > 0 && strings.Contains(lines[i-1], "failed:")) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
 // TestSmoke runs every scenario once, briefly, in process, and checks the
 // outcome the scenarios exist to show: no drops with backpressure, drops
 // without. No speed is asserted. PATH is empty: the bench needs no
@@ -45,7 +58,7 @@ func TestSmoke(t *testing.T) {
 	// cut log then finds at its top.
 	defer func() { t.Logf("run took %v; progress:\n%s", took, stderr.String()) }()
 	if code != exitOK {
-		t.Fatalf("run exited %d", code)
+		t.Fatalf("run exited %d; what failed:\n%s", code, failures(stderr.String()))
 	}
 
 	var rep jsonReport

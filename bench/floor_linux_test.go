@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"net/netip"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -209,5 +210,37 @@ func TestTunnelFloorPumps(t *testing.T) {
 	segs := uint64((len(payload) + mss - 1) / mss)
 	if s, sends, r, recvs := tf.datagrams(); s != 11*segs || r != 11*segs || sends != 11 || recvs != 11 {
 		t.Errorf("%d datagrams in %d sends, %d in %d receives; want %d in 11 each", s, sends, r, recvs, 11*segs)
+	}
+}
+
+// TestTunnelFloorTUNDown: a datagram that comes before the floor's TUN
+// device is up (the peer end's first packets, while the caller still
+// addresses this end's device) is dropped, as the kernel drops what a
+// device that is down is given, and the floor keeps running.
+func TestTunnelFloorTUNDown(t *testing.T) {
+	requireRoot(t)
+	ns := netlab.NewT(t, "floordown")
+	netlab.Must(t, ns.LinkUp("lo"))
+	local, peer := netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")
+	end, err := openTunnelFloor(ns, local, peer)
+	netlab.Must(t, err)
+	var sock int
+	ns.Do(t, func() {
+		sock, err = tunnelFloorSocket(peer, local)
+		netlab.Must(t, err)
+	})
+	defer unix.Close(sock)
+	pkt := make([]byte, 28) // an IPv4 UDP packet, its contents immaterial
+	pkt[0], pkt[3], pkt[9] = 0x45, 28, unix.IPPROTO_UDP
+	tf := end.(*tunnelFloor)
+	for i := 0; i < 2; i++ { // the second is received only once the first has been written
+		netlab.Must(t, unix.Send(sock, pkt, 0))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for tf.recvs.Load() < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := end.stop(); err != nil || tf.recvs.Load() < 2 {
+		t.Fatalf("%d of 2 datagrams received; stop: %v", tf.recvs.Load(), err)
 	}
 }

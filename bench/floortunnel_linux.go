@@ -260,7 +260,8 @@ func (t *tunnelFloor) udpToTUN(sock, tunFD int) pump {
 			}
 			superHeader(vnet, vecs[1:], hl, ok)
 			t.ret.Add(uint64(len(vecs) - 1))
-			if _, err := vecIO(unix.SYS_WRITEV, tunFD, iov.set(vecs...)); err != nil {
+			_, err := vecIO(unix.SYS_WRITEV, tunFD, iov.set(vecs...))
+			if err != nil && !errors.Is(err, unix.EIO) { // EIO: the device is not up yet, the packet dropped
 				return false, err
 			}
 		}
