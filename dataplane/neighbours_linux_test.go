@@ -4,6 +4,9 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -141,6 +144,7 @@ func gatewayNeighbours(t *testing.T, lab *gwLab, app *netlab.NS) {
 		}
 	}()
 	time.Sleep(500 * time.Millisecond) // the stream is under way
+	backlog0 := backlogDrops(t)
 
 	ping4, ping6 := icmpConn(t, app, "ip4:icmp"), icmpConn(t, app, "ip6:ipv6-icmp")
 	defer ping4.Close()
@@ -205,14 +209,19 @@ func gatewayNeighbours(t *testing.T, lab *gwLab, app *netlab.NS) {
 		time.Since(start), answers4, answers6, udpUnreachable, lateArrived, st.Forward.Drops, st.Replies)
 	t.Logf("stream: %d bytes acked, %d retransmitted (timeouts %d, fast retransmits %d, tail loss probes %d), RTO %v",
 		info.Bytes_acked, info.Total_retrans, tcp["TcpExt:TCPTimeouts"], tcp["TcpExt:TCPFastRetrans"], tcp["TcpExt:TCPLossProbes"], time.Duration(info.Rto)*time.Microsecond)
-	// A segment the gateway dropped or passed would show as a fast
-	// retransmission, and one it held while another destination was
-	// resolved (a second or more) as a retransmission timeout. On a
-	// loaded machine an ACK a few milliseconds late makes the sender
-	// probe the tail of its flight, which may retransmit a segment: the
-	// scheduler's doing, not the gateway's.
-	if tcp["TcpExt:TCPTimeouts"] != 0 || tcp["TcpExt:TCPFastRetrans"] != 0 || int64(info.Total_retrans) > tcp["TcpExt:TCPLossProbes"] {
-		t.Errorf("the stream's sender retransmitted %d segments, %d after timeouts, %d fast: the gateway held or dropped its segments",
+	starved := kernelDrops(t, st, backlogDrops(t)-backlog0, lab.A, lab.B, lab.C)
+	t.Logf("the kernel dropped %d packets on the way for want of CPU time (the sockets' rings, the links, the backlog)", starved)
+	// A segment the gateway held while another destination was resolved
+	// (a second or more) would show as a retransmission timeout; one it
+	// dropped is counted in Forward.Drops (checked below), and one it
+	// lost otherwise would be retransmitted fast. On a loaded machine an
+	// ACK a few milliseconds late makes the sender probe the tail of its
+	// flight, which may retransmit a segment, and a thread kept off the
+	// CPU for a few milliseconds makes the kernel drop what its ring or
+	// backlog cannot hold, which the sender retransmits fast: the
+	// scheduler's doing, not the gateway's, and counted as such.
+	if lost := int64(info.Total_retrans) - tcp["TcpExt:TCPLossProbes"]; tcp["TcpExt:TCPTimeouts"] != 0 || lost > 0 && starved == 0 {
+		t.Errorf("the stream's sender retransmitted %d segments, %d after timeouts, %d fast, with nothing dropped for want of CPU: the gateway held or lost its segments",
 			info.Total_retrans, tcp["TcpExt:TCPTimeouts"], tcp["TcpExt:TCPFastRetrans"])
 	}
 	if n := st.Forward.Drops[frame.DropUnresolved]; n != deadFrames {
@@ -320,4 +329,46 @@ func quotedEcho(q []byte, proto int) (int, bool) {
 		return 0, false
 	}
 	return int(q[off+4])<<8 | int(q[off+5]), true
+}
+
+// kernelDrops counts the packets the kernel dropped on the lab's paths
+// for want of CPU time: those the ports' sockets say it dropped before
+// they read them (AF_PACKET's rx_kernel_drop; AF_XDP's rx_dropped,
+// rx_ring_full, rx_fill_ring_empty), the links' drops in the lab's
+// namespaces (nil ones skipped), and backlog, the host's backlog drops
+// meanwhile.
+func kernelDrops(t *testing.T, st GatewayStats, backlog uint64, nss ...*netlab.NS) uint64 {
+	n := backlog
+	for _, s := range append(st.Port.Sockets, st.Ingress.Sockets...) {
+		n += s.Counter("rx_kernel_drop") + s.Counter("rx_dropped") + s.Counter("rx_ring_full") + s.Counter("rx_fill_ring_empty")
+	}
+	for _, ns := range nss {
+		if ns == nil {
+			continue
+		}
+		links, err := ns.Netlink().LinkList()
+		netlab.Must(t, err)
+		for _, l := range links {
+			if s := l.Attrs().Statistics; s != nil {
+				n += s.RxDropped + s.TxDropped
+			}
+		}
+	}
+	return n
+}
+
+// backlogDrops returns the packets the host's CPUs dropped with their
+// backlog full (/proc/net/softnet_stat's second column, summed).
+func backlogDrops(t *testing.T) uint64 {
+	b, err := os.ReadFile("/proc/net/softnet_stat")
+	netlab.Must(t, err)
+	var n uint64
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if f := strings.Fields(line); len(f) > 1 {
+			v, err := strconv.ParseUint(f[1], 16, 64)
+			netlab.Must(t, err)
+			n += v
+		}
+	}
+	return n
 }
