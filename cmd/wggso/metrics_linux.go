@@ -42,6 +42,7 @@ var reasonLabels = map[wireguard.Reason]string{
 	wireguard.Replay: "replay", wireguard.OldTimestamp: "old_timestamp", wireguard.RateLimited: "rate_limited",
 	wireguard.Expired: "expired", wireguard.NoKey: "no_key", wireguard.NoRoom: "no_room",
 	wireguard.Malformed: "malformed", wireguard.NoPrivateKey: "no_private_key", wireguard.Queued: "queued",
+	wireguard.SourceLimited: "source_limited",
 }
 
 // peerReasons are the reasons of a peer's drops; refusedReasons those of
@@ -51,7 +52,7 @@ var (
 	refusedReasons = []wireguard.Reason{
 		wireguard.Short, wireguard.Oversize, wireguard.UnknownType, wireguard.BadMAC1, wireguard.NeedCookie,
 		wireguard.Auth, wireguard.BadKey, wireguard.UnknownPeer, wireguard.UnknownIndex, wireguard.Replay,
-		wireguard.OldTimestamp, wireguard.RateLimited, wireguard.Expired, wireguard.NoPrivateKey,
+		wireguard.OldTimestamp, wireguard.RateLimited, wireguard.SourceLimited, wireguard.Expired, wireguard.NoPrivateKey,
 	}
 )
 

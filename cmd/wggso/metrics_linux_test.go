@@ -62,6 +62,7 @@ func TestCollector(t *testing.T) {
 	dev.stats.Staged.Full = 11
 	dev.stats.DataRefused[wireguard.Replay] = 6
 	dev.stats.HandshakeRefused[wireguard.BadMAC1] = 7
+	dev.stats.HandshakeRefused[wireguard.SourceLimited] = 12
 	dev.stats.Tunnel.Send.Datagrams = 8
 	dev.stats.Tunnel.Forward.Drops[frame.DropHook] = 9
 	page := scrapeCollector(collector{dev})
@@ -84,6 +85,7 @@ func TestCollector(t *testing.T) {
 		`wggso_refused_total{message="data",reason="replay"}`:                6,
 		`wggso_refused_total{message="handshake",reason="bad_mac1"}`:         7,
 		`wggso_refused_total{message="handshake",reason="rate_limited"}`:     0,
+		`wggso_refused_total{message="handshake",reason="source_limited"}`:   12,
 		`wggso_tunnel_events_total{event="send_datagrams"}`:                  8,
 		`wggso_tunnel_drops_total{direction="tun_to_peer",reason="hook"}`:    9,
 		`wggso_tunnel_drops_total{direction="peer_to_tun",reason="spoofed"}`: 0,

@@ -49,6 +49,7 @@ type Device struct {
 	listenPort, fwmark atomic.Uint32
 
 	cookies     cookieSecret
+	sources     sourceLimiter
 	stagedStats stagedCounters
 
 	mu      sync.RWMutex
@@ -94,6 +95,7 @@ func NewDevice(cfg Config) (*Device, error) {
 		notify:  cfg.Notify,
 		peers:   make(map[Key]*Peer),
 		indices: make(map[uint32]indexEntry),
+		sources: sourceLimiter{buckets: make(map[netip.Addr]sourceBucket)},
 	}
 	if d.now == nil {
 		d.now = time.Now

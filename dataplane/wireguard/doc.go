@@ -22,7 +22,10 @@
 // initiation or response without a valid MAC2 is answered with a cookie
 // reply only: the cookie is a MAC of the sender's address and port under
 // a secret replaced every two minutes, sealed with XChaCha20-Poly1305;
-// cookies are good for two minutes. A peer may have a pre-shared key.
+// cookies are good for two minutes. Under load, too, the messages with a
+// valid MAC2 from one source (an IPv4 address or an IPv6 /64) are handled
+// at SourceRate a second after a burst of SourceBurst, the rest refused
+// with SourceLimited. A peer may have a pre-shared key.
 // Receiver indices are random 32-bit numbers, unique per device.
 //
 // # Data messages
@@ -95,8 +98,7 @@
 // # Not here
 //
 // Allowed IPs and cryptokey routing are the caller's (dataplane/udp's
-// Peers). There is no per-source rate limit of handshake messages under
-// load, and no sockets.
+// Peers), and so are the sockets.
 // The transport keys live inside x/crypto's AEADs, which cannot be
 // wiped: an expired keypair is unlinked and never used again, and its
 // memory goes back to the garbage collector as it is; the handshake's

@@ -63,9 +63,10 @@ func (d *Device) AppendInitiation(dst []byte, p *Peer) ([]byte, error) {
 // first), or a cookie reply (kept for p's next handshake message). Under
 // load (the caller's judgement, e.g. a backlog of handshake messages), an
 // initiation or response without a valid MAC2 for src is answered with a
-// cookie reply in dst instead, and refused with NeedCookie. A message
-// refused returns its Reason as the error, and dst with nothing appended
-// but such a cookie reply. p is the peer the message authenticated as.
+// cookie reply in dst instead, and refused with NeedCookie; one with a
+// valid MAC2 is refused with SourceLimited past its source's rate
+// (SourceRate). A message refused returns its Reason as the error, and
+// dst with nothing appended but such a cookie reply. p is the peer the message authenticated as.
 func (d *Device) Handle(dst, msg []byte, src netip.AddrPort, underLoad bool) (out []byte, p *Peer, err error) {
 	now := d.now()
 	m := d.mono(now)
@@ -100,6 +101,8 @@ func (d *Device) Handle(dst, msg []byte, src netip.AddrPort, underLoad bool) (ou
 		return dst, nil, BadMAC1
 	case underLoad && !d.checkMAC2(msg, src, m):
 		return d.appendCookieReply(id, dst, msg, src, m), nil, NeedCookie
+	case underLoad && !d.sources.allow(src.Addr(), m):
+		return dst, nil, SourceLimited
 	}
 	var r Reason
 	if messageType(msg) == TypeInitiation {

@@ -10,8 +10,8 @@ import (
 )
 
 // Drops counts messages or packets dropped by reason: Drops[r] those
-// dropped with wireguard.Reason r (Queued is the last reason).
-type Drops [wireguard.Queued + 1]uint64
+// dropped with wireguard.Reason r.
+type Drops [wireguard.NumReasons]uint64
 
 // reasons counts by wireguard.Reason, as Drops.
 type reasons [len(Drops{})]atomic.Uint64

@@ -387,7 +387,17 @@ func runIn(t *testing.T, ns *netlab.NS, cmd *exec.Cmd) string {
 // a TCP stream each way, its MTU follows the configuration's (set by
 // wg-quick after the peers), wg show reports the handshake and the
 // transfer, and wg-quick down stops the process and removes its socket.
+// As a peer (AllowedIPs the peer's address) and as the default route
+// (0.0.0.0/0, the peer's endpoint reached through the main table's
+// default route only): wg-quick then marks the tunnel's own packets
+// (fwmark 51820) so that its policy rules keep them out of the tunnel,
+// and the tunnel works only if the socket carries the mark.
 func TestWgQuick(t *testing.T) {
+	t.Run("peer", func(t *testing.T) { testWgQuick(t, false) })
+	t.Run("default-route", func(t *testing.T) { testWgQuick(t, true) })
+}
+
+func testWgQuick(t *testing.T, defaultRoute bool) {
 	wg, wgQuick := wgQuickTools(t)
 	p := netlab.NewPairT(t, "wgquick")
 	dir := t.TempDir()
@@ -397,6 +407,16 @@ func TestWgQuick(t *testing.T) {
 	netlab.Must(t, os.WriteFile(impl, []byte(fmt.Sprintf("#!/bin/sh\nexec %s -log %s -log-level debug \"$@\"\n", bin, logFile)), 0o755))
 
 	name := fmt.Sprintf("wgq%d", os.Getpid()%1000000)
+	allowed, endpoint := "10.8.0.2/32", p.AddrB
+	if defaultRoute {
+		if _, err := exec.LookPath("nft"); err != nil {
+			t.Skip("nft is not installed (nftables): wg-quick cannot route 0.0.0.0/0")
+		}
+		name = fmt.Sprintf("wgd%d", os.Getpid()%1000000)
+		allowed, endpoint = "0.0.0.0/0", netip.MustParseAddr("203.0.113.2")
+		netlab.Must(t, p.B.AddAddr("lo", endpoint.String()+"/32"))
+		netlab.Must(t, p.A.AddRoute("0.0.0.0/0", netlab.PairLinkA, p.AddrB.String()))
+	}
 	sock, err := uapi.SocketPath(name)
 	netlab.Must(t, err)
 	privA, privB := newKey(t), newKey(t)
@@ -411,8 +431,8 @@ MTU = %d
 [Peer]
 PublicKey = %s
 Endpoint = %s
-AllowedIPs = 10.8.0.2/32
-`, privA, port, mtu, privB.Public(), netip.AddrPortFrom(p.AddrB, port))), 0o600))
+AllowedIPs = %s
+`, privA, port, mtu, privB.Public(), netip.AddrPortFrom(endpoint, port), allowed)), 0o600))
 	w := startWgGo(t, p.B, "wgg1", "10.8.0.2/24", mtu,
 		fmt.Sprintf("private_key=%s\nlisten_port=%d\npublic_key=%s\nallowed_ip=10.8.0.1/32\n", hexKey(privB), port, hexKey(privA.Public())))
 
@@ -453,7 +473,11 @@ AllowedIPs = 10.8.0.2/32
 	netlab.TCPTransfer(t, p.A, p.B, netip.AddrPortFrom(inB, 5002), 4<<20, true)
 
 	show := runIn(t, p.A, exec.Command(wg, "show", name))
-	for _, want := range []string{"peer: " + privB.Public().String(), "latest handshake:", "transfer:", fmt.Sprintf("listening port: %d", port)} {
+	wants := []string{"peer: " + privB.Public().String(), "latest handshake:", "transfer:", fmt.Sprintf("listening port: %d", port)}
+	if defaultRoute {
+		wants = append(wants, "fwmark: 0xca6c")
+	}
+	for _, want := range wants {
 		if !strings.Contains(show, want) {
 			t.Errorf("wg show has no %q:\n%s", want, show)
 		}
