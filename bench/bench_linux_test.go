@@ -25,6 +25,9 @@ func requireRoot(t *testing.T) {
 	}
 }
 
+// smokeDuration is each of TestSmoke's runs.
+const smokeDuration = time.Second
+
 // failures returns the lines of the bench's progress that say what
 // failed and each line after such a line (the failure's cause).
 func failures(progress string) string {
@@ -52,7 +55,7 @@ func TestSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Second)
 	defer cancel()
 	start := time.Now()
-	code := run(ctx, []string{"-duration", "1s", "-warmup", "300ms", "-runs", "1", "-json", "-out", out}, &stdout, &stderr)
+	code := run(ctx, []string{"-duration", smokeDuration.String(), "-warmup", "300ms", "-runs", "1", "-json", "-out", out}, &stdout, &stderr)
 	took := time.Since(start).Round(time.Millisecond)
 	// The progress goes last, after any failure, which a reader of a
 	// cut log then finds at its top.
@@ -125,8 +128,17 @@ func TestSmoke(t *testing.T) {
 	if on.Drops != 0 {
 		t.Errorf("backpressure on: %d drops, want 0", on.Drops)
 	}
-	if off.Drops == 0 {
-		t.Errorf("backpressure off: no drops")
+	// Without backpressure the gateway drops what the paced link cannot
+	// carry, if the sender offers more than that: on a busy machine it
+	// may not.
+	segs, _ := bpSendSegs()
+	offered := float64(off.Sent) * float64(segs*(bpSize+udpIPOverhead)*8) / smokeDuration.Seconds()
+	switch {
+	case off.Drops > 0:
+	case offered < 1.1*1e9:
+		t.Logf("backpressure off: no drops, the sender offering %.0f Mbit/s to a link paced at 1000: a machine too busy to overrun it", offered/1e6)
+	default:
+		t.Errorf("backpressure off: no drops, though the sender offered %.0f Mbit/s to a link paced at 1000", offered/1e6)
 	}
 	if w := rows["gro/xdp-gro"].WritesPerPkt; w <= 0 || w >= 0.5 {
 		t.Errorf("gro/xdp-gro: %.3f TUN writes per packet, want GRO to merge", w)

@@ -98,7 +98,11 @@ func TestWatchdogWedged(t *testing.T) {
 			if !logged(&logs, wedged, 1) {
 				t.Fatalf("%d WATCHDOG=1 in 15 s with the producer wedged, and no wedge logged:\n%s", drain(msgs), logs.String())
 			}
-			drain(msgs) // pets before the first interval that saw the wedge
+			// The pets sent before the first interval that saw the wedge
+			// may still be on their way to msgs: a marker sent now comes
+			// after them.
+			mark(t, sock)
+			expect(t, msgs, "MARK=1", &logs)
 			if !logged(&logs, wedged, 4) {
 				t.Fatalf("the wedge not logged at each interval:\n%s", logs.String())
 			}
@@ -132,6 +136,20 @@ func readNotify(t *testing.T, path string) <-chan string {
 		}
 	}()
 	return msgs
+}
+
+// mark sends the notify socket at path a marker, MARK=1, which readNotify
+// passes on after everything sent before it.
+func mark(t *testing.T, path string) {
+	t.Helper()
+	c, err := net.Dial("unixgram", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("MARK=1")); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // expect waits up to 15 s for a notification containing want.
