@@ -66,7 +66,8 @@ func (d *Device) AppendInitiation(dst []byte, p *Peer) ([]byte, error) {
 // cookie reply in dst instead, and refused with NeedCookie; one with a
 // valid MAC2 is refused with SourceLimited past its source's rate
 // (SourceRate). A message refused returns its Reason as the error, and
-// dst with nothing appended but such a cookie reply. p is the peer the message authenticated as.
+// dst with nothing appended but such a cookie reply. p is the peer the
+// message authenticated as.
 func (d *Device) Handle(dst, msg []byte, src netip.AddrPort, underLoad bool) (out []byte, p *Peer, err error) {
 	now := d.now()
 	m := d.mono(now)
