@@ -159,11 +159,7 @@ func TestTunnelPeers(t *testing.T) {
 		// second, in that order through the same tunnel.
 		netlab.Must(t, n.s1.ns.AddAddr(tunName, innerS2.String()+"/32"))
 		base := hub.Stats().Receive.NotAllowed
-		var ln *net.UDPConn
-		var err error
-		n.hub.ns.Do(t, func() { ln, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(innerHub, 7000))) })
-		netlab.Must(t, err)
-		defer ln.Close()
+		ln := n.hub.ns.ListenUDP(t, netip.AddrPortFrom(innerHub, 7000))
 		udpSend(t, n.s1.ns, innerS2, netip.AddrPortFrom(innerHub, 7000), "forged")
 		udpSend(t, n.s1.ns, innerS1, netip.AddrPortFrom(innerHub, 7000), "genuine")
 		buf := make([]byte, 64)

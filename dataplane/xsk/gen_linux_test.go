@@ -43,7 +43,7 @@ func TestGeneratorConfig(t *testing.T) {
 func TestGenerator(t *testing.T) {
 	n := newXDPNet(t) // skips unless root
 	dst := netip.AddrPortFrom(netip.MustParseAddr(xdpGW4), xdpUDPPort)
-	srv := progListenUDP(t, n.gw, dst)
+	srv := n.gw.ListenUDP(t, dst)
 	const flows, payload, want = 16, 64, 2000
 	frames := make([][]byte, flows)
 	for i := range frames {

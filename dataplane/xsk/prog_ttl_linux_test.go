@@ -151,7 +151,7 @@ func TestXDPReturnPathTTL(t *testing.T) {
 		{6, tunAddr6, netip.MustParseAddr("2001:2:0:200::9"), tunAddr6, uint8(header.ICMPv6TimeExceeded), unix.IPV6_UNICAST_HOPS, unix.IPPROTO_IPV6},
 	} {
 		icmp := progICMP(t, l.peer, fam.v == 6)
-		listener := progListenUDP(t, l.gw, netip.AddrPortFrom(fam.local, 7200))
+		listener := l.gw.ListenUDP(t, netip.AddrPortFrom(fam.local, 7200))
 		send := func(dst netip.Addr, ttl int) {
 			c := progDialUDP(t, l.peer, netip.AddrPortFrom(dst, 7200))
 			raw, err := c.SyscallConn()

@@ -213,7 +213,7 @@ func progCheckOversize(t *testing.T, l *progLab, p *Port, sizes []int) {
 	var wantStats Stats
 	for _, dst := range []netip.Addr{progLocal4, progLocal6} {
 		addr := netip.AddrPortFrom(dst, 7100)
-		ln := progListenUDP(t, l.gw, addr)
+		ln := l.gw.ListenUDP(t, addr)
 		c := progDialUDP(t, l.peer, addr)
 		hdr := header.IPv4MinimumSize + header.UDPMinimumSize
 		if dst.Is6() {
@@ -255,17 +255,6 @@ func progCheckOversize(t *testing.T, l *progLab, p *Port, sizes []int) {
 			t.Errorf("queue %d: the socket dropped %d frames", x.queueID, s.RXDropped)
 		}
 	}
-}
-
-// progListenUDP opens a UDP socket in ns bound to addr.
-func progListenUDP(t *testing.T, ns *netlab.NS, addr netip.AddrPort) *net.UDPConn {
-	t.Helper()
-	var c *net.UDPConn
-	var err error
-	ns.Do(t, func() { c, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(addr)) })
-	netlab.Must(t, err)
-	t.Cleanup(func() { c.Close() })
-	return c
 }
 
 // progDialUDP opens a UDP socket in ns connected to addr.

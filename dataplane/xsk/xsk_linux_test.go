@@ -118,16 +118,10 @@ func xdpDialUDP(t *testing.T, ns *netlab.NS, dst netip.AddrPort) *net.UDPConn {
 	return c
 }
 
-// listenUDP opens a UDP socket in ns bound to addr with a large buffer.
+// xdpListenUDP opens a UDP socket in ns bound to addr with a large buffer.
 func xdpListenUDP(t *testing.T, ns *netlab.NS, addr netip.AddrPort) *net.UDPConn {
 	t.Helper()
-	var c *net.UDPConn
-	var err error
-	ns.Do(t, func() { c, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(addr)) })
-	if err != nil {
-		t.Fatalf("listen %v: %v", addr, err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := ns.ListenUDP(t, addr)
 	raw, err := c.SyscallConn()
 	if err == nil {
 		err = raw.Control(func(fd uintptr) {

@@ -543,17 +543,6 @@ func (s *tcpStream) finish() {
 	}
 }
 
-// udpListen binds a UDP socket on addr in ns.
-func udpListen(t *testing.T, ns *netlab.NS, addr netip.AddrPort) *net.UDPConn {
-	t.Helper()
-	var c *net.UDPConn
-	var err error
-	ns.Do(t, func() { c, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(addr)) })
-	netlab.Must(t, err)
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
 // udpSend sends each payload once, in order, from ns to dst.
 func udpSend(t *testing.T, ns *netlab.NS, dst netip.AddrPort, payloads ...[]byte) {
 	t.Helper()
@@ -830,7 +819,7 @@ func TestInteropRestart(t *testing.T) {
 		}
 	}
 	x.restartOurs(t)
-	sink := udpListen(t, x.p.B, netip.AddrPortFrom(x.inB, 7000))
+	sink := x.p.B.ListenUDP(t, netip.AddrPortFrom(x.inB, 7000))
 	udpSend(t, x.p.A, netip.AddrPortFrom(x.inB, 7000), []byte("after the restart"))
 	if got := udpReceive(sink, handshakeWait); string(got) != "after the restart" {
 		t.Fatalf("the first datagram after the Device's restart: %q", got)
@@ -869,7 +858,7 @@ func TestInteropRestart(t *testing.T) {
 func TestInteropStaged(t *testing.T) {
 	x := newInterop(t, "wgstaged", Config{Timers: shortTimers()})
 	netlab.Must(t, x.w.dev.IpcSet(fmt.Sprintf("public_key=%s\nremove=true\n", hexKey(x.privA.Public()))))
-	sink := udpListen(t, x.p.B, netip.AddrPortFrom(x.inB, 7000))
+	sink := x.p.B.ListenUDP(t, netip.AddrPortFrom(x.inB, 7000))
 	const n = wireguard.StagedPackets + 72
 	payloads := make([][]byte, n)
 	for i := range payloads {

@@ -243,7 +243,7 @@ func (x *interop) run(t *testing.T) {
 	transfers()
 	x.checkEndpoint(t)
 
-	sink := udpListen(t, x.p.B, netip.AddrPortFrom(x.inB, 7000))
+	sink := x.p.B.ListenUDP(t, netip.AddrPortFrom(x.inB, 7000))
 	x.readd(t)
 	staged := x.d.Stats().Staged.Staged
 	udpSend(t, x.p.A, netip.AddrPortFrom(x.inB, 7000), []byte("first"))

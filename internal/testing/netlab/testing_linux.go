@@ -2,6 +2,8 @@ package netlab
 
 import (
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"strings"
 
@@ -87,6 +89,20 @@ func (ns *NS) Do(t TB, fn func()) {
 	if err := ns.Run(func() error { fn(); return nil }); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// ListenUDP opens a UDP socket in ns bound to addr, closed when the test
+// ends.
+func (ns *NS) ListenUDP(t TB, addr netip.AddrPort) *net.UDPConn {
+	t.Helper()
+	var c *net.UDPConn
+	var err error
+	ns.Do(t, func() { c, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(addr)) })
+	if err != nil {
+		t.Fatalf("listen %v: %v", addr, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 // Main runs a package's tests (m.Run; pass the *testing.M) and then fails
