@@ -343,15 +343,8 @@ func kernelDrops(t *testing.T, st GatewayStats, backlog uint64, nss ...*netlab.N
 		n += s.Counter("rx_kernel_drop") + s.Counter("rx_dropped") + s.Counter("rx_ring_full") + s.Counter("rx_fill_ring_empty")
 	}
 	for _, ns := range nss {
-		if ns == nil {
-			continue
-		}
-		links, err := ns.Netlink().LinkList()
-		netlab.Must(t, err)
-		for _, l := range links {
-			if s := l.Attrs().Statistics; s != nil {
-				n += s.RxDropped + s.TxDropped
-			}
+		if ns != nil {
+			n += ns.LinkDrops(t)
 		}
 	}
 	return n

@@ -212,12 +212,5 @@ func TestTunnelQueuesOrder(t *testing.T) {
 // dropped sums what e's tunnel and its TUN device dropped so far.
 func dropped(t *testing.T, e *end) uint64 {
 	st := e.tnl.Stats()
-	return st.Forward.Drops.Total() + st.Return.Drops.Total() + st.Send.Dropped + st.Receive.Refused + tunDropped(t, e.ns, tunName)
-}
-
-// tunDropped is what the TUN device name in ns dropped so far, either
-// way.
-func tunDropped(t *testing.T, ns *netlab.NS, name string) uint64 {
-	ls := ns.LinkT(t, name).Attrs().Statistics
-	return ls.TxDropped + ls.RxDropped
+	return st.Forward.Drops.Total() + st.Return.Drops.Total() + st.Send.Dropped + st.Receive.Refused + e.ns.LinkDrops(t, tunName)
 }

@@ -63,9 +63,9 @@ func runRecipe(t *testing.T, bin string, queues int) {
 	netlab.TCPTransfer(t, p.A, p.B, netip.AddrPortFrom(innerB, 5001), 32<<20, false)
 	netlab.TCPTransfer(t, p.A, p.B, netip.AddrPortFrom(innerB, 5002), 32<<20, true)
 	if queues > 1 {
-		before := tunDropped(t, p.A, "vpn0") + tunDropped(t, p.B, "vpn0")
+		before := p.A.LinkDrops(t, "vpn0") + p.B.LinkDrops(t, "vpn0")
 		st := tcpStreams(t, p, 4, 16<<20)
-		drops := tunDropped(t, p.A, "vpn0") + tunDropped(t, p.B, "vpn0") - before
+		drops := p.A.LinkDrops(t, "vpn0") + p.B.LinkDrops(t, "vpn0") - before
 		t.Logf("%d retransmissions, %d segments out of order, %d dropped by the TUN devices", st.retrans, st.outOfOrder, drops)
 		if st.outOfOrder != 0 && drops == 0 {
 			t.Errorf("%d segments out of order at the receivers, nothing dropped", st.outOfOrder)

@@ -178,10 +178,7 @@ func (x *interop) reordered(t *testing.T) (ofo, drops uint64) {
 		c := side.ns.Counters(t)
 		ofo += uint64(c["TcpExt:TCPOFOQueue"])
 		drops += uint64(c["Udp:InErrors"] + c["Udp:RcvbufErrors"] + c["Udp:SndbufErrors"])
-		for _, l := range side.links {
-			st := side.ns.LinkT(t, l).Attrs().Statistics
-			drops += st.TxDropped + st.RxDropped
-		}
+		drops += side.ns.LinkDrops(t, side.links...)
 	}
 	st := x.d.Stats().Tunnel
 	return ofo, drops + st.Forward.Drops.Total() + st.Return.Drops.Total() + st.Send.Dropped + st.Receive.Refused

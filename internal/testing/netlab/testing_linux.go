@@ -166,6 +166,28 @@ func (ns *NS) LinkT(t TB, name string) netlink.Link {
 	return l
 }
 
+// LinkDrops sums what the links called names in ns dropped so far, both
+// ways (their rx_dropped and tx_dropped); with no names, every link's.
+func (ns *NS) LinkDrops(t TB, names ...string) uint64 {
+	t.Helper()
+	var links []netlink.Link
+	if len(names) == 0 {
+		var err error
+		links, err = ns.Netlink().LinkList()
+		Must(t, err)
+	}
+	for _, name := range names {
+		links = append(links, ns.LinkT(t, name))
+	}
+	var n uint64
+	for _, l := range links {
+		if s := l.Attrs().Statistics; s != nil {
+			n += s.RxDropped + s.TxDropped
+		}
+	}
+	return n
+}
+
 // SocketT opens a socket inside ns and closes it in t.Cleanup.
 func (ns *NS) SocketT(t TB, family, typ int) int {
 	t.Helper()
