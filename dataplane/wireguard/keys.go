@@ -5,8 +5,8 @@ import (
 	"encoding/binary"
 	"sync/atomic"
 
+	"github.com/gsoplane/gsoplane/internal/chachapoly"
 	"github.com/gsoplane/gsoplane/internal/iphdr"
-	"golang.org/x/crypto/chacha20poly1305"
 )
 
 // A keypair is the transport keys one handshake derived, with their
@@ -27,8 +27,8 @@ type keypair struct {
 // newKeypair makes a keypair of the keys a handshake derived and zeroes
 // them.
 func newKeypair(send, recv *[KeyLen]byte, initiator bool, local, remote uint32, m int64) *keypair {
-	s, _ := chacha20poly1305.New(send[:])
-	r, _ := chacha20poly1305.New(recv[:])
+	s, _ := chachapoly.New(send[:])
+	r, _ := chachapoly.New(recv[:])
 	clear(send[:])
 	clear(recv[:])
 	return &keypair{send: s, recv: r, created: m, initiator: initiator, localIndex: local, remoteIndex: remote}

@@ -1,0 +1,121 @@
+package chachapoly
+
+import (
+	"crypto/cipher"
+	"crypto/subtle"
+	"encoding/binary"
+	"errors"
+	"unsafe"
+)
+
+// aead is ChaCha20-Poly1305 on the AVX-512 ChaCha20 and Poly1305.
+type aead struct {
+	key [8]uint32
+}
+
+// newAVX512 returns the AVX-512 AEAD of key, or nil when the CPU lacks
+// AVX-512 or the key is not KeySize bytes (x/crypto's New then says why).
+func newAVX512(key []byte) cipher.AEAD {
+	if !useAVX512 || len(key) != KeySize {
+		return nil
+	}
+	a := new(aead)
+	for i := range a.key {
+		a.key[i] = binary.LittleEndian.Uint32(key[4*i:])
+	}
+	return a
+}
+
+// maxPlaintext is the most a message may hold: the 32-bit block counter
+// from block 1 on.
+const maxPlaintext = (1<<32 - 1) * 64
+
+var errOpen = errors.New("chachapoly: message authentication failed")
+
+func (*aead) NonceSize() int { return NonceSize }
+
+func (*aead) Overhead() int { return Overhead }
+
+func (a *aead) Seal(dst, nonce, plaintext, additionalData []byte) []byte {
+	n := loadNonce(nonce)
+	if uint64(len(plaintext)) > maxPlaintext {
+		panic("chachapoly: plaintext too large")
+	}
+	ret, out := grow(dst, len(plaintext)+Overhead)
+	if inexactOverlap(out, plaintext) {
+		panic("chachapoly: invalid buffer overlap")
+	}
+	ct := out[:len(plaintext)]
+	chachaXOR(ct, plaintext, &a.key, &n, 1)
+	a.tag((*[Overhead]byte)(out[len(plaintext):]), &n, ct, additionalData)
+	return ret
+}
+
+func (a *aead) Open(dst, nonce, ciphertext, additionalData []byte) ([]byte, error) {
+	n := loadNonce(nonce)
+	if len(ciphertext) < Overhead || uint64(len(ciphertext)) > maxPlaintext+Overhead {
+		return nil, errOpen
+	}
+	ct := ciphertext[:len(ciphertext)-Overhead]
+	var want [Overhead]byte
+	a.tag(&want, &n, ct, additionalData)
+	if subtle.ConstantTimeCompare(want[:], ciphertext[len(ct):]) != 1 {
+		return nil, errOpen
+	}
+	ret, out := grow(dst, len(ct))
+	if inexactOverlap(out, ct) {
+		panic("chachapoly: invalid buffer overlap")
+	}
+	chachaXOR(out, ct, &a.key, &n, 1)
+	return ret, nil
+}
+
+// tag computes the Poly1305 tag of RFC 8439 §2.8 over ad and ct, with the
+// one-time key of block 0.
+func (a *aead) tag(tag *[Overhead]byte, n *[3]uint32, ct, ad []byte) {
+	var block [64]byte
+	chachaXOR(block[:], block[:], &a.key, n, 0)
+	var p poly
+	p.init((*[32]byte)(block[:32]))
+	p.updatePadded(ad)
+	p.updatePadded(ct)
+	var lens [16]byte
+	binary.LittleEndian.PutUint64(lens[:8], uint64(len(ad)))
+	binary.LittleEndian.PutUint64(lens[8:], uint64(len(ct)))
+	p.updatePadded(lens[:])
+	p.sum(tag)
+}
+
+func loadNonce(nonce []byte) [3]uint32 {
+	if len(nonce) != NonceSize {
+		panic("chachapoly: bad nonce length")
+	}
+	return [3]uint32{
+		binary.LittleEndian.Uint32(nonce),
+		binary.LittleEndian.Uint32(nonce[4:]),
+		binary.LittleEndian.Uint32(nonce[8:]),
+	}
+}
+
+// grow extends in by n bytes, in its capacity if it has room, and returns
+// the whole and the n new bytes (whatever they held: the caller writes
+// them all).
+func grow(in []byte, n int) (whole, tail []byte) {
+	if total := len(in) + n; cap(in) >= total {
+		whole = in[:total]
+	} else {
+		whole = make([]byte, total)
+		copy(whole, in)
+	}
+	return whole, whole[len(in):]
+}
+
+// inexactOverlap reports whether x and y share memory other than from the
+// same first byte (in-place use is allowed, a shifted overlap is not).
+func inexactOverlap(x, y []byte) bool {
+	if len(x) == 0 || len(y) == 0 || &x[0] == &y[0] {
+		return false
+	}
+	xs, ys := uintptr(unsafe.Pointer(&x[0])), uintptr(unsafe.Pointer(&y[0]))
+	return xs < ys+uintptr(len(y)) && ys < xs+uintptr(len(x))
+}
