@@ -67,6 +67,7 @@ soak:
 FUZZ_TARGETS = ./segment:FuzzSplit ./segment:FuzzValidate ./segment:FuzzCoalesce \
 	./segment:FuzzWire ./segment:FuzzCopySum ./internal/ethernet:FuzzIsIP \
 	./internal/iphdr:FuzzRead \
+	./internal/chachapoly:FuzzAEAD ./internal/chachapoly:FuzzPoly ./internal/chachapoly:FuzzChaChaXOR \
 	./internal/icmperr:FuzzErrorFor ./dataplane/afpacket:FuzzReceiveFrame \
 	./dataplane/udp:FuzzReceiverHeaders \
 	./dataplane/wireguard:FuzzInitiation ./dataplane/wireguard:FuzzResponse \

@@ -5,6 +5,9 @@ import (
 	"crypto/cipher"
 	"encoding/hex"
 	"math/rand/v2"
+	"os"
+	"os/exec"
+	"reflect"
 	"strconv"
 	"testing"
 
@@ -203,5 +206,26 @@ func BenchmarkSealOpen(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// TestGODEBUGOff runs TestRFC8439 again in a child with
+// GODEBUG=cpu.avx512ifma=off, where New must return x/crypto's AEAD.
+func TestGODEBUGOff(t *testing.T) {
+	if os.Getenv("CHACHAPOLY_CHILD") != "" {
+		if useAVX512 {
+			t.Fatal("GODEBUG=cpu.avx512ifma=off left the AVX-512 code on")
+		}
+		a, _ := New(make([]byte, KeySize))
+		if pkg := reflect.TypeOf(a).Elem().PkgPath(); pkg != "golang.org/x/crypto/chacha20poly1305" {
+			t.Fatalf("New returned an AEAD of %s, not x/crypto's", pkg)
+		}
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", "^(TestGODEBUGOff|TestRFC8439)$", "-test.v")
+	cmd.Env = append(os.Environ(), "CHACHAPOLY_CHILD=1", "GODEBUG=cpu.avx512ifma=off")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("--- PASS: TestRFC8439")) {
+		t.Fatalf("child: %v\n%s", err, out)
 	}
 }
