@@ -17,6 +17,7 @@ import (
 
 	"github.com/gsoplane/gsoplane/dataplane/wireguard/uapi"
 	"github.com/gsoplane/gsoplane/dataplane/wireguard/wgtunnel"
+	"github.com/gsoplane/gsoplane/internal/chachapoly"
 	"github.com/gsoplane/gsoplane/internal/httpserve"
 )
 
@@ -133,7 +134,7 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger, ready func(error)
 	metrics, stopMetrics := serveMetrics(ln, dev, cfg, log)
 	defer stopMetrics()
 	log.Info("wggso: up", "interface", dev.Name(), "socket", path, "metrics", metricsAddr(ln),
-		"pid", os.Getpid(), "version", version())
+		"pid", os.Getpid(), "version", version(), "aead", chachapoly.Implementation())
 	ready(nil)
 
 	served := make(chan error, 1)

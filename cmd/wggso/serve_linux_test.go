@@ -5,25 +5,33 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/gsoplane/gsoplane/dataplane/wireguard/uapi"
+	"github.com/gsoplane/gsoplane/internal/chachapoly"
 	"github.com/gsoplane/gsoplane/internal/testing/netlab"
+	"github.com/gsoplane/gsoplane/internal/testing/syncbuf"
 )
 
 func TestMain(m *testing.M) { os.Exit(netlab.Main(m)) }
 
-// TestStopsWhenSocketRemoved: removing the socket file stops wggso
-// cleanly (no error: exit 0), and the interface goes with it.
+// TestStopsWhenSocketRemoved: wggso logs that it is up, with the AEAD
+// its CPU runs; removing the socket file stops it cleanly (no error:
+// exit 0), and the interface goes with it.
 func TestStopsWhenSocketRemoved(t *testing.T) {
 	ns := netlab.NewT(t, "wggso")
 	cfg := &config{Interface: fmt.Sprintf("wgr%d", os.Getpid()%1000000), Queues: 1}
 	path, err := uapi.SocketPath(cfg.Interface)
 	netlab.Must(t, err)
-	ready, done := serveIn(context.Background(), ns, cfg, slog.New(slog.DiscardHandler))
+	var logged syncbuf.Buffer
+	ready, done := serveIn(context.Background(), ns, cfg, slog.New(slog.NewTextHandler(&logged, nil)))
 	if err := <-ready; err != nil {
 		t.Fatal(err)
+	}
+	if up := logged.String(); !strings.Contains(up, "msg=\"wggso: up\"") || !strings.Contains(up, "aead="+chachapoly.Implementation()) {
+		t.Errorf("log once up: %q, want wggso: up with aead=%s", up, chachapoly.Implementation())
 	}
 	if _, err := ns.Link(cfg.Interface); err != nil {
 		t.Fatalf("no interface once ready: %v", err)

@@ -23,3 +23,12 @@ func New(key []byte) (cipher.AEAD, error) {
 	}
 	return chacha20poly1305.New(key)
 }
+
+// Implementation names the code New returns on this machine: "avx512" or
+// "x/crypto".
+func Implementation() string {
+	if useAVX512 {
+		return "avx512"
+	}
+	return "x/crypto"
+}
