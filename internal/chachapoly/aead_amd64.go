@@ -46,20 +46,44 @@ func (a *aead) Seal(dst, nonce, plaintext, additionalData []byte) []byte {
 		panic("chachapoly: invalid buffer overlap")
 	}
 	ct := out[:len(plaintext)]
-	chachaXOR(ct, plaintext, &a.key, &n, 1)
-	a.tag((*[Overhead]byte)(out[len(plaintext):]), &n, ct, additionalData)
+	var block [64]byte // the keystream of block 0: the one-time key
+	if len(plaintext) > 0 && len(plaintext) <= maxKeyed {
+		chachaXORKeyed(ct, plaintext, &block, &a.key, &n, 0)
+	} else {
+		chachaXOR(block[:], block[:], &a.key, &n, 0)
+		chachaXOR(ct, plaintext, &a.key, &n, 1)
+	}
+	tag(&block, (*[Overhead]byte)(out[len(plaintext):]), ct, additionalData)
 	return ret
 }
 
+// Open checks the tag before it writes: a message up to maxKeyed bytes is
+// deciphered in the pass that makes its one-time key, into a buffer of its
+// own, and copied out once the tag is found valid; a longer one makes the
+// key alone first.
 func (a *aead) Open(dst, nonce, ciphertext, additionalData []byte) ([]byte, error) {
 	n := loadNonce(nonce)
 	if len(ciphertext) < Overhead || uint64(len(ciphertext)) > maxPlaintext+Overhead {
 		return nil, errOpen
 	}
-	ct := ciphertext[:len(ciphertext)-Overhead]
-	var want [Overhead]byte
-	a.tag(&want, &n, ct, additionalData)
-	if subtle.ConstantTimeCompare(want[:], ciphertext[len(ct):]) != 1 {
+	ct, sent := ciphertext[:len(ciphertext)-Overhead], ciphertext[len(ciphertext)-Overhead:]
+	var block [64]byte
+	if len(ct) > 0 && len(ct) <= maxKeyed {
+		var plain [maxKeyed]byte
+		chachaXORKeyed(plain[:len(ct)], ct, &block, &a.key, &n, 0)
+		if !valid(&block, sent, ct, additionalData) {
+			clear(plain[:len(ct)])
+			return nil, errOpen
+		}
+		ret, out := grow(dst, len(ct))
+		if inexactOverlap(out, ct) {
+			panic("chachapoly: invalid buffer overlap")
+		}
+		copy(out, plain[:len(ct)])
+		return ret, nil
+	}
+	chachaXOR(block[:], block[:], &a.key, &n, 0)
+	if !valid(&block, sent, ct, additionalData) {
 		return nil, errOpen
 	}
 	ret, out := grow(dst, len(ct))
@@ -70,11 +94,16 @@ func (a *aead) Open(dst, nonce, ciphertext, additionalData []byte) ([]byte, erro
 	return ret, nil
 }
 
+// valid reports, in constant time, whether sent is the tag of ct and ad.
+func valid(block *[64]byte, sent, ct, ad []byte) bool {
+	var want [Overhead]byte
+	tag(block, &want, ct, ad)
+	return subtle.ConstantTimeCompare(want[:], sent) == 1
+}
+
 // tag computes the Poly1305 tag of RFC 8439 §2.8 over ad and ct, with the
-// one-time key of block 0.
-func (a *aead) tag(tag *[Overhead]byte, n *[3]uint32, ct, ad []byte) {
-	var block [64]byte
-	chachaXOR(block[:], block[:], &a.key, n, 0)
+// one-time key in the first half of block.
+func tag(block *[64]byte, tag *[Overhead]byte, ct, ad []byte) {
 	var p poly
 	p.init((*[32]byte)(block[:32]))
 	p.updatePadded(ad)

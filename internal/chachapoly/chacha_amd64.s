@@ -139,17 +139,41 @@ GLOBL rowlanes<>(SB), RODATA|NOPTR, $128
 #define XOR64(k, off) VPXORD off(SI), k, k; VMOVDQU32 k, off(DI)
 
 // XORNEXT XORs the next 64 bytes with k if 64 remain, or else jumps to last
-// with k in Z0.
+// with k in Z0. It steps SI and DI by R12 and R13, which are 64 but for the
+// first block of a keyed call.
 #define XORNEXT(k) \
 	VMOVDQA64 k, Z0; CMPQ CX, $64; JB last; \
-	XOR64(k, 0); ADDQ $64, SI; ADDQ $64, DI; SUBQ $64, CX
+	XOR64(k, 0); ADDQ R12, SI; ADDQ R13, DI; MOVQ $64, R12; MOVQ $64, R13; SUBQ $64, CX
 
-// func xorKeyStream(dst, src *byte, n int, state *[16]uint32)
-TEXT ·xorKeyStream(SB), NOSPLIT, $256-32
+// zero64 is the source of a keyed call's first block.
+GLOBL zero64<>(SB), RODATA|NOPTR, $64
+
+// func xorKeyStream(dst, src *byte, n int, state *[16]uint32, key *byte)
+//
+// With key nil, dst[:n] = src[:n] XOR the keystream from the state's
+// counter. With key set, 0 < n < 1984, key[:64] gets the keystream block of
+// the counter and dst[:n] = src[:n] XOR the keystream from the next: the
+// call runs as if on 64 + n bytes whose first block is zero64 into key,
+// which XORNEXT steps out of (the pass over 2,048 bytes and more, with its
+// fixed offsets, is then never taken).
+TEXT ·xorKeyStream(SB), NOSPLIT, $256-40
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
 	MOVQ n+16(FP), CX
 	MOVQ state+24(FP), AX
+	MOVQ $64, R12
+	MOVQ $64, R13
+	MOVQ key+32(FP), BX
+	TESTQ BX, BX
+	JZ   wide
+	LEAQ zero64<>(SB), R8
+	MOVQ SI, R12
+	SUBQ R8, R12
+	MOVQ R8, SI
+	MOVQ DI, R13
+	SUBQ BX, R13
+	MOVQ BX, DI
+	ADDQ $64, CX
 
 wide:
 	CMPQ CX, $512

@@ -222,3 +222,34 @@ func BenchmarkXCryptoChaCha20(b *testing.B) {
 		})
 	}
 }
+
+// TestChaChaXORKeyed: every length the keyed call takes, into a dirty dst
+// (its bytes past the input untouched) and in place, against x/crypto's
+// keystream from the counter: the block first, the data after it.
+func TestChaChaXORKeyed(t *testing.T) {
+	skipNoAVX512(t)
+	r := rand.New(rand.NewPCG(9, 10))
+	for n := 1; n <= maxKeyed; n++ {
+		key, nonce := randBytes(r, 32), randBytes(r, 12)
+		var k [8]uint32
+		var nn [3]uint32
+		words(key, k[:])
+		words(nonce, nn[:])
+		counter := randCounter(r, 64+n)
+		src := randBytes(r, n)
+		want := refXOR(t, append(make([]byte, 64), src...), key, nonce, counter)
+
+		var block [64]byte
+		dst := randBytes(r, n+37)
+		tail := bytes.Clone(dst[n:])
+		chachaXORKeyed(dst, src, &block, &k, &nn, counter)
+		if !bytes.Equal(block[:], want[:64]) || !bytes.Equal(dst[:n], want[64:]) || !bytes.Equal(dst[n:], tail) {
+			t.Fatalf("len %d counter %d: keyed output differs from x/crypto's", n, counter)
+		}
+		block = [64]byte{}
+		chachaXORKeyed(src, src, &block, &k, &nn, counter)
+		if !bytes.Equal(block[:], want[:64]) || !bytes.Equal(src, want[64:]) {
+			t.Fatalf("len %d: keyed in place differs", n)
+		}
+	}
+}
