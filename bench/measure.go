@@ -205,6 +205,23 @@ func (r *rowResult) median() (med runResult, lo, hi float64, ok bool) {
 	return runs[(len(runs)-1)/2], runs[0].main(r.spec.ppsMain), runs[len(runs)-1].main(r.spec.ppsMain), true
 }
 
+// directionMedian is the median over r's runs of the throughput one way
+// (rev: B→A; the lower middle one for an even count, as median): the
+// figure of a direction, which the run with the median throughput both
+// ways need not have, since the two streams share the cores differently
+// from run to run.
+func (r *rowResult) directionMedian(rev bool) float64 {
+	if len(r.runs) == 0 {
+		return 0
+	}
+	v := make([]float64, len(r.runs))
+	for i, run := range r.runs {
+		v[i] = run.direction(rev)
+	}
+	sort.Float64s(v)
+	return v[(len(v)-1)/2]
+}
+
 // measureOpts are the timing options of every run.
 type measureOpts struct {
 	warmup, duration time.Duration

@@ -388,9 +388,12 @@ func costColumns() []column {
 	}
 }
 
-// direction is the column of a tunnel row's throughput one way.
+// direction is the column of a tunnel row's throughput one way, the
+// median of its runs that way.
 func direction(head string, rev bool) column {
-	return column{head, func(_ *rowResult, m runResult, _, _ float64) string { return fmt.Sprintf("%.0f", m.direction(rev)/1e6) }}
+	return column{head, func(r *rowResult, _ runResult, _, _ float64) string {
+		return fmt.Sprintf("%.0f", r.directionMedian(rev)/1e6)
+	}}
 }
 
 // perCall is a column of datagrams per system call, "—" where unknown.

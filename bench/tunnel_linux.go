@@ -278,7 +278,7 @@ func tunnelRatios(rows []*rowResult) []ratio {
 	}{{"A→B", false}, {"B→A", true}} {
 		for _, c := range specs[1:3] {
 			if a, b := findRow(rows, c.a), findRow(rows, c.b); a != nil && b != nil {
-				out = append(out, directionRatio(c.a+"/"+c.b+" "+dir.name, "TCP "+dir.name+" alone of the same runs", a, b, dir.rev))
+				out = append(out, directionRatio(c.a+"/"+c.b+" "+dir.name, "TCP "+dir.name+" alone, the median of each row's runs that way", a, b, dir.rev))
 			}
 		}
 	}
@@ -286,11 +286,9 @@ func tunnelRatios(rows []*rowResult) []ratio {
 }
 
 // directionRatio is a's throughput in one direction (rev: B→A) over b's,
-// from their median runs (ranked by the throughput both ways).
+// each the median of its row's runs that way.
 func directionRatio(key, text string, a, b *rowResult, rev bool) ratio {
-	ma, _, _, _ := a.median()
-	mb, _, _, _ := b.median()
-	va, vb := ma.direction(rev), mb.direction(rev)
+	va, vb := a.directionMedian(rev), b.directionMedian(rev)
 	q := ratio{Key: key, Text: text, A: operand{a.spec.name, va, "bit/s"}, B: operand{b.spec.name, vb, "bit/s"}}
 	if vb > 0 {
 		q.Value = va / vb

@@ -87,6 +87,19 @@ func TestMedianAndRatio(t *testing.T) {
 	if s := q.String(); s != "2.00× (per run 2.00–3.00×)" {
 		t.Errorf("ratio text %q", s)
 	}
+	// Each direction's median is its own: here no run has both.
+	two := &rowResult{runs: []runResult{
+		{ThroughputBps: 30, ReverseBps: 10}, // A→B 20
+		{ThroughputBps: 31, ReverseBps: 21}, // A→B 10
+		{ThroughputBps: 29, ReverseBps: 14}, // A→B 15
+	}}
+	if ab, ba := two.directionMedian(false), two.directionMedian(true); ab != 15 || ba != 14 {
+		t.Errorf("direction medians %v, %v, want 15, 14", ab, ba)
+	}
+	peer := &rowResult{runs: []runResult{{ThroughputBps: 3, ReverseBps: 2}}}
+	if q := directionRatio("k", "", two, peer, true); q.Value != 7 {
+		t.Errorf("direction ratio %v, want 7 (B→A medians 14 / 2)", q.Value)
+	}
 	if s := (ratio{Value: 0.995, Form: delta}).String(); s != "-0.50%" {
 		t.Errorf("delta text %q", s)
 	}

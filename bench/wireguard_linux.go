@@ -62,7 +62,7 @@ func wireguardRatios(rows []*rowResult) []ratio {
 			name string
 			rev  bool
 		}{{"A→B", false}, {"B→A", true}} {
-			out = append(out, directionRatio("wireguard/wg-device "+dir.name, "TCP "+dir.name+" alone of the same runs", a, b, dir.rev))
+			out = append(out, directionRatio("wireguard/wg-device "+dir.name, "TCP "+dir.name+" alone, the median of each row's runs that way", a, b, dir.rev))
 		}
 	}
 	return append(out, costRatios(rows, []ratioSpec{
