@@ -92,6 +92,17 @@ func ratioOf(key, text string, a, b *rowResult, pps bool) ratio {
 	return ratioBy(key, text, a, b, unit, func(r runResult) float64 { return r.main(pps) })
 }
 
+// directionRatio is a's throughput in one direction (rev: B→A) over b's,
+// each the median of its row's runs that way.
+func directionRatio(key, text string, a, b *rowResult, rev bool) ratio {
+	va, vb := a.directionMedian(rev), b.directionMedian(rev)
+	q := ratio{Key: key, Text: text, A: operand{a.spec.name, va, "bit/s"}, B: operand{b.spec.name, vb, "bit/s"}}
+	if vb > 0 {
+		q.Value = va / vb
+	}
+	return q
+}
+
 // costRatios computes the ratios of specs whose rows both ran, of the
 // gateway's cores per Gbit/s of their median runs.
 func costRatios(rows []*rowResult, specs []ratioSpec) []ratio {

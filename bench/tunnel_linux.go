@@ -284,14 +284,3 @@ func tunnelRatios(rows []*rowResult) []ratio {
 	}
 	return append(out, costRatios(rows, []ratioSpec{{"tunnel", "floor", "both ends' cores per Gbit/s, gsoplane's Tunnel / the floor"}})...)
 }
-
-// directionRatio is a's throughput in one direction (rev: B→A) over b's,
-// each the median of its row's runs that way.
-func directionRatio(key, text string, a, b *rowResult, rev bool) ratio {
-	va, vb := a.directionMedian(rev), b.directionMedian(rev)
-	q := ratio{Key: key, Text: text, A: operand{a.spec.name, va, "bit/s"}, B: operand{b.spec.name, vb, "bit/s"}}
-	if vb > 0 {
-		q.Value = va / vb
-	}
-	return q
-}
