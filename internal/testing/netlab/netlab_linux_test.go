@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/internal/ethtool"
 )
@@ -171,4 +173,54 @@ func TestProbesMatchREADME(t *testing.T) {
 			t.Errorf("README: %q needs %q, the probe of %s says Linux %s", p.Row, strings.TrimSpace(cells[2]), p.Name, p.Since)
 		}
 	}
+}
+
+// TestNamedBesideIP: on a machine where /run/netns is still a plain
+// directory, a namespace made here stays deletable after `ip netns add`
+// (which binds /run/netns on itself when it is not a mount point, as the
+// docs' recipes do beside the tests). It runs in a private mount
+// namespace of a thread of its own, where /run/netns is unmounted first.
+func TestNamedBesideIP(t *testing.T) {
+	RequireRoot(t)
+	name := fmt.Sprintf("%sbeside-ip-%d-1", Prefix, os.Getpid())
+	t.Cleanup(func() { os.Remove(runDir + "/" + name) }) // a file left if it fails
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread takes its namespaces with it
+		errc <- namedBesideIP(name)
+	}()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// namedBesideIP is TestNamedBesideIP on the locked thread.
+func namedBesideIP(name string) error {
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return os.NewSyscallError("unshare CLONE_NEWNS", err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_PRIVATE|unix.MS_REC, ""); err != nil {
+		return os.NewSyscallError("mount / private", err)
+	}
+	for unix.Unmount(runDir, unix.MNT_DETACH) == nil { // a plain directory again
+	}
+	if err := shareRunDir(); err != nil {
+		return err
+	}
+	h, err := netns.NewNamed(name)
+	if err != nil {
+		return err
+	}
+	h.Close()
+	// What ip netns add does before its namespace: make /run/netns a
+	// shared mount, binding it on itself if it is not a mount point.
+	if err := unix.Mount("", runDir, "none", unix.MS_SHARED|unix.MS_REC, ""); errors.Is(err, unix.EINVAL) {
+		if err := unix.Mount(runDir, runDir, "none", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return os.NewSyscallError("mount --rbind", err)
+		}
+	}
+	if err := netns.DeleteNamed(name); err != nil {
+		return fmt.Errorf("delete %s after ip's bind: %w", name, err)
+	}
+	return nil
 }
