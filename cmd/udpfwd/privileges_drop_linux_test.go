@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 // The capability sets every thread of a started udpfwd has: CAP_NET_ADMIN
@@ -66,5 +68,40 @@ func TestPrivilegesAfterStart(t *testing.T) {
 				t.Errorf("left behind: %s", left)
 			}
 		})
+	}
+}
+
+// TestReattachAfterDrop: the started binary, its privileges dropped,
+// attaches its XDP program again once it is detached from outside
+// (-xdp-detached reattach, the default), and then stops with exit 0.
+// The re-attach runs in the NIC's namespace, which every thread of
+// udpfwd is in already: internal/nsrun enters it without setns, which
+// would need the CAP_SYS_ADMIN udpfwd no longer has.
+func TestReattachAfterDrop(t *testing.T) {
+	requireRoot(t)
+	a, _ := newLab(t)
+	p := startUdpfwd(t, a, labEnv, append([]string{"-port", "xdp"}, labArgs...)...)
+	waitReady(t, p, a)
+	netlab.Must(t, a.DetachXDP(labNIC))
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		m, err := scrape(a, "127.0.0.1:9464")
+		if err == nil && m["udpfwd_program_reattached_total"] == 1 {
+			break
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("udpfwd stopped (exit %d) instead of attaching its program again:\n%s", p.wait(time.Second), p.out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not attached again a minute after the detach (%v):\n%s", err, p.out.String())
+		}
+	}
+	if x := a.LinkT(t, labNIC).Attrs().Xdp; x == nil || !x.Attached {
+		t.Errorf("no XDP program on %s after the re-attach", labNIC)
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.wait(time.Minute); code != 0 {
+		t.Fatalf("after SIGTERM: exit %d:\n%s", code, p.out.String())
 	}
 }
