@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -107,17 +105,7 @@ func TestGatewayDetached(t *testing.T) {
 // handle, as another tool would.
 func detachOutside(t *testing.T, lab *gwLab) {
 	t.Helper()
-	id := lab.A.LinkT(t, netlab.NICA).Attrs().Xdp.ProgId
-	it := new(link.Iterator)
-	defer it.Close()
-	for it.Next() {
-		info, err := it.Link.Info()
-		if err == nil && info.Program == ebpf.ProgramID(id) && info.XDP() != nil {
-			netlab.Must(t, it.Link.Detach())
-			return
-		}
-	}
-	t.Fatalf("no BPF link holds XDP program %d (%v)", id, it.Err())
+	netlab.Must(t, lab.A.DetachXDP(netlab.NICA))
 }
 
 // deleteFilterOutside deletes the AF_PACKET port's cls_bpf filter from

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gsoplane/gsoplane/dataplane"
+	"github.com/gsoplane/gsoplane/internal/privs"
 )
 
 // tunClonePath is the TUN clone device.
@@ -18,9 +19,9 @@ const tunClonePath = "/dev/net/tun"
 // the user to switch to, the NIC, the TUN device and kernel features.
 // It returns the account of -user (nil without it) or one error listing
 // every problem.
-func preflight(cfg *config) (*account, error) {
+func preflight(cfg *config) (*privs.Account, error) {
 	p := checkCaps(cfg)
-	var acct *account
+	var acct *privs.Account
 	if cfg.User != "" {
 		var err error
 		if acct, err = lookupAccount(cfg.User); err != nil {
@@ -45,7 +46,7 @@ func preflight(cfg *config) (*account, error) {
 // UMEM per queue, raising the soft limit to the hard one first. (Every
 // RX queue of the NIC gets a socket: at least -queues of them.)
 func checkMemlock(cfg *config) problems {
-	eff, err := effectiveCaps()
+	eff, err := privs.Effective()
 	var lim unix.Rlimit
 	if err != nil || eff&(1<<unix.CAP_IPC_LOCK) != 0 || unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim) != nil {
 		return nil

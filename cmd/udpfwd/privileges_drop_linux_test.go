@@ -1,9 +1,7 @@
 package main
 
 import (
-	"fmt"
 	"os"
-	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
@@ -12,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
 )
 
 // The capability sets every thread of a started udpfwd has: CAP_NET_ADMIN
@@ -29,7 +27,7 @@ var droppedStatus = []string{
 // udpfwd still stops cleanly (it removes its routes and addresses with
 // what it kept). The securebits do not show in /proc: udpfwd reads them
 // back on every thread itself and refuses to start if they are not
-// locked, and TestPrivilegesExec checks what they do.
+// locked, and internal/privs's TestDropExec checks what they do.
 func TestPrivilegesAfterStart(t *testing.T) {
 	requireRoot(t)
 	for _, name := range []string{"root", "nobody"} {
@@ -73,140 +71,37 @@ func TestPrivilegesAfterStart(t *testing.T) {
 	}
 }
 
-const (
-	privHelperEnv = "GSOPLANE_TEST_PRIV_HELPER" // the user to drop to ("root": none)
-	privProbeEnv  = "GSOPLANE_TEST_PRIV_PROBE"
-)
-
-// TestPrivilegesExec checks what dropPrivileges promises beyond /proc:
-// a helper process (this package's tests, built without cgo so that it
-// can change every thread) drops privileges as udpfwd does, as root and
-// as nobody, and then executes itself. The new program gets no
-// capability at all (uid 0 included: SECBIT_NOROOT, no_new_privs), keeps
-// the bounding set of CAP_NET_ADMIN and no_new_privs, and the securebits
-// stay set and locked. Started as nobody with ambient capabilities (as
-// systemd's AmbientCapabilities= or file capabilities start it, without
-// CAP_SETPCAP), the helper cannot touch the bounding set or the
-// securebits, and no_new_privs alone keeps the exec from gaining any.
-func TestPrivilegesExec(t *testing.T) {
-	switch {
-	case os.Getenv(privProbeEnv) != "":
-		privProbe() // never returns
-	case os.Getenv(privHelperEnv) != "":
-		privHelper(os.Getenv(privHelperEnv)) // never returns
-	}
+// TestReattachAfterDrop: the started binary, its privileges dropped,
+// attaches its XDP program again once it is detached from outside
+// (-xdp-detached reattach, the default), and then stops with exit 0.
+// The re-attach runs in the NIC's namespace, which every thread of
+// udpfwd is in already: internal/nsrun enters it without setns, which
+// would need the CAP_SYS_ADMIN udpfwd no longer has.
+func TestReattachAfterDrop(t *testing.T) {
 	requireRoot(t)
-	bin := privHelperBinary(t)
-	for _, name := range []string{"root", "nobody", "ambient"} {
-		t.Run(name, func(t *testing.T) {
-			cmd := exec.Command(bin, "-test.run=^TestPrivilegesExec$")
-			cmd.Env = append(os.Environ(), privHelperEnv+"="+name)
-			uid, bits, bounding := "0", lockedSecurebits, "probe CapBnd:\t0000000000001000"
-			if name != "root" {
-				u, err := user.Lookup("nobody")
-				if err != nil {
-					t.Skipf("no user nobody: %v", err)
-				}
-				uid = u.Uid
-			}
-			if name == "ambient" {
-				id, _ := strconv.Atoi(uid)
-				cmd.SysProcAttr = &syscall.SysProcAttr{
-					Credential:  &syscall.Credential{Uid: uint32(id), Gid: uint32(id)},
-					AmbientCaps: []uintptr{unix.CAP_NET_ADMIN, unix.CAP_NET_RAW, unix.CAP_BPF},
-				}
-				bits, bounding = 0, "probe NoNewPrivs:\t1" // the bounding set stays the parent's
-			}
-			out, err := cmd.CombinedOutput()
-			if err != nil {
-				t.Fatalf("helper: %v\n%s", err, out)
-			}
-			want := []string{
-				fmt.Sprintf("helper securebits %#x", bits),
-				fmt.Sprintf("probe securebits %#x", bits),
-				"probe CapInh:\t0000000000000000", "probe CapPrm:\t0000000000000000", "probe CapEff:\t0000000000000000",
-				bounding, "probe CapAmb:\t0000000000000000", "probe NoNewPrivs:\t1",
-				"probe Uid:\t" + uid + "\t" + uid + "\t" + uid + "\t" + uid,
-				"probe ambient raise: operation not permitted",
-			}
-			for _, w := range want {
-				if !strings.Contains(string(out), w+"\n") {
-					t.Errorf("want %q in:\n%s", w, out)
-				}
-			}
-		})
-	}
-}
-
-// privHelperBinary builds this package's tests without cgo into a
-// directory every user may enter (the probe may run as nobody).
-func privHelperBinary(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "udpfwd-priv-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "udpfwd.test")
-	cmd := exec.Command("go", "test", "-c", "-o", bin, ".")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go test -c: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// privHelper drops privileges as udpfwd does (to user name, unless
-// "root" or "ambient": started as nobody already), prints its securebits
-// and executes itself as the probe.
-func privHelper(name string) {
-	fail := func(err error) {
-		fmt.Println("helper:", err)
-		os.Exit(1)
-	}
-	var acct *account
-	if name != "root" && name != "ambient" {
-		var err error
-		if acct, err = lookupAccount(name); err != nil {
-			fail(err)
+	a, _ := newLab(t)
+	p := startUdpfwd(t, a, labEnv, append([]string{"-port", "xdp"}, labArgs...)...)
+	waitReady(t, p, a)
+	netlab.Must(t, a.DetachXDP(labNIC))
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		m, err := scrape(a, "127.0.0.1:9464")
+		if err == nil && m["udpfwd_program_reattached_total"] == 1 {
+			break
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("udpfwd stopped (exit %d) instead of attaching its program again:\n%s", p.wait(time.Second), p.out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not attached again a minute after the detach (%v):\n%s", err, p.out.String())
 		}
 	}
-	if err := dropPrivileges(acct); err != nil {
-		fail(err)
+	if x := a.LinkT(t, labNIC).Attrs().Xdp; x == nil || !x.Attached {
+		t.Errorf("no XDP program on %s after the re-attach", labNIC)
 	}
-	bits, err := unix.PrctlRetInt(unix.PR_GET_SECUREBITS, 0, 0, 0, 0)
-	if err != nil {
-		fail(err)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.wait(time.Minute); code != 0 {
+		t.Fatalf("after SIGTERM: exit %d:\n%s", code, p.out.String())
 	}
-	fmt.Printf("helper securebits %#x\n", bits)
-	os.Stdout.Sync()
-	env := append(os.Environ(), privProbeEnv+"=1")
-	fail(syscall.Exec("/proc/self/exe", []string{os.Args[0], "-test.run=^TestPrivilegesExec$"}, env))
-}
-
-// privProbe prints its securebits, its capability lines from
-// /proc/self/status and what raising an ambient capability gives.
-func privProbe() {
-	bits, err := unix.PrctlRetInt(unix.PR_GET_SECUREBITS, 0, 0, 0, 0)
-	if err != nil {
-		fmt.Println("probe:", err)
-		os.Exit(1)
-	}
-	fmt.Printf("probe securebits %#x\n", bits)
-	status, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		fmt.Println("probe:", err)
-		os.Exit(1)
-	}
-	for _, line := range strings.Split(string(status), "\n") {
-		if strings.HasPrefix(line, "Cap") || strings.HasPrefix(line, "NoNewPrivs:") || strings.HasPrefix(line, "Uid:") {
-			fmt.Println("probe", line)
-		}
-	}
-	err = unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_RAISE, unix.CAP_NET_ADMIN, 0, 0)
-	fmt.Printf("probe ambient raise: %v\n", err)
-	os.Exit(0)
 }

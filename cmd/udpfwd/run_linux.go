@@ -15,6 +15,7 @@ import (
 
 	"github.com/gsoplane/gsoplane/dataplane"
 	"github.com/gsoplane/gsoplane/internal/httpserve"
+	"github.com/gsoplane/gsoplane/internal/privs"
 )
 
 // run is udpfwd: it parses and checks the configuration, sets up the
@@ -83,7 +84,7 @@ type daemon struct {
 // start binds the metrics address, opens the gateway, drops privileges
 // and logs the effective configuration. On failure it undoes what it did
 // and returns a nil daemon and the exit status.
-func start(cfg *config, acct *account, log *slog.Logger) (*daemon, int) {
+func start(cfg *config, acct *privs.Account, log *slog.Logger) (*daemon, int) {
 	ln, err := httpserve.Listen(cfg.Metrics)
 	if err != nil {
 		log.Error("cannot start", "err", err)
@@ -99,7 +100,7 @@ func start(cfg *config, acct *account, log *slog.Logger) (*daemon, int) {
 		return nil, exitFailure
 	}
 	d := &daemon{cfg: cfg, log: log, gw: gw, ln: ln}
-	if err := dropPrivileges(acct); errors.Is(err, errNoAllThreads) && acct == nil {
+	if err := privs.Drop(keptCaps, acct); errors.Is(err, privs.ErrNoAllThreads) && acct == nil {
 		log.Warn("capabilities not dropped", "err", err)
 	} else if err != nil {
 		log.Error("cannot drop privileges", "err", err)
@@ -129,7 +130,7 @@ func closeListener(ln net.Listener) {
 // logStarted logs the one line with the effective configuration.
 func (d *daemon) logStarted() {
 	c, g, st := d.cfg, d.gw, d.gw.Stats()
-	caps, _ := effectiveCaps()
+	caps, _ := privs.Effective()
 	metrics := "off"
 	if d.ln != nil {
 		metrics = d.ln.Addr().String()
@@ -144,6 +145,6 @@ func (d *daemon) logStarted() {
 		"nic_queues", g.Queues(), "gso", c.GSO, "gro", c.GRO,
 		"budget", c.Budget.String(), "budget_limit", st.Budget.Limit, "tx_queue_len", c.TxQueueLen,
 		"backpressure", c.Backpressure, "drain_timeout", c.DrainTimeout.String(),
-		"metrics", metrics, "pprof", c.Pprof, "user", c.User, "uid", os.Geteuid(), "capabilities", capNames(caps), "pid", os.Getpid(),
+		"metrics", metrics, "pprof", c.Pprof, "user", c.User, "uid", os.Geteuid(), "capabilities", caps.String(), "pid", os.Getpid(),
 		"version", version())...)
 }

@@ -18,5 +18,10 @@
 // the background process is ready); 1 when setting up or running
 // failed; 2 for bad flags or arguments, found before touching the
 // system. It needs Linux, CAP_NET_ADMIN (the TUN device) and write
-// access to /var/run/wireguard (root). See docs/wireguard.md.
+// access to /var/run/wireguard (root). Once set up, before it says it
+// is ready, it drops every capability but CAP_NET_ADMIN and
+// CAP_NET_BIND_SERVICE on every thread (internal/privs), from the
+// bounding set too, and sets no_new_privs; it stays uid 0, the
+// socket's owner. That needs a binary built with CGO_ENABLED=0: a cgo
+// build refuses to start. See docs/wireguard.md.
 package main

@@ -19,6 +19,7 @@ import (
 	"github.com/gsoplane/gsoplane/dataplane/wireguard/wgtunnel"
 	"github.com/gsoplane/gsoplane/internal/chachapoly"
 	"github.com/gsoplane/gsoplane/internal/httpserve"
+	"github.com/gsoplane/gsoplane/internal/privs"
 )
 
 // readyEnv names the file descriptor on which a background process
@@ -58,7 +59,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		logOut = f
 	}
 	log := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: logLevels[cfg.LogLevel]}))
-	if err := serve(ctx, cfg, log, ready); err != nil {
+	if err := serve(ctx, cfg, log, dropPrivileges, ready); err != nil {
 		log.Error("wggso: stopped", "err", err)
 		return exitFailure
 	}
@@ -102,11 +103,13 @@ func background(args []string, stderr io.Writer) int {
 	return exitFailure
 }
 
-// serve binds the metrics address, creates the interface and serves its
-// configuration socket and the metrics until a signal (SIGINT,
-// SIGTERM), the socket file's removal or the interface's deletion
-// (nil), or a failure.
-func serve(ctx context.Context, cfg *config, log *slog.Logger, ready func(error)) (err error) {
+// serve binds the metrics address, creates the interface and its
+// configuration socket, calls drop (the binary's dropPrivileges; nil
+// from the tests, which serve in their own process), and serves the
+// socket and the metrics until a signal (SIGINT, SIGTERM), the socket
+// file's removal or the interface's deletion (nil), or a failure. ready
+// gets nil once all that is done, before the serving, or why not.
+func serve(ctx context.Context, cfg *config, log *slog.Logger, drop func() error, ready func(error)) (err error) {
 	// Before the socket appears: whoever sees it may signal at once.
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -131,10 +134,17 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger, ready func(error)
 		return err
 	}
 	defer srv.Close()
+	if drop != nil {
+		if err := drop(); err != nil {
+			ready(err)
+			return err
+		}
+	}
 	metrics, stopMetrics := serveMetrics(ln, dev, cfg, log)
 	defer stopMetrics()
+	caps, _ := privs.Effective()
 	log.Info("wggso: up", "interface", dev.Name(), "socket", path, "metrics", metricsAddr(ln),
-		"pid", os.Getpid(), "version", version(), "aead", chachapoly.Implementation())
+		"pid", os.Getpid(), "version", version(), "aead", chachapoly.Implementation(), "capabilities", caps.String())
 	ready(nil)
 
 	served := make(chan error, 1)

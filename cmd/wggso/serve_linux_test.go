@@ -59,7 +59,7 @@ func serveIn(ctx context.Context, ns *netlab.NS, cfg *config, log *slog.Logger) 
 	go func() {
 		var err error
 		ns.Run(func() error {
-			err = serve(ctx, cfg, log, func(err error) { r <- err })
+			err = serve(ctx, cfg, log, nil, func(err error) { r <- err })
 			return nil
 		})
 		d <- err

@@ -168,7 +168,7 @@ func TestMetricsAddressTaken(t *testing.T) {
 		cfg := &config{Interface: fmt.Sprintf("wmt%d", os.Getpid()%100000), Queues: 1, Metrics: defaultMetrics, MetricsSet: true}
 		var readyErr error
 		err := ns.Run(func() error {
-			return serve(context.Background(), cfg, slog.New(slog.DiscardHandler), func(err error) { readyErr = err })
+			return serve(context.Background(), cfg, slog.New(slog.DiscardHandler), nil, func(err error) { readyErr = err })
 		})
 		if err == nil || readyErr == nil || !strings.Contains(err.Error(), "-metrics "+defaultMetrics) {
 			t.Fatalf("serve with its metrics address taken: %v (ready: %v), want the -metrics error", err, readyErr)

@@ -17,7 +17,9 @@ import (
 // Run runs fn on the calling goroutine, locked to its thread, inside ns,
 // and switches the thread back afterwards. A thread that cannot go back
 // stays locked and exits with the goroutine instead of running other code
-// in the wrong namespace.
+// in the wrong namespace. A thread in ns already runs fn without a
+// switch: setns needs CAP_SYS_ADMIN, which a process that dropped its
+// privileges (cmd/wggso) no longer has, even for its own namespace.
 func Run(ns netns.NsHandle, fn func() error) error {
 	runtime.LockOSThread()
 	orig, err := netns.Get()
@@ -25,14 +27,28 @@ func Run(ns netns.NsHandle, fn func() error) error {
 		runtime.UnlockOSThread()
 		return fmt.Errorf("current netns: %w", err)
 	}
-	defer func() {
-		if unix.Setns(int(orig), unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread()
+	defer goBack(orig)
+	if !orig.Equal(ns) {
+		if err := unix.Setns(int(ns), unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("enter netns: %w", os.NewSyscallError("setns", err))
 		}
-		orig.Close()
-	}()
-	if err := unix.Setns(int(ns), unix.CLONE_NEWNET); err != nil {
-		return fmt.Errorf("enter netns: %w", os.NewSyscallError("setns", err))
 	}
 	return fn()
+}
+
+// goBack returns the calling thread to orig (if it is elsewhere), closes
+// orig and unlocks the thread; a thread that cannot go back stays locked.
+func goBack(orig netns.NsHandle) {
+	defer orig.Close()
+	if cur, err := netns.Get(); err == nil {
+		there := cur.Equal(orig)
+		cur.Close()
+		if there {
+			runtime.UnlockOSThread()
+			return
+		}
+	}
+	if unix.Setns(int(orig), unix.CLONE_NEWNET) == nil {
+		runtime.UnlockOSThread()
+	}
 }

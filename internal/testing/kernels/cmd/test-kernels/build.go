@@ -68,7 +68,7 @@ func build(o *options) (*binaries, error) {
 			b.extra = append(b.extra, c)
 			b.prebuilt["build "+c.dir] = c.guest
 		}
-		if p == "cmd/udpfwd" { // its privilege tests build their own test binary
+		if p == "internal/privs" { // its privilege tests build their own test binary
 			b.prebuilt["test "+bin.dir] = bin.guest
 		}
 	}

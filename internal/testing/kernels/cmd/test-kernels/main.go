@@ -57,6 +57,7 @@ var packages = []string{
 	"dataplane/udp",
 	"dataplane",
 	"cmd/udpfwd",
+	"internal/privs",
 	"segment",
 	"dataplane/wireguard/wgtunnel",
 }

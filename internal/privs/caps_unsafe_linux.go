@@ -1,4 +1,4 @@
-package main
+package privs
 
 import (
 	"os"
@@ -12,7 +12,7 @@ import (
 // capabilities of every thread of the process (capabilities are per
 // thread, so unix.Capset would change only the calling one). An
 // inheritable set of 0 also clears the ambient set.
-func capsetAllThreads(eff, prm, inh uint64) error {
+func capsetAllThreads(eff, prm, inh Caps) error {
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	data := [2]unix.CapUserData{
 		{Effective: uint32(eff), Permitted: uint32(prm), Inheritable: uint32(inh)},
@@ -23,7 +23,7 @@ func capsetAllThreads(eff, prm, inh uint64) error {
 	case 0:
 		return nil
 	case unix.ENOTSUP:
-		return errNoAllThreads
+		return ErrNoAllThreads
 	}
 	return os.NewSyscallError("capset", e)
 }

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gsoplane/gsoplane/dataplane/wireguard/uapi"
+	"github.com/gsoplane/gsoplane/internal/testing/netlab"
+)
+
+// droppedStatus is what /proc shows of every thread of a wggso that is
+// up: CAP_NET_ADMIN and CAP_NET_BIND_SERVICE (bits 12 and 10) and
+// nothing else, in the bounding set too; still uid 0.
+var droppedStatus = []string{
+	"CapInh:\t0000000000000000", "CapPrm:\t0000000000001400", "CapEff:\t0000000000001400",
+	"CapBnd:\t0000000000001400", "CapAmb:\t0000000000000000", "NoNewPrivs:\t1", "Uid:\t0\t0\t0\t0",
+}
+
+// TestPrivilegesAfterStart runs the wggso binary (built without cgo) as
+// root in a namespace, until it says it is ready: every thread then has
+// only CAP_NET_ADMIN and CAP_NET_BIND_SERVICE, in the bounding set too,
+// and no_new_privs, and its log says so. With them, wg sets its fwmark
+// and a listen port below 1024 live, and wg show reports both. It stops
+// cleanly, exit 0, its socket and its interface gone: on SIGTERM, and
+// when its socket file is removed.
+func TestPrivilegesAfterStart(t *testing.T) {
+	ns := netlab.NewT(t, "wggsop")
+	wg, err := exec.LookPath("wg")
+	if err != nil {
+		t.Skip("wg is not installed (wireguard-tools)")
+	}
+	bin := wggsoBinary(t)
+	for i, stop := range []string{"sigterm", "socket-removed"} {
+		t.Run(stop, func(t *testing.T) {
+			name := fmt.Sprintf("wgp%d-%d", os.Getpid()%1000000, i)
+			sock, err := uapi.SocketPath(name)
+			netlab.Must(t, err)
+			w := startWggso(t, ns, bin, name)
+			checkDropped(t, w.cmd.Process.Pid)
+			runIn(t, ns, exec.Command(wg, "set", name, "fwmark", "0x1234", "listen-port", "999"))
+			show := runIn(t, ns, exec.Command(wg, "show", name))
+			for _, want := range []string{"fwmark: 0x1234", "listening port: 999"} {
+				if !strings.Contains(show, want) {
+					t.Errorf("wg show has no %q:\n%s", want, show)
+				}
+			}
+			if stop == "sigterm" {
+				netlab.Must(t, w.cmd.Process.Signal(syscall.SIGTERM))
+			} else {
+				netlab.Must(t, os.Remove(sock))
+			}
+			w.waitStopped(t, ns, name, sock)
+		})
+	}
+}
+
+// wggsoBinary builds wggso without cgo (so that it can drop its
+// privileges on every thread), with `go build -o OUT .`.
+func wggsoBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "wggso")
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// wggsoProcess is a wggso -f the test started, and its log.
+type wggsoProcess struct {
+	cmd *exec.Cmd
+	log bytes.Buffer
+}
+
+// startWggso starts bin -f name in ns and waits until it says, on the
+// file descriptor wggso reports readiness on (readyEnv), that it is up:
+// ready and dropped, or why not.
+func startWggso(t *testing.T, ns *netlab.NS, bin, name string) *wggsoProcess {
+	t.Helper()
+	r, w, err := os.Pipe()
+	netlab.Must(t, err)
+	defer r.Close()
+	p := &wggsoProcess{cmd: exec.Command(bin, "-f", name)}
+	p.cmd.Stdout, p.cmd.Stderr = &p.log, &p.log
+	p.cmd.Env = append(os.Environ(), readyEnv+"=3")
+	p.cmd.ExtraFiles = []*os.File{w}
+	err = ns.Start(p.cmd)
+	w.Close()
+	netlab.Must(t, err)
+	msg, _ := io.ReadAll(r)
+	if string(msg) != "ok" {
+		p.cmd.Process.Kill()
+		p.cmd.Wait()
+		t.Fatalf("wggso not ready: %q\n%s", msg, p.log.String())
+	}
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			p.cmd.Process.Kill()
+			p.cmd.Wait()
+		}
+	})
+	return p
+}
+
+// checkDropped checks the capability lines of every thread of pid in
+// /proc (droppedStatus).
+func checkDropped(t *testing.T, pid int) {
+	t.Helper()
+	tasks, _ := filepath.Glob(filepath.Join("/proc", strconv.Itoa(pid), "task", "*", "status"))
+	if len(tasks) < 2 {
+		t.Fatalf("%d threads", len(tasks))
+	}
+	for _, f := range tasks {
+		status, err := os.ReadFile(f)
+		netlab.Must(t, err)
+		for _, want := range droppedStatus {
+			if !strings.Contains(string(status), want+"\n") {
+				t.Errorf("%s: want %q:\n%s", f, want, status)
+			}
+		}
+	}
+	t.Logf("%d threads checked", len(tasks))
+}
+
+// runIn runs cmd in ns and returns its output; it must succeed.
+func runIn(t *testing.T, ns *netlab.NS, cmd *exec.Cmd) string {
+	t.Helper()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	netlab.Must(t, ns.Start(cmd))
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out.String())
+	}
+	return out.String()
+}
+
+// waitStopped waits for p to exit (a minute at most: it stops within a
+// second or two) and checks that it exited 0, that its log said it ran
+// with only the capabilities kept, and that its socket and interface
+// are gone.
+func (p *wggsoProcess) waitStopped(t *testing.T, ns *netlab.NS, name, sock string) {
+	t.Helper()
+	exited := make(chan error, 1)
+	go func() { exited <- p.cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("wggso exited: %v\n%s", err, p.log.String())
+		}
+	case <-time.After(time.Minute):
+		p.cmd.Process.Kill()
+		<-exited
+		t.Fatalf("wggso still ran a minute after it was asked to stop:\n%s", p.log.String())
+	}
+	if !strings.Contains(p.log.String(), "capabilities=CAP_NET_BIND_SERVICE,CAP_NET_ADMIN") {
+		t.Errorf("the log does not say what wggso kept:\n%s", p.log.String())
+	}
+	if _, err := os.Lstat(sock); err == nil {
+		t.Errorf("%s is still there", sock)
+	}
+	if _, err := ns.Link(name); err == nil {
+		t.Errorf("the interface outlived wggso")
+	}
+}
