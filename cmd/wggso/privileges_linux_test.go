@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -39,7 +38,7 @@ func TestPrivilegesAfterStart(t *testing.T) {
 	if err != nil {
 		t.Skip("wg is not installed (wireguard-tools)")
 	}
-	bin := wggsoBinary(t)
+	bin := netlab.GoBuild(t, ".", filepath.Join(t.TempDir(), "wggso"))
 	for i, stop := range []string{"sigterm", "socket-removed"} {
 		t.Run(stop, func(t *testing.T) {
 			name := fmt.Sprintf("wgp%d-%d", os.Getpid()%1000000, i)
@@ -47,8 +46,8 @@ func TestPrivilegesAfterStart(t *testing.T) {
 			netlab.Must(t, err)
 			w := startWggso(t, ns, bin, name)
 			checkDropped(t, w.cmd.Process.Pid)
-			runIn(t, ns, exec.Command(wg, "set", name, "fwmark", "0x1234", "listen-port", "999"))
-			show := runIn(t, ns, exec.Command(wg, "show", name))
+			ns.Output(t, exec.Command(wg, "set", name, "fwmark", "0x1234", "listen-port", "999"))
+			show := ns.Output(t, exec.Command(wg, "show", name))
 			for _, want := range []string{"fwmark: 0x1234", "listening port: 999"} {
 				if !strings.Contains(show, want) {
 					t.Errorf("wg show has no %q:\n%s", want, show)
@@ -62,19 +61,6 @@ func TestPrivilegesAfterStart(t *testing.T) {
 			w.waitStopped(t, ns, name, sock)
 		})
 	}
-}
-
-// wggsoBinary builds wggso without cgo (so that it can drop its
-// privileges on every thread), with `go build -o OUT .`.
-func wggsoBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "wggso")
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, ".")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
 }
 
 // wggsoProcess is a wggso -f the test started, and its log.
@@ -131,18 +117,6 @@ func checkDropped(t *testing.T, pid int) {
 		}
 	}
 	t.Logf("%d threads checked", len(tasks))
-}
-
-// runIn runs cmd in ns and returns its output; it must succeed.
-func runIn(t *testing.T, ns *netlab.NS, cmd *exec.Cmd) string {
-	t.Helper()
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	netlab.Must(t, ns.Start(cmd))
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out.String())
-	}
-	return out.String()
 }
 
 // waitStopped waits for p to exit (a minute at most: it stops within a

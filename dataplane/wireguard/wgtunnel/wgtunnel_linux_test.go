@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -367,37 +366,6 @@ func wgQuickTools(t *testing.T) (wg, wgQuick string) {
 	return paths[0], paths[1]
 }
 
-// buildWggso builds cmd/wggso into dir, with `go build -o OUT .` in its
-// directory (what the kernel matrix's guests answer with a binary the
-// host built), without cgo: so built, wggso drops its privileges once
-// set up, and the tests see it work with what it keeps.
-func buildWggso(t *testing.T, dir string) string {
-	bin := filepath.Join(dir, "wggso")
-	goTool := "go"
-	if root := runtime.GOROOT(); root != "" {
-		goTool = filepath.Join(root, "bin", "go")
-	}
-	cmd := exec.Command(goTool, "build", "-o", bin, ".")
-	cmd.Dir = filepath.Join("..", "..", "..", "cmd", "wggso")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build cmd/wggso: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// runIn runs cmd in ns and returns its output.
-func runIn(t *testing.T, ns *netlab.NS, cmd *exec.Cmd) string {
-	t.Helper()
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	netlab.Must(t, ns.Start(cmd))
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out.String())
-	}
-	return out.String()
-}
-
 // TestWgQuick brings cmd/wggso up with Debian's wg-quick (as its
 // userspace implementation) in one namespace, against a wireguard-go
 // device in another: the interface answers UDP and TCP echo and carries
@@ -418,7 +386,7 @@ func testWgQuick(t *testing.T, defaultRoute bool) {
 	wg, wgQuick := wgQuickTools(t)
 	p := netlab.NewPairT(t, "wgquick")
 	dir := t.TempDir()
-	bin := buildWggso(t, dir)
+	bin := netlab.GoBuild(t, filepath.Join("..", "..", "..", "cmd", "wggso"), filepath.Join(dir, "wggso"))
 	logFile := filepath.Join(dir, "wggso.log")
 	impl := filepath.Join(dir, "impl")
 	netlab.Must(t, os.WriteFile(impl, []byte(fmt.Sprintf("#!/bin/sh\nexec %s -log %s -log-level debug \"$@\"\n", bin, logFile)), 0o755))
@@ -455,7 +423,7 @@ AllowedIPs = %s
 
 	up := exec.Command(wgQuick, "up", conf)
 	up.Env = append(os.Environ(), "WG_QUICK_USERSPACE_IMPLEMENTATION="+impl)
-	t.Logf("wg-quick up:\n%s", runIn(t, p.A, up))
+	t.Logf("wg-quick up:\n%s", p.A.Output(t, up))
 	logged, err := os.ReadFile(logFile)
 	if err != nil {
 		t.Fatalf("wg-quick did not run wggso (is there a wireguard kernel module?): %v", err)
@@ -489,7 +457,7 @@ AllowedIPs = %s
 	netlab.TCPTransfer(t, p.A, p.B, netip.AddrPortFrom(inB, 5001), 4<<20, false)
 	netlab.TCPTransfer(t, p.A, p.B, netip.AddrPortFrom(inB, 5002), 4<<20, true)
 
-	show := runIn(t, p.A, exec.Command(wg, "show", name))
+	show := p.A.Output(t, exec.Command(wg, "show", name))
 	wants := []string{"peer: " + privB.Public().String(), "latest handshake:", "transfer:", fmt.Sprintf("listening port: %d", port)}
 	if defaultRoute {
 		wants = append(wants, "fwmark: 0xca6c")
@@ -500,7 +468,7 @@ AllowedIPs = %s
 		}
 	}
 
-	t.Logf("wg-quick down:\n%s", runIn(t, p.A, exec.Command(wgQuick, "down", conf)))
+	t.Logf("wg-quick down:\n%s", p.A.Output(t, exec.Command(wgQuick, "down", conf)))
 	deadline := time.Now().Add(10 * time.Second)
 	for running(pid) {
 		if time.Now().After(deadline) {
@@ -531,7 +499,7 @@ func running(pid int) bool {
 // status 0, its socket and its interface gone.
 func TestWggsoSIGTERM(t *testing.T) {
 	ns := netlab.NewT(t, "wggso")
-	bin := buildWggso(t, t.TempDir())
+	bin := netlab.GoBuild(t, filepath.Join("..", "..", "..", "cmd", "wggso"), filepath.Join(t.TempDir(), "wggso"))
 	name := fmt.Sprintf("wgt%d", os.Getpid()%1000000)
 	sock, err := uapi.SocketPath(name)
 	netlab.Must(t, err)

@@ -1,10 +1,14 @@
 package netlab
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strings"
 
 	"github.com/vishvananda/netlink"
@@ -195,4 +199,37 @@ func (ns *NS) SocketT(t TB, family, typ int) int {
 	Must(t, err)
 	t.Cleanup(func() { unix.Close(fd) })
 	return fd
+}
+
+// Output runs cmd in ns to its end and returns what it printed, stdout
+// and stderr together; the test fails if it does not succeed.
+func (ns *NS) Output(t TB, cmd *exec.Cmd) string {
+	t.Helper()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := ns.Start(cmd); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out.String())
+	}
+	return out.String()
+}
+
+// GoBuild builds the main package in dir into out with this test's Go
+// tool and CGO_ENABLED=0 (the project's binaries drop their privileges
+// on every thread, which a cgo build cannot), and returns out.
+func GoBuild(t TB, dir, out string) string {
+	t.Helper()
+	goTool := "go"
+	if root := runtime.GOROOT(); root != "" {
+		goTool = filepath.Join(root, "bin", "go")
+	}
+	cmd := exec.Command(goTool, "build", "-o", out, ".")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", dir, err, b)
+	}
+	return out
 }
