@@ -4,7 +4,7 @@
 # those skip and say why.
 GO ?= go
 
-.PHONY: test deps check generate check-generated bench udpfwd soak fuzz test-kernels test-kernels-short qemu
+.PHONY: test deps check generate check-generated bench udpfwd wggso soak fuzz test-kernels test-kernels-short qemu
 # The second run is the copy counts (internal/copycount): TestCopies of
 # each package that builds a path, in the build that counts copies.
 test: deps check
@@ -47,9 +47,13 @@ check-generated:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./segment ./txqueue
 
-# udpfwd drops capabilities on every thread, which needs a cgo-free build.
+# udpfwd and wggso drop capabilities on every thread, which needs a
+# cgo-free build.
 udpfwd:
 	CGO_ENABLED=0 $(GO) build -buildvcs=auto -o udpfwd ./cmd/udpfwd
+
+wggso:
+	CGO_ENABLED=0 $(GO) build -buildvcs=auto -o wggso ./cmd/wggso
 
 # Long runs, not in CI. The soak runs the gateway for SOAKTIME under load,
 # link flaps, neighbour churn, an application that stops reading and
