@@ -41,10 +41,7 @@ func (a *aead) Seal(dst, nonce, plaintext, additionalData []byte) []byte {
 	if uint64(len(plaintext)) > maxPlaintext {
 		panic("chachapoly: plaintext too large")
 	}
-	ret, out := grow(dst, len(plaintext)+Overhead)
-	if inexactOverlap(out, plaintext) {
-		panic("chachapoly: invalid buffer overlap")
-	}
+	ret, out := grow(dst, len(plaintext)+Overhead, plaintext)
 	ct := out[:len(plaintext)]
 	var block [64]byte // the keystream of block 0: the one-time key
 	if len(plaintext) > 0 && len(plaintext) <= maxKeyed {
@@ -75,10 +72,7 @@ func (a *aead) Open(dst, nonce, ciphertext, additionalData []byte) ([]byte, erro
 			clear(plain[:len(ct)])
 			return nil, errOpen
 		}
-		ret, out := grow(dst, len(ct))
-		if inexactOverlap(out, ct) {
-			panic("chachapoly: invalid buffer overlap")
-		}
+		ret, out := grow(dst, len(ct), ct)
 		copy(out, plain[:len(ct)])
 		return ret, nil
 	}
@@ -86,10 +80,7 @@ func (a *aead) Open(dst, nonce, ciphertext, additionalData []byte) ([]byte, erro
 	if !valid(&block, sent, ct, additionalData) {
 		return nil, errOpen
 	}
-	ret, out := grow(dst, len(ct))
-	if inexactOverlap(out, ct) {
-		panic("chachapoly: invalid buffer overlap")
-	}
+	ret, out := grow(dst, len(ct), ct)
 	chachaXOR(out, ct, &a.key, &n, 1)
 	return ret, nil
 }
@@ -128,15 +119,19 @@ func loadNonce(nonce []byte) [3]uint32 {
 
 // grow extends in by n bytes, in its capacity if it has room, and returns
 // the whole and the n new bytes (whatever they held: the caller writes
-// them all).
-func grow(in []byte, n int) (whole, tail []byte) {
+// them all). It panics if the new bytes overlap src other than exactly
+// from its first byte (in place), as cipher.AEAD asks.
+func grow(in []byte, n int, src []byte) (whole, tail []byte) {
 	if total := len(in) + n; cap(in) >= total {
 		whole = in[:total]
 	} else {
 		whole = make([]byte, total)
 		copy(whole, in)
 	}
-	return whole, whole[len(in):]
+	if tail = whole[len(in):]; inexactOverlap(tail, src) {
+		panic("chachapoly: invalid buffer overlap")
+	}
+	return whole, tail
 }
 
 // inexactOverlap reports whether x and y share memory other than from the

@@ -229,3 +229,26 @@ func TestGODEBUGOff(t *testing.T) {
 		t.Fatalf("child: %v\n%s", err, out)
 	}
 }
+
+// TestShiftedOverlapPanics: an output that overlaps the input other than
+// in place is refused, as cipher.AEAD asks (in place is allowed: see
+// TestAgainstXCrypto).
+func TestShiftedOverlapPanics(t *testing.T) {
+	ours, _ := pair(t, rand.New(rand.NewPCG(11, 12)))
+	nonce := make([]byte, NonceSize)
+	buf := make([]byte, 200+Overhead+1)
+	sealed := ours.Seal(nil, nonce, buf[:200], nil)
+	for name, f := range map[string]func(){
+		"Seal": func() { ours.Seal(buf[1:1], nonce, buf[:200], nil) },
+		"Open": func() { copy(buf, sealed); ours.Open(buf[1:1], nonce, buf[:len(sealed)], nil) },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s into the input shifted by a byte did not panic", name)
+				}
+			}()
+			f()
+		}()
+	}
+}
