@@ -12,17 +12,19 @@ import (
 
 // A capability is a Linux capability and why udpfwd needs it.
 type capability struct {
-	bit  uint
-	name string
-	why  string
+	bit uint
+	why string
 }
 
+// name is the capability's name, such as CAP_NET_ADMIN.
+func (c capability) name() string { return privs.Caps(1 << c.bit).String() }
+
 var (
-	capNetAdmin = capability{unix.CAP_NET_ADMIN, "CAP_NET_ADMIN", "TUN device, XDP attach, addresses, routes, next-hop probes"}
-	capNetRaw   = capability{unix.CAP_NET_RAW, "CAP_NET_RAW", "AF_XDP sockets"}
-	capBPF      = capability{unix.CAP_BPF, "CAP_BPF", "loading the XDP program and its maps"}
-	capSetUID   = capability{unix.CAP_SETUID, "CAP_SETUID", "-user"}
-	capSetGID   = capability{unix.CAP_SETGID, "CAP_SETGID", "-user"}
+	capNetAdmin = capability{unix.CAP_NET_ADMIN, "TUN device, XDP attach, addresses, routes, next-hop probes"}
+	capNetRaw   = capability{unix.CAP_NET_RAW, "AF_XDP sockets"}
+	capBPF      = capability{unix.CAP_BPF, "loading the XDP program and its maps"}
+	capSetUID   = capability{unix.CAP_SETUID, "-user"}
+	capSetGID   = capability{unix.CAP_SETGID, "-user"}
 )
 
 // keptCaps is what the running gateway keeps after set-up: CAP_NET_ADMIN,
@@ -45,8 +47,8 @@ func checkCaps(cfg *config) problems {
 	var missing, why []string
 	for _, c := range need {
 		if eff&(1<<c.bit) == 0 && (c != capBPF || eff&(1<<unix.CAP_SYS_ADMIN) == 0) {
-			missing = append(missing, c.name)
-			why = append(why, fmt.Sprintf("%s (%s)", c.name, c.why))
+			missing = append(missing, c.name())
+			why = append(why, fmt.Sprintf("%s (%s)", c.name(), c.why))
 		}
 	}
 	if len(missing) == 0 {

@@ -1,7 +1,6 @@
 package privs
 
 import (
-	"os"
 	"syscall"
 	"unsafe"
 
@@ -19,11 +18,5 @@ func capsetAllThreads(eff, prm, inh Caps) error {
 		{Effective: uint32(eff >> 32), Permitted: uint32(prm >> 32), Inheritable: uint32(inh >> 32)},
 	}
 	_, _, e := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0)
-	switch e {
-	case 0:
-		return nil
-	case unix.ENOTSUP:
-		return ErrNoAllThreads
-	}
-	return os.NewSyscallError("capset", e)
+	return allThreadsErr("capset", e)
 }

@@ -94,13 +94,19 @@ func lockDown(prm, keep Caps) error {
 // allThreadsPrctl calls prctl(option, arg2, arg3) on every thread.
 func allThreadsPrctl(name string, option, arg2, arg3 uintptr) error {
 	_, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, option, arg2, arg3)
+	return allThreadsErr("prctl "+name, e)
+}
+
+// allThreadsErr is the error of a system call made on every thread:
+// ErrNoAllThreads where cgo keeps it from being made at all.
+func allThreadsErr(name string, e syscall.Errno) error {
 	switch e {
 	case 0:
 		return nil
 	case unix.ENOTSUP:
 		return ErrNoAllThreads
 	}
-	return os.NewSyscallError("prctl "+name, e)
+	return os.NewSyscallError(name, e)
 }
 
 // lockSecurebits sets and locks lockedSecurebits on every thread (a
