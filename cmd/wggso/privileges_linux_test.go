@@ -36,7 +36,7 @@ func TestPrivilegesAfterStart(t *testing.T) {
 	ns := netlab.NewT(t, "wggsop")
 	wg, err := exec.LookPath("wg")
 	if err != nil {
-		t.Skip("wg is not installed (wireguard-tools)")
+		t.Fatal("wg is not installed: run scripts/test-deps (make test does)")
 	}
 	bin := netlab.GoBuild(t, ".", filepath.Join(t.TempDir(), "wggso"))
 	for i, stop := range []string{"sigterm", "socket-removed"} {
