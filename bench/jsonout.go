@@ -60,8 +60,12 @@ type jsonRow struct {
 	SegsPerRead   float64  `json:"segments_per_read,omitempty"`
 	WritesPerPkt  float64  `json:"writes_per_packet,omitempty"`
 	ReverseBps    float64  `json:"reverse_bps,omitempty"`
-	DgramsPerSend float64  `json:"datagrams_per_send,omitempty"`
-	DgramsPerRecv float64  `json:"datagrams_per_receive,omitempty"`
+	// Each direction's median over the runs (rowResult.directionMedian),
+	// in rows with a stream each way: the table's A→B and B→A.
+	ForwardMedianBps float64 `json:"forward_median_bps,omitempty"`
+	ReverseMedianBps float64 `json:"reverse_median_bps,omitempty"`
+	DgramsPerSend    float64 `json:"datagrams_per_send,omitempty"`
+	DgramsPerRecv    float64 `json:"datagrams_per_receive,omitempty"`
 	// The median run's costs (runResult), and the row's path's copies.
 	GatewayCoresPerGbit float64            `json:"gateway_cores_per_gbit,omitempty"`
 	BusyCoresPerGbit    float64            `json:"busy_cores_per_gbit,omitempty"`
@@ -142,6 +146,9 @@ func rowJSON(scenario string, row *rowResult) jsonRow {
 		ReverseBps: med.ReverseBps, DgramsPerSend: med.DgramsPerSend, DgramsPerRecv: med.DgramsPerRecv,
 		GatewayCoresPerGbit: med.GatewayCoresPerGbit, BusyCoresPerGbit: med.BusyCoresPerGbit, Copies: row.spec.copies,
 		CPU: rowCPU(row), Extra: med.Extra, Runs: row.runs, Errors: row.errs,
+	}
+	if med.ReverseBps > 0 {
+		j.ForwardMedianBps, j.ReverseMedianBps = row.directionMedian(false), row.directionMedian(true)
 	}
 	if row.spec.ppsMain {
 		j.MainMetric = "pps"
